@@ -1,0 +1,20 @@
+"""ascend_sim: a CPU model of the AscendC vector-core programming model.
+
+Global memory, each vector core's Unified Buffer, TPipe buffer plans, TQue / TBuf state,
+DataCopy / DataCopyPad, vector instructions, intra-core events and SyncAll, executed by
+numba-compiled kernels on simulated cores running in parallel threads. It knows no
+operator: operators (package `ops`) bring their kernels and buffer plans.
+
+Kernel code uses `ascend_sim.kernel_api`; hosts use `launch`.
+"""
+from .errors import (AlignmentError, OutOfBoundsError, ParamRangeError, QueueError, SimulatorError,  # noqa: F401
+                     SyncError, UBOverflowError)
+from .launch import ChipLimits, Kernel, default_threads, launch  # noqa: F401
+from .pipe import PipePlan, UbBuffer, plan_pipe  # noqa: F401
+from .report import CoreReport, RunReport  # noqa: F401
+
+__all__ = [
+    "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ParamRangeError", "QueueError",
+    "SyncError", "Kernel", "ChipLimits", "launch", "default_threads", "UbBuffer", "PipePlan", "plan_pipe",
+    "RunReport", "CoreReport",
+]

@@ -1,0 +1,88 @@
+"""The state one simulated vector core (AIV) carries through a kernel.
+
+A kernel stage is a numba function called once per core with a `Core` as its first
+argument. A Core is deliberately small (two arrays and two ints) because every AscendC
+call receives it:
+
+* `ub`: the core's Unified Buffer, a uint8 array; a LocalTensor is a typed view of a slice of it,
+* `state`: one int64 array holding, at fixed offsets, the per-pipe counters, the fault record,
+  the chip limits, the hardware event flags and the queue table built from the TPipe plan,
+* `block_idx` / `block_num`: GetBlockIdx() / GetBlockNum().
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+
+Core = namedtuple("Core", ["ub", "state", "block_idx", "block_num"])
+
+# Per-core counters, state[0:N_COUNTERS]. Bytes are GM-side bytes moved by the DMA pipes.
+CNT_MTE2_BYTES = 0      # GM -> UB bytes (DataCopy / DataCopyPad in)
+CNT_MTE2_INSTR = 1
+CNT_MTE3_BYTES = 2      # UB -> GM bytes (DataCopy / DataCopyPad out, InitOutput)
+CNT_MTE3_INSTR = 3
+CNT_V_ELEMS = 4         # vector element-operations (elements each vector instruction processes)
+CNT_V_INSTR = 5
+CNT_S_GM_READS = 6      # scalar GlobalTensor::GetValue
+CNT_S_GM_WRITES = 7     # scalar GlobalTensor::SetValue
+CNT_S_UB_OPS = 8        # scalar LocalTensor::GetValue / SetValue
+CNT_EVENTS = 9          # SetFlag + WaitFlag, explicit and the ones TQue inserts
+CNT_PIPE_BARRIERS = 10
+CNT_SYNC_ALL = 11
+CNT_UB_HWM = 12         # one past the highest UB byte written
+CNT_CALLS = 13          # AscendC calls issued; locates a fault ("call #n")
+N_COUNTERS = 14
+
+COUNTER_NAMES = (
+    "mte2_bytes", "mte2_instr", "mte3_bytes", "mte3_instr", "vec_elem_ops", "vec_instr",
+    "scalar_gm_reads", "scalar_gm_writes", "scalar_ub_ops", "events", "pipe_barriers",
+    "sync_all", "ub_hwm_bytes", "calls",
+)
+
+FAULT_CALL_INDEX = 14   # CNT_CALLS when the first fault happened
+ERR_BASE = 16           # state[ERR_BASE:ERR_BASE + ERR_COLS]: fault code (0 = none), call id, six arguments
+ERR_COLS = 8
+CAP_BASE = 24           # chip limits
+CAP_MAX_BLOCK_COUNT = CAP_BASE + 0   # DataCopy(Pad) blockCount upper bound
+CAP_NPU_ARCH = CAP_BASE + 1          # 2201 (910B / 910_93) or 3510 (950)
+EVENT_IDS = 8
+N_HARD_EVENTS = 13
+FLAG_BASE = 32          # state[FLAG_BASE + event * EVENT_IDS + id] is 1 while a SetFlag awaits its WaitFlag
+QUE_BASE = FLAG_BASE + N_HARD_EVENTS * EVENT_IDS   # queue table rows (see pipe.py), QUE_COLS each
+
+# Two-byte poison pattern for memory nobody wrote: reads as NaN in fp32, fp16 and bf16,
+# and as a huge positive int32, so a kernel that consumes it fails loudly.
+POISON = np.array([0xBF, 0x7F], dtype=np.uint8)
+
+
+def poison_fill(buf: np.ndarray) -> None:
+    """Fill a uint8 buffer with the poison pattern (byte i gets POISON[i % 2])."""
+    pairs = buf[: buf.size - buf.size % 2].view(np.uint16)
+    pairs[:] = POISON.view(np.uint16)[0]
+    if buf.size % 2:
+        buf[-1] = POISON[0]
+
+
+def make_core(block_idx: int, block_num: int, ub_size: int, queue_table: np.ndarray,
+              max_block_count: int, npu_arch: int) -> Core:
+    """A fresh core: poisoned UB, the queue table in place, no flags set, counters zero."""
+    ub = np.empty(ub_size, dtype=np.uint8)
+    poison_fill(ub)
+    state = np.zeros(QUE_BASE + queue_table.size, dtype=np.int64)
+    state[CAP_MAX_BLOCK_COUNT] = max_block_count
+    state[CAP_NPU_ARCH] = npu_arch
+    state[QUE_BASE:] = queue_table.reshape(-1)
+    return Core(ub, state, block_idx, block_num)
+
+
+def counters(core: Core) -> np.ndarray:
+    return core.state[:N_COUNTERS]
+
+
+def fault_record(core: Core) -> np.ndarray:
+    return core.state[ERR_BASE:ERR_BASE + ERR_COLS]
+
+
+def flags(core: Core) -> np.ndarray:
+    return core.state[FLAG_BASE:QUE_BASE].reshape(N_HARD_EVENTS, EVENT_IDS)

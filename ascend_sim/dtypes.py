@@ -1,0 +1,240 @@
+"""Data types of the machine model and exact fp32 <-> fp16 / bf16 conversions.
+
+GM and UB hold fp16 and bf16 values as their uint16 bit patterns (numba cannot take
+float16 arrays on the CPU, and has no bfloat16 at all). The conversions below work on
+bit patterns, so every rounding mode of AscendC `Cast` is exact:
+
+* widening (fp16/bf16 -> fp32) is exact,
+* narrowing implements CAST_RINT / CAST_NONE (round half to even), CAST_ROUND (half away
+  from zero), CAST_FLOOR, CAST_CEIL, CAST_TRUNC and, for fp16 only, CAST_ODD (round to odd).
+
+NaN inputs give a quiet NaN of the same sign; overflow goes to infinity under the
+to-nearest and away-from-zero directions and to the largest finite value otherwise.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+from ._jit import aicore
+
+# ge::DataType codes (CANN graph engine); used as dtype tags inside kernels.
+DT_FLOAT = 0
+DT_FLOAT16 = 1
+DT_INT8 = 2
+DT_INT32 = 3
+DT_UINT8 = 4
+DT_INT16 = 6
+DT_UINT16 = 7
+DT_UINT32 = 8
+DT_INT64 = 9
+DT_UINT64 = 10
+DT_DOUBLE = 11
+DT_BOOL = 12
+DT_BF16 = 27
+DT_FLOAT8_E5M2 = 35
+DT_FLOAT8_E4M3FN = 36
+DT_FLOAT8_E8M0 = 37
+DT_FLOAT4_E2M1 = 40
+
+DT_NAMES = {
+    DT_FLOAT: "float32", DT_FLOAT16: "float16", DT_INT8: "int8", DT_INT32: "int32", DT_UINT8: "uint8",
+    DT_INT16: "int16", DT_UINT16: "uint16", DT_UINT32: "uint32", DT_INT64: "int64", DT_UINT64: "uint64",
+    DT_DOUBLE: "float64", DT_BOOL: "bool", DT_BF16: "bfloat16", DT_FLOAT8_E5M2: "float8_e5m2",
+    DT_FLOAT8_E4M3FN: "float8_e4m3fn", DT_FLOAT8_E8M0: "float8_e8m0fnu", DT_FLOAT4_E2M1: "float4_e2m1",
+}
+
+_NUMPY_TO_DT = {
+    np.dtype(np.float32): DT_FLOAT, np.dtype(np.float16): DT_FLOAT16, np.dtype(np.int8): DT_INT8,
+    np.dtype(np.int32): DT_INT32, np.dtype(np.uint8): DT_UINT8, np.dtype(np.int16): DT_INT16,
+    np.dtype(np.uint16): DT_UINT16, np.dtype(np.uint32): DT_UINT32, np.dtype(np.int64): DT_INT64,
+    np.dtype(np.uint64): DT_UINT64, np.dtype(np.float64): DT_DOUBLE, np.dtype(np.bool_): DT_BOOL,
+    np.dtype(ml_dtypes.bfloat16): DT_BF16, np.dtype(ml_dtypes.float8_e5m2): DT_FLOAT8_E5M2,
+    np.dtype(ml_dtypes.float8_e4m3fn): DT_FLOAT8_E4M3FN, np.dtype(ml_dtypes.float8_e8m0fnu): DT_FLOAT8_E8M0,
+}
+
+# Bit-carrier dtype of GM arrays handed to kernels, by ge code.
+_CARRIER = {
+    DT_FLOAT: np.float32, DT_FLOAT16: np.uint16, DT_BF16: np.uint16, DT_INT8: np.int8, DT_BOOL: np.int8,
+    DT_UINT8: np.uint8, DT_INT16: np.int16, DT_UINT16: np.uint16, DT_INT32: np.int32, DT_UINT32: np.uint32,
+    DT_INT64: np.int64, DT_UINT64: np.uint64, DT_DOUBLE: np.float64, DT_FLOAT8_E5M2: np.uint8,
+    DT_FLOAT8_E4M3FN: np.uint8, DT_FLOAT8_E8M0: np.uint8,
+}
+
+
+def dt_of(dtype) -> int:
+    """ge::DataType code of a numpy / ml_dtypes dtype."""
+    try:
+        return _NUMPY_TO_DT[np.dtype(dtype)]
+    except (KeyError, TypeError):
+        raise ValueError(f"unsupported dtype {dtype!r}") from None
+
+
+def dt_name(code: int) -> str:
+    return DT_NAMES.get(code, f"dtype {code}")
+
+
+def gm_view(array: np.ndarray) -> np.ndarray:
+    """A flat, bit-identical view of an array in the carrier dtype kernels use (no copy)."""
+    code = dt_of(array.dtype)
+    return array.reshape(-1).view(_CARRIER[code])
+
+
+# --- AscendC RoundMode ------------------------------------------------------------------
+CAST_NONE = 0
+CAST_RINT = 1
+CAST_FLOOR = 2
+CAST_CEIL = 3
+CAST_ROUND = 4
+CAST_TRUNC = 5
+CAST_ODD = 6
+ROUND_MODE_NAMES = ("CAST_NONE", "CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND", "CAST_TRUNC", "CAST_ODD")
+
+
+# --- scalar bit casts ---------------------------------------------------------------------
+@intrinsic
+def f32_from_bits(typingctx, bits):
+    """Reinterpret a uint32 bit pattern as float32."""
+    sig = types.float32(types.uint32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float32))
+
+    return sig, codegen
+
+
+@intrinsic
+def f32_to_bits(typingctx, value):
+    """Reinterpret a float32 as its uint32 bit pattern."""
+    sig = types.uint32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.uint32))
+
+    return sig, codegen
+
+
+# --- widening (exact) ---------------------------------------------------------------------
+@aicore
+def bf16_bits_to_f32_bits(h):
+    return np.uint32(h) << np.uint32(16)
+
+
+@aicore
+def f16_bits_to_f32_bits(h):
+    h = np.uint32(h)
+    sign = (h & np.uint32(0x8000)) << np.uint32(16)
+    exp = (h >> np.uint32(10)) & np.uint32(0x1F)
+    man = h & np.uint32(0x3FF)
+    if exp == 0x1F:  # inf / NaN keep their payload
+        return sign | np.uint32(0x7F800000) | (man << np.uint32(13))
+    if exp == 0:
+        if man == 0:
+            return sign
+        e = np.int64(-14)
+        while (man & np.uint32(0x400)) == 0:  # normalise the subnormal
+            man <<= np.uint32(1)
+            e -= 1
+        man &= np.uint32(0x3FF)
+        return sign | (np.uint32(e + 127) << np.uint32(23)) | (man << np.uint32(13))
+    return sign | ((exp + np.uint32(112)) << np.uint32(23)) | (man << np.uint32(13))
+
+
+# --- narrowing ----------------------------------------------------------------------------
+@aicore
+def _round_increment(mode, negative, lsb, rem, half):
+    """1 if dropping `rem` (compared with `half`) must bump the kept magnitude by one ulp."""
+    if mode == CAST_RINT or mode == CAST_NONE:
+        return 1 if (rem > half or (rem == half and lsb == 1)) else 0
+    if mode == CAST_ROUND:
+        return 1 if rem >= half else 0
+    if mode == CAST_FLOOR:
+        return 1 if (negative and rem != 0) else 0
+    if mode == CAST_CEIL:
+        return 1 if ((not negative) and rem != 0) else 0
+    return 0  # CAST_TRUNC; CAST_ODD is handled by the caller
+
+
+@aicore
+def f32_bits_to_bf16_bits(x, mode):
+    x = np.uint32(x)
+    sign = np.uint32((x >> np.uint32(16)) & np.uint32(0x8000))
+    mag = x & np.uint32(0x7FFFFFFF)
+    if mag > np.uint32(0x7F800000):  # NaN: keep it quiet
+        return np.uint16(sign | np.uint32(0x7FC0) | ((mag >> np.uint32(16)) & np.uint32(0x3F)))
+    if mag == np.uint32(0x7F800000):
+        return np.uint16(sign | np.uint32(0x7F80))
+    kept = mag >> np.uint32(16)
+    rem = mag & np.uint32(0xFFFF)
+    if mode == CAST_ODD:
+        if rem != 0:
+            kept |= np.uint32(1)
+    else:
+        kept += np.uint32(_round_increment(mode, sign != 0, kept & np.uint32(1), rem, np.uint32(0x8000)))
+    if kept >= np.uint32(0x7F80) and (mode == CAST_TRUNC or mode == CAST_ODD
+                                      or (mode == CAST_FLOOR and sign == 0)
+                                      or (mode == CAST_CEIL and sign != 0)):
+        kept = np.uint32(0x7F7F)  # directed rounding towards zero never reaches infinity
+    return np.uint16(sign | kept)
+
+
+@aicore
+def f32_bits_to_f16_bits(x, mode):
+    x = np.uint32(x)
+    sign = np.uint32((x >> np.uint32(16)) & np.uint32(0x8000))
+    mag = x & np.uint32(0x7FFFFFFF)
+    if mag > np.uint32(0x7F800000):  # NaN: keep it quiet
+        return np.uint16(sign | np.uint32(0x7E00) | ((mag >> np.uint32(13)) & np.uint32(0x1FF)))
+    if mag == np.uint32(0x7F800000):
+        return np.uint16(sign | np.uint32(0x7C00))
+    exp32 = np.int64(mag >> np.uint32(23))
+    man32 = np.int64(mag & np.uint32(0x7FFFFF))
+    e16 = exp32 - 112  # rebias 127 -> 15
+    toward_zero = (mode == CAST_TRUNC or mode == CAST_ODD or (mode == CAST_FLOOR and sign == 0)
+                   or (mode == CAST_CEIL and sign != 0))
+    if e16 >= 31:
+        return np.uint16(sign | (np.uint32(0x7BFF) if toward_zero else np.uint32(0x7C00)))
+    if e16 >= 1:
+        kept = (e16 << 10) | (man32 >> 13)
+        rem = man32 & 0x1FFF
+        half = np.int64(0x1000)
+    else:
+        sig = man32 | (np.int64(0x800000) if exp32 != 0 else np.int64(0))
+        shift = 14 - e16  # 13 bits dropped for a normal, plus the distance below the normal range
+        if shift > 25:
+            kept = np.int64(0)
+            rem = np.int64(1) if sig != 0 else np.int64(0)  # far below half: only stickiness matters
+            half = np.int64(2)
+        else:
+            kept = sig >> shift
+            rem = sig & ((np.int64(1) << shift) - 1)
+            half = np.int64(1) << (shift - 1)
+    if mode == CAST_ODD:
+        if rem != 0:
+            kept |= 1
+    else:
+        kept += _round_increment(mode, sign != 0, kept & 1, rem, half)
+    if kept >= 0x7C00:
+        kept = np.int64(0x7BFF) if toward_zero else np.int64(0x7C00)
+    return np.uint16(sign | np.uint32(kept))
+
+
+# --- vectorised helpers (tests and host-side use) ------------------------------------------
+@njit(cache=True, nogil=True)
+def f32_array_to_half_bits(x_bits, to_bf16, mode):
+    """uint32 fp32 bit patterns -> uint16 fp16 or bf16 bit patterns under a round mode."""
+    out = np.empty(x_bits.size, dtype=np.uint16)
+    for i in range(x_bits.size):
+        out[i] = f32_bits_to_bf16_bits(x_bits[i], mode) if to_bf16 else f32_bits_to_f16_bits(x_bits[i], mode)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def half_bits_array_to_f32_bits(h_bits, is_bf16):
+    """uint16 fp16 or bf16 bit patterns -> uint32 fp32 bit patterns (exact)."""
+    out = np.empty(h_bits.size, dtype=np.uint32)
+    for i in range(h_bits.size):
+        out[i] = bf16_bits_to_f32_bits(h_bits[i]) if is_bf16 else f16_bits_to_f32_bits(h_bits[i])
+    return out

@@ -1,0 +1,97 @@
+"""Intra-core synchronisation: HardEvent flags, SetFlag / WaitFlag, PipeBarrier (numba).
+
+Calls execute in program order, so the simulator checks the *protocol* the hardware
+needs rather than timing: a WaitFlag must have a SetFlag in front of it (else the NPU
+stalls forever), a flag may not be set twice before it is waited for, ids are 0..7, and
+no flag may be left set when the kernel ends (the launcher checks that).
+"""
+from __future__ import annotations
+
+from ._jit import aicore
+from .core import CNT_EVENTS, CNT_PIPE_BARRIERS, EVENT_IDS, FLAG_BASE, N_HARD_EVENTS
+from .faults import (CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, F_BARRIER_S, F_EVT_DOUBLE_SET,
+                     F_EVT_ID, F_EVT_WAIT_UNSET, fault, issue)
+
+# HardEvent values used by vector kernels (SRC_DST: the DST pipe waits for the SRC pipe).
+MTE2_V = 0
+V_MTE2 = 1
+MTE3_V = 2
+V_MTE3 = 3
+V_V = 4
+MTE3_MTE2 = 5
+MTE2_MTE3 = 6
+S_V = 7
+V_S = 8
+S_MTE2 = 9
+MTE2_S = 10
+S_MTE3 = 11
+MTE3_S = 12
+HARD_EVENT_NAMES = ("MTE2_V", "V_MTE2", "MTE3_V", "V_MTE3", "V_V", "MTE3_MTE2", "MTE2_MTE3",
+                    "S_V", "V_S", "S_MTE2", "MTE2_S", "S_MTE3", "MTE3_S")
+assert len(HARD_EVENT_NAMES) == N_HARD_EVENTS  # the flag area of Core.state holds this many events
+
+# Pipes (PipeBarrier<PIPE_X>)
+PIPE_S = 0
+PIPE_V = 1
+PIPE_MTE2 = 2
+PIPE_MTE3 = 3
+PIPE_ALL = 4
+
+
+@aicore
+def _flag_slot(c, call, evt, event_id):
+    """Index of flag (evt, id) in the core state, or -1 (fault recorded) for a bad event or id."""
+    if evt < 0 or evt >= N_HARD_EVENTS or event_id < 0 or event_id >= EVENT_IDS:
+        fault(c, F_EVT_ID, call, evt, event_id)
+        return -1
+    return FLAG_BASE + evt * EVENT_IDS + event_id
+
+
+@aicore
+def set_flag(c, evt, event_id):
+    """SetFlag<evt>(id): the SRC pipe raises the flag once its earlier work is done."""
+    if not issue(c, CALL_SET_FLAG):
+        return
+    slot = _flag_slot(c, CALL_SET_FLAG, evt, event_id)
+    if slot < 0:
+        return
+    if c.state[slot] != 0:
+        fault(c, F_EVT_DOUBLE_SET, CALL_SET_FLAG, evt, event_id)
+        return
+    c.state[slot] = 1
+    c.state[CNT_EVENTS] += 1
+
+
+@aicore
+def wait_flag(c, evt, event_id):
+    """WaitFlag<evt>(id): the DST pipe stalls until the flag is up, then clears it."""
+    if not issue(c, CALL_WAIT_FLAG):
+        return
+    slot = _flag_slot(c, CALL_WAIT_FLAG, evt, event_id)
+    if slot < 0:
+        return
+    if c.state[slot] == 0:
+        fault(c, F_EVT_WAIT_UNSET, CALL_WAIT_FLAG, evt, event_id)
+        return
+    c.state[slot] = 0
+    c.state[CNT_EVENTS] += 1
+
+
+@aicore
+def fetch_event_id(c, evt):
+    """TPipe::FetchEventID(evt): an id whose flag is currently down (the lowest one)."""
+    for i in range(EVENT_IDS):
+        if c.state[FLAG_BASE + evt * EVENT_IDS + i] == 0:
+            return i
+    return 0
+
+
+@aicore
+def pipe_barrier(c, pipe):
+    """PipeBarrier<pipe>(): order a pipe with itself (not allowed for PIPE_S)."""
+    if not issue(c, CALL_PIPE_BARRIER):
+        return
+    if pipe == PIPE_S:
+        fault(c, F_BARRIER_S, CALL_PIPE_BARRIER)
+        return
+    c.state[CNT_PIPE_BARRIERS] += 1

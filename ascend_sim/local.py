@@ -1,0 +1,114 @@
+"""LocalTensor helpers: a LocalTensor is a typed numpy view of the core's Unified Buffer.
+
+`t[k:]` is AscendC's `operator[]` (a view k elements further on). The UB byte address of
+a view is recovered from its data pointer, so every call can check alignment and
+ranges in bytes, as the hardware does. Checks return -1 / False after recording a fault.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import types
+from numba.extending import overload
+
+from ._jit import DEVICE_JIT_OPTIONS, aicore
+from .core import CNT_UB_HWM
+from .faults import CALL_REINTERPRET_CAST, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB, fault
+
+
+@aicore
+def ub_offset(c, t, call):
+    """UB byte address of LocalTensor t, or -1 (fault recorded) if t is not a view of this core's UB."""
+    off = np.int64(t.ctypes.data) - np.int64(c.ub.ctypes.data)
+    if off < 0 or off + t.nbytes > c.ub.size:
+        fault(c, F_UB_NOT_IN_UB, call, off, t.nbytes)
+        return -1
+    return off
+
+
+@aicore
+def ub_aligned_offset(c, t, call):
+    """UB byte address of t, which must be 32-byte aligned (vector and DMA operands); -1 on a fault."""
+    off = ub_offset(c, t, call)
+    if off >= 0 and off % 32 != 0:
+        fault(c, F_UB_ALIGN, call, off, 32)
+        return -1
+    return off
+
+
+@aicore
+def note_ub_write(c, end_byte):
+    if end_byte > c.state[CNT_UB_HWM]:
+        c.state[CNT_UB_HWM] = end_byte
+
+
+@aicore
+def view_as(c, t, like):
+    """ReinterpretCast: the bytes of t seen through the UB view `like` (another element type)."""
+    off = ub_offset(c, t, CALL_REINTERPRET_CAST)
+    size = like.itemsize
+    if off < 0:
+        return like[0:0]
+    return like[off // size: (off + t.nbytes) // size]
+
+
+@aicore
+def ub_i8(c):
+    return c.ub.view(np.int8)
+
+
+@aicore
+def ub_u16(c):
+    return c.ub[: c.ub.size - c.ub.size % 2].view(np.uint16)
+
+
+@aicore
+def ub_i16(c):
+    return c.ub[: c.ub.size - c.ub.size % 2].view(np.int16)
+
+
+@aicore
+def ub_i32(c):
+    return c.ub[: c.ub.size - c.ub.size % 4].view(np.int32)
+
+
+@aicore
+def ub_u32(c):
+    return c.ub[: c.ub.size - c.ub.size % 4].view(np.uint32)
+
+
+@aicore
+def ub_f32(c):
+    """The whole UB as float32: the `T` of LocalTensor<float>."""
+    return c.ub[: c.ub.size - c.ub.size % 4].view(np.float32)
+
+
+@aicore
+def ub_i64(c):
+    return c.ub[: c.ub.size - c.ub.size % 8].view(np.int64)
+
+
+def ub_like(c, g):
+    """The whole UB seen with the element type of GlobalTensor (or array) g: `T` of LocalTensor<T>."""
+    raise NotImplementedError("ub_like is only callable from numba code")
+
+
+@overload(ub_like, jit_options=DEVICE_JIT_OPTIONS)
+def _ub_like(c, g):
+    dtype = g[0].dtype if isinstance(g, types.BaseTuple) else g.dtype   # GlobalTensor.data or an array
+    views = {types.int8: ub_i8, types.uint16: ub_u16, types.int16: ub_i16, types.int32: ub_i32,
+             types.uint32: ub_u32, types.float32: ub_f32, types.int64: ub_i64}
+    if dtype == types.uint8:
+        return lambda c, g: c.ub
+    if dtype not in views:
+        raise TypeError(f"no UB view for element type {dtype}")
+    view = views[dtype]
+    return lambda c, g: view(c)
+
+
+@aicore
+def check_count(c, t, count, call):
+    """True if the first `count` elements of t exist; records F_UB_OOB otherwise."""
+    if count > t.size:
+        fault(c, F_UB_OOB, call, np.int64(t.ctypes.data) - np.int64(c.ub.ctypes.data), count * t.itemsize, t.nbytes)
+        return False
+    return True

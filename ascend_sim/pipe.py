@@ -1,0 +1,146 @@
+"""TPipe::InitBuffer: the buffer plan of a kernel, made before launch.
+
+A kernel's Init() reserves its queues and TBufs from the Unified Buffer with a bump
+allocator; lengths round up to 32 bytes. The plan is laid out on the host from the
+kernel's buffer list, so a plan that does not fit fails with `UBOverflowError` (and its
+whole allocation table) before any byte moves. The laid-out plan becomes the per-core
+queue table that the numba queue calls (queue.py) read and update.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from .errors import QueueError, UBOverflowError
+
+BLOCK_BYTES = 32
+MAX_PIPE_BUFFERS = 64            # buffers one TPipe can manage
+MAX_BUFFERS_PER_POSITION = 8     # event ids per hardware event: buffers alive at one TPosition
+
+# Kinds and positions as stored in the queue table.
+KIND_TQUE = 0
+KIND_TQUEBIND = 1
+KIND_TBUF = 2
+POS_VECIN = 1
+POS_VECOUT = 2
+POS_VECCALC = 3
+_KINDS = {"TQue": KIND_TQUE, "TQueBind": KIND_TQUEBIND, "TBuf": KIND_TBUF}
+_POSITIONS = {"VECIN": POS_VECIN, "VECOUT": POS_VECOUT, "VECCALC": POS_VECCALC}
+
+# Queue table columns (int64).
+Q_KIND = 0
+Q_SRC_POS = 1
+Q_DST_POS = 2
+Q_BASE = 3        # UB byte offset of buffer 0
+Q_LEN = 4         # bytes per buffer, rounded up to 32
+Q_NUM = 5         # buffers (InitBuffer num)
+Q_DEPTH = 6       # TQue depth (EnQue-without-DeQue limit)
+Q_CURSOR = 7      # next buffer AllocTensor tries
+Q_USED = 8        # tensors currently enqueued
+Q_SEQ = 9         # EnQue sequence counter (DeQue is FIFO)
+Q_STATE = 10      # Q_STATE + i: state of buffer i (FREE/OCCUPIED/ENQUE/DEQUE)
+Q_ENQ_SEQ = Q_STATE + MAX_BUFFERS_PER_POSITION   # Q_ENQ_SEQ + i: EnQue order of buffer i
+QUE_COLS = Q_ENQ_SEQ + MAX_BUFFERS_PER_POSITION
+
+
+class UbBuffer(NamedTuple):
+    """One TPipe::InitBuffer call: `count` buffers of `bytes` bytes for a TQue, TQueBind or TBuf.
+
+    The first three fields are the (name, bytes, count) row of `TilingResult.ub_plan`.
+    `position` is "VECIN", "VECOUT" or "VECCALC" (a TQueBind is "VECIN->VECOUT");
+    `depth` is the TQue depth (0 for a TBuf).
+    """
+    name: str
+    bytes: int
+    count: int = 1
+    kind: str = "TBuf"
+    position: str = "VECCALC"
+    depth: int = 0
+
+
+@dataclass(frozen=True)
+class PipePlan:
+    """The laid-out buffers: offsets in UB bytes, plus the queue table for the cores."""
+    buffers: tuple[UbBuffer, ...]
+    offsets: tuple[int, ...]
+    capacity_bytes: int
+
+    @property
+    def used_bytes(self) -> int:
+        if not self.buffers:
+            return 0
+        last = len(self.buffers) - 1
+        return self.offsets[last] + self.buffers[last].count * align32(self.buffers[last].bytes)
+
+    def table(self) -> list[tuple[str, str, int, int, int, int]]:
+        """Rows (name, kind@position, num, bytes_each_rounded, offset, end) in allocation order."""
+        rows = []
+        for buf, off in zip(self.buffers, self.offsets):
+            each = align32(buf.bytes)
+            rows.append((buf.name, f"{buf.kind}@{buf.position}", buf.count, each, off, off + buf.count * each))
+        return rows
+
+    def queue_table(self) -> np.ndarray:
+        t = np.zeros((max(len(self.buffers), 1), QUE_COLS), dtype=np.int64)
+        for i, (buf, off) in enumerate(zip(self.buffers, self.offsets)):
+            src, _, dst = buf.position.partition("->")
+            t[i, Q_KIND] = _KINDS[buf.kind]
+            t[i, Q_SRC_POS] = _POSITIONS[src]
+            t[i, Q_DST_POS] = _POSITIONS[dst or src]
+            t[i, Q_BASE] = off
+            t[i, Q_LEN] = align32(buf.bytes)
+            t[i, Q_NUM] = buf.count
+            t[i, Q_DEPTH] = buf.depth
+        return t
+
+
+def align32(n: int) -> int:
+    return (n + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES
+
+
+def format_table(rows, capacity_bytes: int, marker_row: int | None = None) -> str:
+    lines = [f"  {'buffer':<32} {'kind@position':<26} {'num':>4} {'bytes':>9} {'offset':>9} {'end':>9}"]
+    for i, (name, kind, num, each, off, end) in enumerate(rows):
+        mark = "  <-- exceeds UB" if marker_row is not None and i >= marker_row else ""
+        lines.append(f"  {name:<32} {kind:<26} {num:>4} {each:>9} {off:>9} {end:>9}{mark}")
+    lines.append(f"  UB capacity {capacity_bytes} bytes")
+    return "\n".join(lines)
+
+
+def plan_pipe(buffers: Sequence[UbBuffer], capacity_bytes: int, *, op: str | None = None,
+              tiling_key: int | None = None) -> PipePlan:
+    """Lay out InitBuffer calls in order; raise UBOverflowError if the plan exceeds the UB."""
+    offsets, cursor = [], 0
+    for buf in buffers:
+        if buf.kind not in _KINDS:
+            raise ValueError(f"buffer {buf.name!r}: unknown kind {buf.kind!r}")
+        if buf.count < 1 or buf.bytes < 0:
+            raise QueueError(f"InitBuffer({buf.name}, num={buf.count}, len={buf.bytes}) needs num >= 1, len >= 0",
+                             op=op, tiling_key=tiling_key, call="TPipe::InitBuffer")
+        offsets.append(cursor)
+        cursor += buf.count * align32(buf.bytes)
+    plan = PipePlan(tuple(buffers), tuple(offsets), capacity_bytes)
+    if cursor > capacity_bytes:
+        rows = plan.table()
+        first_bad = next(i for i, r in enumerate(rows) if r[5] > capacity_bytes)
+        raise UBOverflowError(
+            f"the kernel's buffers need {cursor} bytes of UB but the core has {capacity_bytes} "
+            f"('{rows[first_bad][0]}' ends at byte {rows[first_bad][5]})",
+            table=rows, capacity_bytes=capacity_bytes, op=op, tiling_key=tiling_key, call="TPipe::InitBuffer",
+            detail=format_table(rows, capacity_bytes, first_bad))
+    total = sum(b.count for b in buffers)
+    if total > MAX_PIPE_BUFFERS:
+        raise QueueError(f"{total} buffers exceed the {MAX_PIPE_BUFFERS} one TPipe can manage",
+                         op=op, tiling_key=tiling_key, call="TPipe::InitBuffer")
+    per_position: dict[str, int] = {}
+    for buf in buffers:
+        if buf.kind != "TBuf":
+            per_position[buf.position] = per_position.get(buf.position, 0) + buf.count
+    for pos, n in per_position.items():
+        if n > MAX_BUFFERS_PER_POSITION:
+            raise QueueError(f"{n} queue buffers at {pos} exceed the {MAX_BUFFERS_PER_POSITION} event ids "
+                             "one position has (the NPU would hang)", op=op, tiling_key=tiling_key,
+                             call="TPipe::InitBuffer")
+    return plan

@@ -1,0 +1,180 @@
+"""TQue / TQueBind / TBuf calls on a core's queue table (numba).
+
+Buffer states follow AscendC's TBufState machine:
+
+    AllocTensor: FREE -> OCCUPIED          EnQue: OCCUPIED | DEQUE -> ENQUE (at most `depth` queued)
+    DeQue:       ENQUE -> DEQUE (FIFO)     FreeTensor: anything but FREE -> FREE
+
+AllocTensor takes the next FREE buffer starting at the queue's cursor (round robin).
+Misuse raises QueueError where the NPU would hang or corrupt its event bookkeeping.
+Each EnQue/DeQue/FreeTensor/AllocTensor also stands for the hardware event the
+framework inserts (MTE2_V / V_MTE3 / MTE2_MTE3 and their reverse), which the report counts.
+
+`T` arguments are typed views of the whole UB (asc.ub_f32(c), asc.ub_like(c, gm), ...) and
+choose the element type of the returned LocalTensor, like AscendC's template argument.
+The queue table row of queue q starts at state[QUE_BASE + q * QUE_COLS] (columns in pipe.py).
+"""
+from __future__ import annotations
+
+from ._jit import aicore
+from .core import CNT_EVENTS, QUE_BASE
+from .faults import (CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_TBUF_GET,
+                     F_QUE_DEPTH, F_QUE_EMPTY, F_QUE_FOREIGN, F_QUE_KIND, F_QUE_NO_FREE, F_QUE_STATE,
+                     F_UB_OOB, fault, issue)
+from .local import ub_offset
+from .pipe import (KIND_TBUF, Q_BASE, Q_CURSOR, Q_DEPTH, Q_ENQ_SEQ, Q_KIND, Q_LEN, Q_NUM, Q_SEQ,
+                   Q_STATE, Q_USED, QUE_COLS)
+
+FREE = 0
+OCCUPIED = 1
+ENQUE = 2
+DEQUE = 3
+
+
+@aicore
+def _row(q):
+    return QUE_BASE + q * QUE_COLS
+
+
+@aicore
+def _buffer_view(c, q, i, T):
+    r = _row(q)
+    size = T.itemsize
+    start = (c.state[r + Q_BASE] + i * c.state[r + Q_LEN]) // size
+    return T[start: start + c.state[r + Q_LEN] // size]
+
+
+@aicore
+def _is_queue(c, q, call):
+    kind = c.state[_row(q) + Q_KIND]
+    if kind == KIND_TBUF:
+        fault(c, F_QUE_KIND, call, q, kind)
+        return False
+    return True
+
+
+@aicore
+def _buffer_index(c, q, t, call):
+    """Index of the queue buffer t lies in, or -1 (fault recorded)."""
+    r = _row(q)
+    off = ub_offset(c, t, call)
+    if off < 0:
+        return -1
+    start = c.state[r + Q_BASE]
+    length = c.state[r + Q_LEN]
+    for i in range(c.state[r + Q_NUM]):   # at most 8 buffers: cheaper than an integer division
+        if start <= off < start + length:
+            return i
+        start += length
+    fault(c, F_QUE_FOREIGN, call, q, off)
+    return -1
+
+
+@aicore
+def alloc_tensor(c, q, T):
+    """TQue::AllocTensor<T>(): the next FREE buffer as a LocalTensor (contents undefined)."""
+    if not issue(c, CALL_ALLOC_TENSOR) or not _is_queue(c, q, CALL_ALLOC_TENSOR):
+        return _buffer_view(c, q, 0, T)
+    r = _row(q)
+    num = c.state[r + Q_NUM]
+    for _ in range(num):
+        i = c.state[r + Q_CURSOR]
+        c.state[r + Q_CURSOR] = i + 1 if i + 1 < num else 0
+        if c.state[r + Q_STATE + i] == FREE:
+            c.state[r + Q_STATE + i] = OCCUPIED
+            c.state[CNT_EVENTS] += 1  # waits for the free event of this buffer
+            return _buffer_view(c, q, i, T)
+    fault(c, F_QUE_NO_FREE, CALL_ALLOC_TENSOR, q, num)
+    return _buffer_view(c, q, 0, T)
+
+
+@aicore
+def en_que(c, q, t):
+    """TQue::EnQue(t): hand the buffer to the consumer pipe (sets the forward event)."""
+    if not issue(c, CALL_ENQUE) or not _is_queue(c, q, CALL_ENQUE):
+        return
+    r = _row(q)
+    i = _buffer_index(c, q, t, CALL_ENQUE)
+    if i < 0:
+        return
+    state = c.state[r + Q_STATE + i]
+    if state != OCCUPIED and state != DEQUE:
+        fault(c, F_QUE_STATE, CALL_ENQUE, q, i, state)
+        return
+    if c.state[r + Q_USED] >= c.state[r + Q_DEPTH]:
+        fault(c, F_QUE_DEPTH, CALL_ENQUE, q, c.state[r + Q_USED], c.state[r + Q_DEPTH])
+        return
+    c.state[r + Q_STATE + i] = ENQUE
+    c.state[r + Q_ENQ_SEQ + i] = c.state[r + Q_SEQ]
+    c.state[r + Q_SEQ] += 1
+    c.state[r + Q_USED] += 1
+    c.state[CNT_EVENTS] += 1
+
+
+@aicore
+def de_que(c, q, T):
+    """TQue::DeQue<T>(): the oldest enqueued buffer (waits on the forward event)."""
+    if not issue(c, CALL_DEQUE) or not _is_queue(c, q, CALL_DEQUE):
+        return _buffer_view(c, q, 0, T)
+    r = _row(q)
+    best = -1
+    for i in range(c.state[r + Q_NUM]):
+        if c.state[r + Q_STATE + i] == ENQUE and (
+                best < 0 or c.state[r + Q_ENQ_SEQ + i] < c.state[r + Q_ENQ_SEQ + best]):
+            best = i
+    if best < 0:
+        fault(c, F_QUE_EMPTY, CALL_DEQUE, q)
+        return _buffer_view(c, q, 0, T)
+    c.state[r + Q_STATE + best] = DEQUE
+    c.state[r + Q_USED] -= 1
+    c.state[CNT_EVENTS] += 1
+    return _buffer_view(c, q, best, T)
+
+
+@aicore
+def free_tensor(c, q, t):
+    """TQue::FreeTensor(t): give the buffer back (sets the free event AllocTensor waits for)."""
+    if not issue(c, CALL_FREE_TENSOR) or not _is_queue(c, q, CALL_FREE_TENSOR):
+        return
+    r = _row(q)
+    i = _buffer_index(c, q, t, CALL_FREE_TENSOR)
+    if i < 0:
+        return
+    state = c.state[r + Q_STATE + i]
+    if state == FREE:
+        fault(c, F_QUE_STATE, CALL_FREE_TENSOR, q, i, state)
+        return
+    if state == ENQUE:
+        c.state[r + Q_USED] -= 1
+    c.state[r + Q_STATE + i] = FREE
+    c.state[CNT_EVENTS] += 1
+
+
+@aicore
+def tbuf_get(c, q, T):
+    """TBuf::Get<T>(): the whole TBuf as a LocalTensor (no state, no events)."""
+    if not issue(c, CALL_TBUF_GET):
+        return _buffer_view(c, q, 0, T)
+    kind = c.state[_row(q) + Q_KIND]
+    if kind != KIND_TBUF:
+        fault(c, F_QUE_KIND, CALL_TBUF_GET, q, kind)
+    return _buffer_view(c, q, 0, T)
+
+
+@aicore
+def tbuf_get_with_offset(c, q, T, count_elems, offset_bytes):
+    """TBuf::GetWithOffset<T>(count, offset): count elements starting offset bytes into the TBuf."""
+    r = _row(q)
+    base = c.state[r + Q_BASE]
+    size = T.itemsize
+    if not issue(c, CALL_TBUF_GET):
+        return T[base // size: base // size]
+    if c.state[r + Q_KIND] != KIND_TBUF:
+        fault(c, F_QUE_KIND, CALL_TBUF_GET, q, c.state[r + Q_KIND])
+        return T[base // size: base // size]
+    length = c.state[r + Q_LEN]
+    if offset_bytes < 0 or count_elems < 0 or offset_bytes + count_elems * size > length:
+        fault(c, F_UB_OOB, CALL_TBUF_GET, base + offset_bytes, count_elems * size, length)
+        return T[base // size: base // size]
+    start = (base + offset_bytes) // size
+    return T[start: start + count_elems]

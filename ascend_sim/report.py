@@ -1,0 +1,90 @@
+"""What a launch did: per core and per pipe counts, the UB plan and wall time."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .core import COUNTER_NAMES
+
+
+@dataclass(frozen=True)
+class CoreReport:
+    """Counters of one simulated core. Bytes are GM-side bytes moved by each DMA pipe."""
+    block_idx: int
+    mte2_bytes: int
+    mte2_instr: int
+    mte3_bytes: int
+    mte3_instr: int
+    vec_elem_ops: int
+    vec_instr: int
+    scalar_gm_reads: int
+    scalar_gm_writes: int
+    scalar_ub_ops: int
+    events: int
+    pipe_barriers: int
+    sync_all: int
+    ub_hwm_bytes: int
+    calls: int
+
+    @classmethod
+    def from_counters(cls, block_idx: int, counters) -> "CoreReport":
+        return cls(block_idx, **{name: int(v) for name, v in zip(COUNTER_NAMES, counters)})
+
+    def pipes(self) -> dict[str, dict[str, int]]:
+        """The counters grouped by pipe: MTE2, MTE3, V, S, plus sync."""
+        return {
+            "MTE2": {"bytes": self.mte2_bytes, "instr": self.mte2_instr},
+            "MTE3": {"bytes": self.mte3_bytes, "instr": self.mte3_instr},
+            "V": {"elem_ops": self.vec_elem_ops, "instr": self.vec_instr},
+            "S": {"gm_reads": self.scalar_gm_reads, "gm_writes": self.scalar_gm_writes,
+                  "ub_ops": self.scalar_ub_ops},
+            "sync": {"events": self.events, "pipe_barriers": self.pipe_barriers, "sync_all": self.sync_all},
+        }
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Everything one kernel launch did, per core; `total` sums the cores."""
+    op: str
+    kernel: str
+    tiling_key: int | None
+    block_dim: int
+    soc: str
+    ub_capacity_bytes: int
+    ub_plan: tuple = ()
+    ub_plan_bytes: int = 0
+    cores: tuple[CoreReport, ...] = ()
+    wall_time_s: float = 0.0
+    threads: int = 1
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def total(self) -> CoreReport:
+        sums = [0] * len(COUNTER_NAMES)
+        for core in self.cores:
+            for i, name in enumerate(COUNTER_NAMES):
+                v = getattr(core, name)
+                sums[i] = max(sums[i], v) if name == "ub_hwm_bytes" else sums[i] + v
+        return CoreReport.from_counters(-1, sums)
+
+    @property
+    def gm_bytes(self) -> int:
+        t = self.total
+        return t.mte2_bytes + t.mte3_bytes + (t.scalar_gm_reads + t.scalar_gm_writes) * 4
+
+    def busiest_core(self) -> CoreReport:
+        return max(self.cores, key=lambda c: c.mte2_bytes + c.mte3_bytes + c.vec_elem_ops)
+
+    def __str__(self) -> str:
+        t = self.total
+        lines = [
+            f"{self.op} / {self.kernel}: tilingKey {self.tiling_key}, block_dim {self.block_dim} on {self.soc}",
+            f"  UB plan {self.ub_plan_bytes} of {self.ub_capacity_bytes} bytes, highest byte written "
+            f"{t.ub_hwm_bytes}",
+            f"  MTE2 {t.mte2_bytes:>14,d} B in {t.mte2_instr:,d} copies   "
+            f"MTE3 {t.mte3_bytes:>14,d} B in {t.mte3_instr:,d} copies",
+            f"  V    {t.vec_elem_ops:>14,d} element-ops in {t.vec_instr:,d} instr   "
+            f"S {t.scalar_gm_reads:,d} GM reads, {t.scalar_ub_ops:,d} UB ops",
+            f"  sync {t.events:,d} events, {t.pipe_barriers:,d} pipe barriers, {t.sync_all} SyncAll",
+            f"  wall {self.wall_time_s * 1e3:.2f} ms on {self.threads} threads",
+        ]
+        return "\n".join(lines)

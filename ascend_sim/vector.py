@@ -1,0 +1,388 @@
+"""Vector-unit instructions on LocalTensors (numba).
+
+Count form (`add`, `mul`, `muls`, `adds`, `duplicate`, `cast`) works on the first `count`
+elements; operands must be 32-byte aligned and `count` may not exceed any operand.
+Repeat form (`copy`, `block_reduce_sum`, `whole_reduce_sum`) follows AscendC's
+(mask, repeatTime, strides) layout: a repeat covers 256 bytes in eight 32-byte blocks,
+`mask` is the number of leading elements of each repeat that take part, block strides
+count 32-byte blocks. count 0 / mask 0 / repeatTime 0 is a no-op, as on A2/A3.
+
+Reductions add in the hardware's binary-tree order: BlockReduceSum sums each 32-byte
+block pairwise ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)); WholeReduceSum sums a repeat's 64
+fp32 lanes (masked-off lanes contribute +0) as a pairwise tree, which is the tree of the
+eight block trees. Arithmetic is IEEE fp32 with round-half-even, so results are bit-exact
+with a device that adds in the same order.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import types
+from numba.extending import overload
+from numba.np.numpy_support import as_dtype
+
+from ._jit import DEVICE_JIT_OPTIONS, aicore
+from .core import CNT_V_ELEMS, CNT_V_INSTR
+from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16,
+                     DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
+                     f32_bits_to_f16_bits)
+from .faults import (CALL_ADD, CALL_ADDS, CALL_BLOCK_REDUCE_SUM, CALL_CAST, CALL_COPY, CALL_DUPLICATE, CALL_MUL,
+                     CALL_MULS, CALL_WHOLE_REDUCE_SUM, F_CAST_PAIR, F_PARAM, F_UB_ALIGN, F_UB_OOB, P_BLK_STRIDE,
+                     P_COUNT, P_MASK, P_REPEAT, fault, issue)
+from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset
+
+CopyRepeatParams = namedtuple("CopyRepeatParams", ["dstStride", "srcStride", "dstRepeatSize", "srcRepeatSize"])
+"""Copy strides in 32-byte blocks: between blocks of a repeat, and between repeats."""
+
+REPEAT_BYTES = 256
+MAX_REPEAT = 255
+
+
+def as_elem(t, value):
+    """value converted to t's element type (the scalar operand type must equal the tensor's)."""
+    raise NotImplementedError("as_elem is only callable from numba code")
+
+
+@overload(as_elem, jit_options=DEVICE_JIT_OPTIONS)
+def _as_elem(t, value):
+    elem = as_dtype(t.dtype).type
+
+    def impl(t, value):
+        return elem(value)
+    return impl
+
+
+@aicore
+def _operand(c, call, t, count):
+    """UB offset of a count-form operand (32-byte aligned, holding `count` elements), or -1."""
+    off = ub_aligned_offset(c, t, call)
+    if off < 0 or not check_count(c, t, count, call):
+        return -1
+    return off
+
+
+@aicore
+def _begin(c, call, count):
+    """Start a count-form instruction: False if it must do nothing (fault, or count 0)."""
+    if not issue(c, call):
+        return False
+    if count < 0:
+        fault(c, F_PARAM, call, P_COUNT, count, 0, 2147483647)
+        return False
+    c.state[CNT_V_INSTR] += 1
+    c.state[CNT_V_ELEMS] += count
+    return count > 0
+
+
+@aicore
+def add(c, dst, src0, src1, count):
+    """Add(dst, src0, src1, count): dst[i] = src0[i] + src1[i]."""
+    if not _begin(c, CALL_ADD, count):
+        return
+    d = _operand(c, CALL_ADD, dst, count)
+    if d < 0 or _operand(c, CALL_ADD, src0, count) < 0 or _operand(c, CALL_ADD, src1, count) < 0:
+        return
+    for i in range(count):
+        dst[i] = src0[i] + src1[i]
+    note_ub_write(c, d + count * dst.itemsize)
+
+
+@aicore
+def mul(c, dst, src0, src1, count):
+    """Mul(dst, src0, src1, count): dst[i] = src0[i] * src1[i]."""
+    if not _begin(c, CALL_MUL, count):
+        return
+    d = _operand(c, CALL_MUL, dst, count)
+    if d < 0 or _operand(c, CALL_MUL, src0, count) < 0 or _operand(c, CALL_MUL, src1, count) < 0:
+        return
+    for i in range(count):
+        dst[i] = src0[i] * src1[i]
+    note_ub_write(c, d + count * dst.itemsize)
+
+
+@aicore
+def muls(c, dst, src, scalar, count):
+    """Muls(dst, src, scalar, count): dst[i] = src[i] * scalar (scalar in the tensor's type)."""
+    if not _begin(c, CALL_MULS, count):
+        return
+    d = _operand(c, CALL_MULS, dst, count)
+    if d < 0 or _operand(c, CALL_MULS, src, count) < 0:
+        return
+    s = as_elem(dst, scalar)
+    for i in range(count):
+        dst[i] = src[i] * s
+    note_ub_write(c, d + count * dst.itemsize)
+
+
+@aicore
+def adds(c, dst, src, scalar, count):
+    """Adds(dst, src, scalar, count): dst[i] = src[i] + scalar."""
+    if not _begin(c, CALL_ADDS, count):
+        return
+    d = _operand(c, CALL_ADDS, dst, count)
+    if d < 0 or _operand(c, CALL_ADDS, src, count) < 0:
+        return
+    s = as_elem(dst, scalar)
+    for i in range(count):
+        dst[i] = src[i] + s
+    note_ub_write(c, d + count * dst.itemsize)
+
+
+@aicore
+def duplicate(c, dst, scalar, count):
+    """Duplicate(dst, scalar, count): fill the first count elements with scalar."""
+    if not _begin(c, CALL_DUPLICATE, count):
+        return
+    d = _operand(c, CALL_DUPLICATE, dst, count)
+    if d < 0:
+        return
+    s = as_elem(dst, scalar)
+    for i in range(count):
+        dst[i] = s
+    note_ub_write(c, d + count * dst.itemsize)
+
+
+# --- Cast -------------------------------------------------------------------------------
+def cast(c, dst, dst_dt, src, src_dt, round_mode, count):
+    """Cast(dst, src, RoundMode, count) with explicit ge dtype codes (fp16 and bf16 share uint16 storage)."""
+    raise NotImplementedError("cast is only callable from numba code")
+
+
+@aicore
+def _cast_half_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
+    if mode != CAST_NONE or (src_dt != DT_BF16 and src_dt != DT_FLOAT16):
+        if issue(c, CALL_CAST):
+            fault(c, F_CAST_PAIR, CALL_CAST, dst_dt, src_dt, mode)
+        return
+    if not _begin(c, CALL_CAST, count):
+        return
+    d = _operand(c, CALL_CAST, dst, count)
+    if d < 0 or _operand(c, CALL_CAST, src, count) < 0:
+        return
+    out = c.ub[d: d + 4 * count].view(np.uint32)   # dst seen as fp32 bit patterns
+    if src_dt == DT_BF16:
+        for i in range(count):
+            out[i] = bf16_bits_to_f32_bits(src[i])
+    else:
+        for i in range(count):
+            out[i] = f16_bits_to_f32_bits(src[i])
+    note_ub_write(c, d + count * 4)
+
+
+@aicore
+def _cast_f32_to_half(c, dst, dst_dt, src, src_dt, mode, count):
+    bf16_ok = dst_dt == DT_BF16 and (mode == CAST_RINT or mode == CAST_FLOOR or mode == CAST_CEIL
+                                     or mode == CAST_ROUND or mode == CAST_TRUNC)
+    f16_ok = dst_dt == DT_FLOAT16 and CAST_NONE <= mode <= CAST_ODD
+    if not (bf16_ok or f16_ok):
+        if issue(c, CALL_CAST):
+            fault(c, F_CAST_PAIR, CALL_CAST, dst_dt, src_dt, mode)
+        return
+    if not _begin(c, CALL_CAST, count):
+        return
+    d = _operand(c, CALL_CAST, dst, count)
+    s = _operand(c, CALL_CAST, src, count)
+    if d < 0 or s < 0:
+        return
+    bits = c.ub[s: s + 4 * count].view(np.uint32)
+    if dst_dt == DT_BF16:
+        for i in range(count):
+            dst[i] = f32_bits_to_bf16_bits(bits[i], mode)
+    else:
+        for i in range(count):
+            dst[i] = f32_bits_to_f16_bits(bits[i], mode)
+    note_ub_write(c, d + count * 2)
+
+
+@overload(cast, jit_options=DEVICE_JIT_OPTIONS)
+def _cast(c, dst, dst_dt, src, src_dt, round_mode, count):
+    if dst.dtype == types.float32 and src.dtype == types.uint16:
+        def widen(c, dst, dst_dt, src, src_dt, round_mode, count):
+            _cast_half_to_f32(c, dst, dst_dt, src, src_dt, round_mode, count)
+        return widen
+    if dst.dtype == types.uint16 and src.dtype == types.float32:
+        def narrow(c, dst, dst_dt, src, src_dt, round_mode, count):
+            _cast_f32_to_half(c, dst, dst_dt, src, src_dt, round_mode, count)
+        return narrow
+
+    def unsupported(c, dst, dst_dt, src, src_dt, round_mode, count):
+        if issue(c, CALL_CAST):
+            fault(c, F_CAST_PAIR, CALL_CAST, dst_dt, src_dt, round_mode)
+    return unsupported
+
+
+# --- repeat form ---------------------------------------------------------------------------
+@aicore
+def _repeat_ok(c, call, t_itemsize, mask, repeat):
+    if repeat < 0 or repeat > MAX_REPEAT:
+        fault(c, F_PARAM, call, P_REPEAT, repeat, 0, MAX_REPEAT)
+        return False
+    lanes = REPEAT_BYTES // t_itemsize
+    if mask < 0 or mask > lanes:
+        fault(c, F_PARAM, call, P_MASK, mask, 0, lanes)
+        return False
+    return True
+
+
+@aicore
+def _repeat_extent(c, call, t, mask, repeat, rep_stride, blk_stride):
+    """Elements of t a repeat-form operand touches (strides >= 0), or -1 if beyond t (fault recorded)."""
+    per_block = 32 // t.itemsize
+    end = 0
+    for b in range((mask + per_block - 1) // per_block):
+        lanes = min(per_block, mask - b * per_block)
+        end = max(end, ((repeat - 1) * rep_stride + b * blk_stride) * per_block + lanes)
+    if end > t.size:
+        fault(c, F_UB_OOB, call, ub_offset(c, t, call), end * t.itemsize, t.nbytes)
+        return -1
+    return end
+
+
+@aicore
+def copy(c, dst, src, mask, repeat, params):
+    """Copy(dst, src, mask, repeatTime, CopyRepeatParams): UB -> UB, repeat by repeat."""
+    if not issue(c, CALL_COPY) or not _repeat_ok(c, CALL_COPY, dst.itemsize, mask, repeat):
+        return
+    c.state[CNT_V_INSTR] += 1
+    if mask == 0 or repeat == 0:
+        return
+    if min(params.dstStride, params.srcStride, params.dstRepeatSize, params.srcRepeatSize) < 0:
+        fault(c, F_PARAM, CALL_COPY, P_BLK_STRIDE, min(params.dstStride, params.srcStride), 0, 65535)
+        return
+    d = ub_aligned_offset(c, dst, CALL_COPY)
+    if d < 0 or ub_aligned_offset(c, src, CALL_COPY) < 0:
+        return
+    d_end = _repeat_extent(c, CALL_COPY, dst, mask, repeat, params.dstRepeatSize, params.dstStride)
+    if d_end < 0 or _repeat_extent(c, CALL_COPY, src, mask, repeat, params.srcRepeatSize, params.srcStride) < 0:
+        return
+    per_block = 32 // dst.itemsize
+    for r in range(repeat):
+        for lane in range(mask):
+            blk = lane // per_block
+            k = lane % per_block
+            dst[(r * params.dstRepeatSize + blk * params.dstStride) * per_block + k] = \
+                src[(r * params.srcRepeatSize + blk * params.srcStride) * per_block + k]
+    c.state[CNT_V_ELEMS] += mask * repeat
+    note_ub_write(c, d + d_end * dst.itemsize)
+
+
+@aicore
+def _tree8(a0, a1, a2, a3, a4, a5, a6, a7):
+    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+
+
+@aicore
+def _block_sum(src, base, lanes):
+    """Pairwise tree of one 32-byte block (8 fp32 lanes; lanes >= `lanes` count as +0)."""
+    if lanes >= 8:
+        return _tree8(src[base], src[base + 1], src[base + 2], src[base + 3],
+                      src[base + 4], src[base + 5], src[base + 6], src[base + 7])
+    z = np.float32(0.0)
+    return _tree8(src[base] if lanes > 0 else z, src[base + 1] if lanes > 1 else z,
+                  src[base + 2] if lanes > 2 else z, src[base + 3] if lanes > 3 else z,
+                  src[base + 4] if lanes > 4 else z, src[base + 5] if lanes > 5 else z,
+                  src[base + 6] if lanes > 6 else z, z)
+
+
+@aicore
+def _repeat_tree(src, base, block_step, mask):
+    """Pairwise tree over one repeat's 64 lanes (first `mask` taken, the rest +0): the tree of the block trees."""
+    z = np.float32(0.0)
+    b0 = _block_sum(src, base, mask) if mask > 0 else z
+    b1 = _block_sum(src, base + block_step, mask - 8) if mask > 8 else z
+    b2 = _block_sum(src, base + 2 * block_step, mask - 16) if mask > 16 else z
+    b3 = _block_sum(src, base + 3 * block_step, mask - 24) if mask > 24 else z
+    b4 = _block_sum(src, base + 4 * block_step, mask - 32) if mask > 32 else z
+    b5 = _block_sum(src, base + 5 * block_step, mask - 40) if mask > 40 else z
+    b6 = _block_sum(src, base + 6 * block_step, mask - 48) if mask > 48 else z
+    b7 = _block_sum(src, base + 7 * block_step, mask - 56) if mask > 56 else z
+    return _tree8(b0, b1, b2, b3, b4, b5, b6, b7)
+
+
+@aicore
+def _reduce_begin(c, call, dst, src, mask, repeat, dst_rep_stride, src_blk_stride, src_rep_stride):
+    """Shared checks of the fp32 reductions; dst UB offset, or -1 if the instruction must do nothing."""
+    if not issue(c, call) or not _repeat_ok(c, call, src.itemsize, mask, repeat):
+        return -1
+    c.state[CNT_V_INSTR] += 1
+    if mask == 0 or repeat == 0:
+        return -1
+    if min(dst_rep_stride, src_blk_stride, src_rep_stride) < 0:
+        fault(c, F_PARAM, call, P_BLK_STRIDE, min(dst_rep_stride, src_blk_stride, src_rep_stride), 0, 65535)
+        return -1
+    d = ub_offset(c, dst, call)
+    if d < 0:
+        return -1
+    if d % 4 != 0:
+        fault(c, F_UB_ALIGN, call, d, 4)
+        return -1
+    if ub_aligned_offset(c, src, call) < 0 or _repeat_extent(c, call, src, mask, repeat, src_rep_stride,
+                                                             src_blk_stride) < 0:
+        return -1
+    c.state[CNT_V_ELEMS] += mask * repeat
+    return d
+
+
+@aicore
+def block_reduce_sum(c, dst, src, repeat, mask, dst_rep_stride, src_blk_stride, src_rep_stride):
+    """BlockReduceSum(dst, src, repeatTime, mask, dstRepStride, srcBlkStride, srcRepStride) for fp32.
+
+    Each 32-byte block of a repeat (8 lanes; lanes past `mask` count as +0) becomes one sum;
+    repeat r writes its sums at dst[r * dstRepStride * 8 ...]. In-place use is allowed: a repeat
+    reads all its lanes before writing.
+    """
+    call = CALL_BLOCK_REDUCE_SUM
+    d = _reduce_begin(c, call, dst, src, mask, repeat, dst_rep_stride, src_blk_stride, src_rep_stride)
+    if d < 0:
+        return
+    blocks = (mask + 7) // 8
+    dst_end = (repeat - 1) * dst_rep_stride * 8 + blocks
+    if dst_end > dst.size:
+        fault(c, F_UB_OOB, call, d, dst_end * 4, dst.nbytes)
+        return
+    for r in range(repeat):
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
+        for b in range(blocks):
+            v = _block_sum(src, (r * src_rep_stride + b * src_blk_stride) * 8, mask - b * 8)
+            if b == 0:
+                s0 = v
+            elif b == 1:
+                s1 = v
+            elif b == 2:
+                s2 = v
+            elif b == 3:
+                s3 = v
+            elif b == 4:
+                s4 = v
+            elif b == 5:
+                s5 = v
+            elif b == 6:
+                s6 = v
+            else:
+                s7 = v
+        out = r * dst_rep_stride * 8
+        sums = (s0, s1, s2, s3, s4, s5, s6, s7)
+        for b in range(blocks):
+            dst[out + b] = sums[b]
+    note_ub_write(c, d + dst_end * 4)
+
+
+@aicore
+def whole_reduce_sum(c, dst, src, mask, repeat, dst_rep_stride, src_blk_stride, src_rep_stride):
+    """WholeReduceSum(dst, src, mask, repeatTime, dstRepStride, srcBlkStride, srcRepStride) for fp32.
+
+    Each repeat's first `mask` lanes (of 64) are summed as a pairwise tree over all 64 lanes
+    (the rest +0) and written to dst[r * dstRepStride]; dst needs only 4-byte alignment.
+    """
+    call = CALL_WHOLE_REDUCE_SUM
+    d = _reduce_begin(c, call, dst, src, mask, repeat, dst_rep_stride, src_blk_stride, src_rep_stride)
+    if d < 0:
+        return
+    dst_end = (repeat - 1) * dst_rep_stride + 1
+    if dst_end > dst.size:
+        fault(c, F_UB_OOB, call, d, dst_end * 4, dst.nbytes)
+        return
+    for r in range(repeat):
+        dst[r * dst_rep_stride] = _repeat_tree(src, r * src_rep_stride * 8, src_blk_stride * 8, mask)
+    note_ub_write(c, d + dst_end * 4)

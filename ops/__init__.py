@@ -1,0 +1,13 @@
+"""Operators: argument checks with the real status codes, the two-phase aclnn API (`ops.aclnn`),
+kernels per tilingKey and NumPy goldens; plus friendly calls that allocate outputs.
+"""
+from tiling.status import (AclnnError, InnerNullptrError, ParamInvalidError, ParamNullptrError,  # noqa: F401
+                           TilingError)
+
+from . import aclnn  # noqa: F401
+from .unpermute_with_routing_map_grad import moe_token_unpermute_with_routing_map_grad  # noqa: F401
+
+__all__ = [
+    "AclnnError", "ParamNullptrError", "ParamInvalidError", "TilingError", "InnerNullptrError", "aclnn",
+    "moe_token_unpermute_with_routing_map_grad",
+]

@@ -1,0 +1,19 @@
+"""Two-phase aclnn-style entry points of every operator.
+
+    workspace_size, executor = ops.aclnn.<op>_get_workspace_size(inputs..., attrs..., outputs..., soc=...)
+    ops.aclnn.<op>(workspace, workspace_size, executor, stream=None)
+
+Outputs are preallocated by the caller and filled in place; `executor.tiling` and, after
+the run, `executor.report` describe what happened.
+"""
+from __future__ import annotations
+
+from . import unpermute_with_routing_map_grad as _uwrm_grad
+
+moe_token_unpermute_with_routing_map_grad_get_workspace_size = _uwrm_grad.get_workspace_size
+moe_token_unpermute_with_routing_map_grad = _uwrm_grad.run
+
+__all__ = [
+    "moe_token_unpermute_with_routing_map_grad_get_workspace_size",
+    "moe_token_unpermute_with_routing_map_grad",
+]

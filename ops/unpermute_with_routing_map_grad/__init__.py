@@ -1,0 +1,127 @@
+"""MoeTokenUnpermuteWithRoutingMapGrad: gradient of the routing-map unpermute.
+
+aclnn entry (auto-generated "inner" aclnn in CANN): null required tensor -> 161001,
+dtype combination outside the OpDef columns -> 161002, tiling failure -> 561002.
+Shape relations the documentation requires but the tiling does not read (output shapes,
+routing map / probs / permuted tokens against the gradients) are checked here and give
+561002 as the documentation's error table says ("input or output shape does not meet
+the requirements").
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import ml_dtypes
+import numpy as np
+
+from ascend_sim.dtypes import DT_FLOAT
+from tiling import get_soc
+from tiling.moe_token_unpermute_with_routing_map_grad import FIELDS, moe_token_unpermute_with_routing_map_grad as \
+    _tiling
+from tiling.status import ParamNullptrError, TilingError
+
+from .._framework import (Executor, as_input, as_output, dtype_code, gm_tensor, match_dtype_columns, require,
+                          run_executor)
+from .kernel import KERNELS, GmTensors, Template
+
+OP = "MoeTokenUnpermuteWithRoutingMapGrad"
+# named after the C++ struct; the class must be importable under its own name for numba's disk cache
+MoeTokenUnpermuteWithRoutingMapGradTilingData = namedtuple("MoeTokenUnpermuteWithRoutingMapGradTilingData", FIELDS)
+TilingData = MoeTokenUnpermuteWithRoutingMapGradTilingData
+
+_BF16, _F16, _F32 = ml_dtypes.bfloat16, np.float16, np.float32
+# OpDef columns: (unpermuted_tokens_grad, out_index, permute_token_id, routing_map, permuted_tokens, probs,
+#                 permuted_tokens_grad, probs_grad)
+DTYPE_COLUMNS = [
+    (g, np.int32, np.int32, rm, g, p, g, p)
+    for g, p in ((_BF16, _BF16), (_BF16, _F32), (_F16, _F16), (_F32, _F32))
+    for rm in (np.bool_, np.int8)
+]
+_INPUT_NAMES = ("unpermuted_tokens_grad", "out_index", "permute_token_id", "routing_map", "permuted_tokens",
+                "probs", "permuted_tokens_grad", "probs_grad")
+
+
+def _shape_error(message: str):
+    raise TilingError(f"{OP}: {message}")
+
+
+def _check_shapes(g, o, rm, p, pr, out_grad, probs_grad_out) -> None:
+    n, h = g.shape
+    m = o.shape[0]
+    if out_grad.shape != (m, h):
+        _shape_error(f"permuted_tokens_grad_out must have shape (len(out_index), hidden) = {(m, h)}, "
+                     f"got {out_grad.shape}")
+    if pr is None:
+        return
+    e = pr.shape[1]
+    if pr.shape[0] != n:
+        _shape_error(f"probs must have tokens_num = {n} rows (unpermuted_tokens_grad dim 0), got shape {pr.shape}")
+    if rm.shape != pr.shape:
+        _shape_error(f"routing_map shape {rm.shape} must equal probs shape {pr.shape}")
+    if p.shape != (m, h):
+        _shape_error(f"permuted_tokens must have shape (len(out_index), hidden) = {(m, h)}, got {p.shape}")
+    if probs_grad_out.shape != (n, e):
+        _shape_error(f"probs_grad_out must have the probs shape {(n, e)}, got {probs_grad_out.shape}")
+
+
+def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None, permuted_tokens=None,
+                       probs=None, drop_and_pad=False, restore_shape=None, permuted_tokens_grad_out=None,
+                       probs_grad_out=None, *, soc="ascend910b"):
+    """aclnnMoeTokenUnpermuteWithRoutingMapGradGetWorkspaceSize -> (workspace_size, executor)."""
+    soc = get_soc(soc)
+    require("unpermuted_tokens_grad", unpermuted_tokens_grad)
+    require("out_index", out_index)
+    require("permute_token_id", permute_token_id)
+    require("permuted_tokens_grad_out", permuted_tokens_grad_out)
+    g = as_input("unpermuted_tokens_grad", unpermuted_tokens_grad)
+    o = as_input("out_index", out_index)
+    i = as_input("permute_token_id", permute_token_id)
+    rm = as_input("routing_map", routing_map)
+    p = as_input("permuted_tokens", permuted_tokens)
+    pr = as_input("probs", probs)
+    out_grad = as_output("permuted_tokens_grad_out", permuted_tokens_grad_out)
+    out_probs_grad = as_output("probs_grad_out", probs_grad_out)
+    match_dtype_columns(OP, list(zip(_INPUT_NAMES, (g, o, i, rm, p, pr, out_grad, out_probs_grad))), DTYPE_COLUMNS)
+    if pr is not None and out_probs_grad is None:
+        raise ParamNullptrError("probs_grad_out is required when probs is given (the kernel writes the probs "
+                                "gradient through it)")
+
+    result = _tiling(g, o, i, rm, p, pr, bool(drop_and_pad), restore_shape, soc=soc)
+    _check_shapes(g, o, rm, p, pr, out_grad, out_probs_grad)
+
+    token_t = dtype_code(g, DT_FLOAT)
+    gm = GmTensors(
+        gm_tensor(g, 0), gm_tensor(o, 1, np.int32), gm_tensor(i, 2, np.int32), gm_tensor(rm, 3, np.int8),
+        gm_tensor(p, 4, gm_tensor(g, 0).data.dtype), gm_tensor(pr, 5, gm_tensor(g, 0).data.dtype),
+        gm_tensor(out_grad, 6), gm_tensor(out_probs_grad, 7, gm_tensor(g, 0).data.dtype))
+    tmpl = Template(token_t, dtype_code(pr, token_t), 1 if soc.is_regbase else 0)
+    td = TilingData(*result.fields.values())
+    executor = Executor(OP, result, KERNELS[result.tiling_key], (td, gm, tmpl), _INPUT_NAMES)
+    return result.workspace_size, executor
+
+
+def run(workspace, workspace_size, executor, stream=None) -> None:
+    """aclnnMoeTokenUnpermuteWithRoutingMapGrad: launch the kernel; the outputs are filled in place."""
+    run_executor(workspace, workspace_size, executor, stream)
+
+
+def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
+                                              permuted_tokens=None, probs=None, drop_and_pad=False,
+                                              restore_shape=None, *, soc="ascend910b"):
+    """Friendly call: allocates the outputs, runs both phases.
+
+    Returns (permuted_tokens_grad (M, H) in the grad dtype, probs_grad (N, E) in the probs dtype or None).
+    Rows of permuted_tokens_grad that no slot addresses stay 0.
+    """
+    require("unpermuted_tokens_grad", unpermuted_tokens_grad)
+    require("out_index", out_index)
+    g, o = np.asarray(unpermuted_tokens_grad), np.asarray(out_index)
+    m = o.shape[0] if o.ndim >= 1 else 0
+    h = g.shape[1] if g.ndim == 2 else 0
+    out_grad = np.zeros((m, h), dtype=g.dtype)
+    out_probs_grad = None if probs is None else np.zeros(np.shape(probs), dtype=np.asarray(probs).dtype)
+    size, executor = get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, routing_map,
+                                        permuted_tokens, probs, drop_and_pad, restore_shape, out_grad,
+                                        out_probs_grad, soc=soc)
+    run(np.empty(size, dtype=np.uint8), size, executor)
+    return out_grad, out_probs_grad

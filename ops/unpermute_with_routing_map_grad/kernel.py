@@ -1,0 +1,550 @@
+"""Kernels of MoeTokenUnpermuteWithRoutingMapGrad, one per AscendC kernel class.
+
+Source layout mirrored (op_kernel/ of the real op, [M26]):
+
+    moe_token_unpermute_with_routing_map_grad_base.h             -> base helpers below
+    ..._prob_none_drop_pad_false.h        key 0                    -> prob_none_drop_pad_false
+    ..._prob_none_drop_pad_true.h         key 10                   -> prob_none_drop_pad_true
+    ..._prob_not_none_drop_pad_true.h     keys 11, 111             -> prob_not_none_drop_pad_true_*
+    ..._prob_not_none_drop_pad_false.h    keys 1, 101              -> prob_not_none_drop_pad_false_*
+    arch35/ copies (Ascend 950)           same keys, tmpl.arch35   -> the arch35 differences are inline
+
+Every stage takes (c, td, gm, tmpl): the core, the tiling struct (TilingData namedtuple),
+the GM tensors (GmTensors) and the template parameters (Template). A kernel with SyncAll()
+is split into an init stage and a process stage at that call.
+
+fp16 / bf16 GM and UB data are uint16 bit patterns; `tmpl.permuted_token_t` / `tmpl.probs_t`
+say which (ge dtype codes), as PermutedTokenT / ProbsT do in the C++ templates.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from ascend_sim._jit import aicore, global_aicore
+
+import ascend_sim.kernel_api as asc
+from ascend_sim import Kernel
+
+OP = "MoeTokenUnpermuteWithRoutingMapGrad"
+
+GmTensors = namedtuple("GmTensors", [
+    "unpermuted_tokens_grad",  # unpermutedTokensGradGm (N, H)
+    "out_index",               # sortedTwiceIndexGm: permuted row of each slot (M,)
+    "permute_token_id",        # sortedTwiceIndicesGm: token of each slot (M,)
+    "routing_map",             # routingMapGm, int8 view of bool/int8 (N, E)
+    "permuted_tokens",         # permutedTokensGm (M, H)
+    "probs",                   # probGm (N, E)
+    "permuted_tokens_grad",    # permutedTokensGradGm (M, H), output
+    "probs_grad",              # probGradGm (N, E), output
+])
+
+Template = namedtuple("Template", ["permuted_token_t", "probs_t", "arch35"])
+"""PermutedTokenT and ProbsT as ge dtype codes; arch35 = 1 for the Ascend 950 (arch35/) variant."""
+
+# --- base: moe_token_unpermute_with_routing_map_grad_base.h -------------------------------------
+BUFFER_32B_CALNUM = 8      # fp32 elements per 32-byte block
+FP32_ONE_REPEAT = 64       # fp32 elements per 256-byte repeat
+INDICES_PROBS_MAX_RESERVE_NUM = 512
+
+# scalar-array ids for fault messages
+ARR_INDICES = 1
+ARR_PROBS = 2
+ARR_PROBS_ADDR = 3
+
+
+@aicore
+def _tdiv(a, b):
+    """C++ integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+@aicore
+def _safe_div(a, b):
+    """Base::SafeDiv: a / b, 0 when b == 0."""
+    return 0 if b == 0 else _tdiv(a, b)
+
+
+@aicore
+def _ceil_div(a, b):
+    """Base::CeilDiv: ceil(a / b), 0 when b == 0."""
+    return 0 if b == 0 else _tdiv(a + b - 1, b)
+
+
+@aicore
+def _align_up(a, b):
+    """Base::AlignUp: a rounded up to a multiple of b (a itself when b == 0)."""
+    return a if b == 0 else _tdiv(a + b - 1, b) * b
+
+
+@aicore
+def _sync(c, evt):
+    """The base's XToYSync helpers: FetchEventID, SetFlag, WaitFlag on the same id."""
+    event_id = asc.fetch_event_id(c, evt)
+    asc.set_flag(c, evt, event_id)
+    asc.wait_flag(c, evt, event_id)
+
+
+@aicore
+def _start_offsets(c, td):
+    """Base::Init: (rowIdMapStartOffset, unpermutedOutputDStartOffset) of this core."""
+    i = c.block_idx
+    if i < td.former_core_num:
+        return i * td.row_id_map_each_core, i * td.token_num_each_core
+    return (td.former_core_num * td.row_id_map_each_core + (i - td.former_core_num) * td.row_id_map_tail_core,
+            td.former_core_num * td.token_num_each_core + (i - td.former_core_num) * td.token_num_tail_core)
+
+
+@aicore
+def _binary_add(c, tmp_buffer, length, threshold, offset):
+    """BinaryAddFunc: fold halves (32-byte aligned) until <= threshold, then fold onto `offset` elements."""
+    total = length
+    half = _align_up(_ceil_div(total, 2), BUFFER_32B_CALNUM)
+    while total > threshold:
+        asc.add(c, tmp_buffer, tmp_buffer, tmp_buffer[half:], total - half)
+        total = half
+        half = _align_up(_ceil_div(total, 2), BUFFER_32B_CALNUM)
+    asc.add(c, tmp_buffer, tmp_buffer, tmp_buffer[offset:], total - offset)
+
+
+@aicore
+def _reduce_sum(c, dst_buffer, tmp_buffer, length):
+    """ReduceSumFunc: fp32 sum of tmp_buffer[:length] into dst_buffer[0] in the kernel's tree order.
+
+    [M26] thresholds are strict (> 4096, > 512, > 64); tmp_buffer is used as scratch.
+    """
+    if length > 4096:
+        _binary_add(c, tmp_buffer, length, 8192, 4096)
+        asc.block_reduce_sum(c, tmp_buffer, tmp_buffer, 64, 64, 1, 1, 8)   # 4096 -> 512
+        asc.block_reduce_sum(c, tmp_buffer, tmp_buffer, 8, 64, 1, 1, 8)    # -> 64
+        asc.block_reduce_sum(c, tmp_buffer, tmp_buffer, 1, 64, 1, 1, 8)    # -> 8
+        asc.whole_reduce_sum(c, dst_buffer, tmp_buffer, 8, 1, 1, 1, 8)     # -> 1
+    elif length > 512:
+        _binary_add(c, tmp_buffer, length, 1024, 512)
+        asc.block_reduce_sum(c, tmp_buffer, tmp_buffer, 8, 64, 1, 1, 8)
+        asc.block_reduce_sum(c, tmp_buffer, tmp_buffer, 1, 64, 1, 1, 8)
+        asc.whole_reduce_sum(c, dst_buffer, tmp_buffer, 8, 1, 1, 1, 8)
+    elif length > 64:
+        _binary_add(c, tmp_buffer, length, 128, 64)
+        asc.block_reduce_sum(c, tmp_buffer, tmp_buffer, 1, 64, 1, 1, 8)
+        asc.whole_reduce_sum(c, dst_buffer, tmp_buffer, 8, 1, 1, 1, 8)
+    else:
+        asc.whole_reduce_sum(c, dst_buffer, tmp_buffer, length, 1, 1, 1, 8)
+
+
+@aicore
+def _copy_fp32(c, dst, src, repeat_times, tail_offset, tail_mask):
+    """The kernels' fp32 "Copy" pair: whole 64-element repeats, then the tail repeat."""
+    params = asc.CopyRepeatParams(1, 1, 8, 8)
+    asc.copy(c, dst, src, FP32_ONE_REPEAT, repeat_times, params)
+    asc.copy(c, dst[tail_offset:], src[tail_offset:], tail_mask, 1, params)
+
+
+@aicore
+def _hidden_piece(td, hidden_loop):
+    """(elements, element offset) of hidden piece `hidden_loop`; the last piece is the tail."""
+    n = td.hidden_size_tail if hidden_loop == td.hidden_size_loop_times - 1 else td.hidden_size_align
+    return n, hidden_loop * td.hidden_size_align
+
+
+# --- keys 0 and 10: probs absent, pure copies -------------------------------------------------------
+PAD_FALSE_IN_OUT_QUE = 0   # TQueBind<VECIN, VECOUT, 1> padFalseInOutque (padTrueInOutque for key 10)
+
+
+@aicore
+def _copy_rows_process(c, td, gm, tmpl, drop_and_pad):
+    """Process() of ProbNoneDropPadFalse (key 0) / ProbNoneDropPadTrue (key 10).
+
+    Slot r of this core: the source token is r / topK (key 0) or permuteTokenId[r] (key 10),
+    the destination row is outIndex[r]; key 0 skips slots whose outIndex is -1. Each hidden
+    piece goes GM -> UB -> GM through the bound queue, with no vector work.
+    """
+    row_start, _ = _start_offsets(c, td)
+    out_num = td.row_id_map_each_core if c.block_idx < td.former_core_num else td.row_id_map_tail_core
+    T = asc.ub_like(c, gm.unpermuted_tokens_grad)
+    type_size = T.itemsize
+    for indices_loop in range(out_num):
+        row = row_start + indices_loop
+        if drop_and_pad:
+            token_id = np.int64(asc.get_value(c, gm.permute_token_id, row))
+        else:
+            token_id = _safe_div(row, td.top_k)
+        permute_token_id = np.int64(asc.get_value(c, gm.out_index, row))
+        if not drop_and_pad and permute_token_id < 0:
+            continue
+        _sync(c, asc.S_MTE2)
+        for hidden_loop in range(td.hidden_size_loop_times):
+            n, h_off = _hidden_piece(td, hidden_loop)
+            copy_params = asc.DataCopyExtParams(1, n * type_size, 0, 0)
+            in_out_local = asc.alloc_tensor(c, PAD_FALSE_IN_OUT_QUE, T)
+            asc.data_copy_pad(c, in_out_local, asc.gm_at(gm.unpermuted_tokens_grad, token_id * td.hidden_size + h_off),
+                              copy_params, asc.NO_PAD)
+            asc.en_que(c, PAD_FALSE_IN_OUT_QUE, in_out_local)
+            in_out_local = asc.de_que(c, PAD_FALSE_IN_OUT_QUE, T)
+            asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, permute_token_id * td.hidden_size + h_off),
+                              in_out_local, copy_params)
+            asc.free_tensor(c, PAD_FALSE_IN_OUT_QUE, in_out_local)
+
+
+@global_aicore
+def prob_none_drop_pad_false_process(c, td, gm, tmpl):
+    """Key 0: permutedTokensGrad[outIndex[r]] = unpermutedTokensGrad[r / topK]."""
+    _copy_rows_process(c, td, gm, tmpl, False)
+
+
+@global_aicore
+def prob_none_drop_pad_true_process(c, td, gm, tmpl):
+    """Key 10: permutedTokensGrad[outIndex[r]] = unpermutedTokensGrad[permuteTokenId[r]]."""
+    _copy_rows_process(c, td, gm, tmpl, True)
+
+
+# --- keys 11 and 111: probs, dropAndPad -------------------------------------------------------------
+UNPERMUTED_GRAD_TQUE = 0        # TQue<VECIN, 2> unpermutedGradTQue, fp32-sized
+PERMUTED_TOKENS_TQUE = 1        # TQue<VECIN, 2> permutedTokensTQue, fp32-sized
+PROB_GRAD_REDUCE_SUM_TBUF = 2   # TBuf: per-piece partial sums (hiddenSizeLoopTimesAlign fp32)
+PERMUTED_TOKENS_GRAD_TQUE = 3   # TQue<VECOUT, 2> permutedTokensGradTQue
+PROB_GRAD_OUT_TBUF = 4          # TBuf: 32 bytes for the one prob gradient
+
+
+@global_aicore
+def prob_not_none_drop_pad_true_init(c, td, gm, tmpl):
+    """Init(): zero probsGrad before SyncAll().
+
+    membase: every core fills tokensNum * numExpert elements from its token offset (which is
+    0 in this mode, so all cores zero the whole tensor). arch35: the fill is split over cores.
+    """
+    if not tmpl.arch35:
+        _, token_start = _start_offsets(c, td)
+        asc.init_output(c, asc.gm_at(gm.probs_grad, token_start * td.num_expert), td.tokens_num * td.num_expert, 0)
+        return
+    task_num = td.tokens_num * td.num_expert
+    if task_num > 0:
+        core_num = td.tail_core_num + td.former_core_num
+        per_core = task_num // core_num
+        former = task_num % core_num
+        i = c.block_idx
+        init_num = per_core + 1 if i < former else per_core
+        if init_num > 0:
+            init_addr = (per_core + 1) * i if i < former else (per_core + 1) * former + (i - former) * per_core
+            asc.init_output(c, asc.gm_at(gm.probs_grad, init_addr), init_num, 0)   # Fill
+
+
+@global_aicore
+def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
+    """Keys 11 / 111: for each slot r: t = permuteTokenId[r], p = outIndex[r], e = p / capacity:
+    permutedTokensGrad[p] = G[t] * probs[t, e]; probsGrad[t, e] = sum_h permutedTokens[p, h] * G[t, h]."""
+    row_start, _ = _start_offsets(c, td)
+    out_num = td.row_id_map_each_core if c.block_idx < td.former_core_num else td.row_id_map_tail_core
+    T = asc.ub_like(c, gm.unpermuted_tokens_grad)      # PermutedTokenT
+    P = asc.ub_like(c, gm.probs)                        # ProbsT
+    F32 = asc.ub_f32(c)
+    token_fp32 = tmpl.permuted_token_t == asc.DT_FLOAT
+    h = td.hidden_size
+    prob_grad_out_local = asc.tbuf_get(c, PROB_GRAD_OUT_TBUF, P)
+    prob_grad_reduce_sum_local = asc.tbuf_get(c, PROB_GRAD_REDUCE_SUM_TBUF, F32)
+    for indices_loop in range(out_num):
+        row = row_start + indices_loop
+        token_id = np.int64(asc.get_value(c, gm.permute_token_id, row))
+        permute_token_id = np.int64(asc.get_value(c, gm.out_index, row))
+        prob_offset = token_id * td.num_expert + _safe_div(permute_token_id, td.capacity)
+        prob = asc.to_float(asc.get_value(c, gm.probs, prob_offset), tmpl.probs_t)   # ToFloat / static_cast
+        asc.duplicate(c, prob_grad_reduce_sum_local, 0.0, td.hidden_size_loop_times_align)
+        _sync(c, asc.S_MTE2)
+        n = 0
+        for hidden_loop in range(td.hidden_size_loop_times):
+            n, h_off = _hidden_piece(td, hidden_loop)
+            copy_params = asc.DataCopyExtParams(1, n * T.itemsize, (h - n) * T.itemsize, 0)
+            permuted_tokens_offset = permute_token_id * h + h_off
+            unpermuted_tokens_grad_offset = token_id * h + h_off
+            unpermuted_grad_local_fp32 = asc.alloc_tensor(c, UNPERMUTED_GRAD_TQUE, F32)
+            permuted_tokens_local_fp32 = asc.alloc_tensor(c, PERMUTED_TOKENS_TQUE, F32)
+            if token_fp32:
+                asc.data_copy_pad(c, unpermuted_grad_local_fp32,
+                                  asc.gm_at(gm.unpermuted_tokens_grad, unpermuted_tokens_grad_offset),
+                                  copy_params, asc.NO_PAD)
+                asc.data_copy_pad(c, permuted_tokens_local_fp32,
+                                  asc.gm_at(gm.permuted_tokens, permuted_tokens_offset), copy_params, asc.NO_PAD)
+                _sync(c, asc.MTE2_V)
+            else:
+                # fp16/bf16 land in the upper half of the fp32-sized buffer and widen in place
+                unpermuted_grad_local = asc.view_as(c, unpermuted_grad_local_fp32, T)   # ReinterpretCast
+                asc.data_copy_pad(c, unpermuted_grad_local[td.hidden_size_align:],
+                                  asc.gm_at(gm.unpermuted_tokens_grad, unpermuted_tokens_grad_offset),
+                                  copy_params, asc.NO_PAD)
+                _sync(c, asc.MTE2_V)
+                asc.cast(c, unpermuted_grad_local_fp32, asc.DT_FLOAT, unpermuted_grad_local[td.hidden_size_align:],
+                         tmpl.permuted_token_t, asc.CAST_NONE, n)
+                permuted_tokens_local = asc.view_as(c, permuted_tokens_local_fp32, T)
+                asc.data_copy_pad(c, permuted_tokens_local[td.hidden_size_align:],
+                                  asc.gm_at(gm.permuted_tokens, permuted_tokens_offset), copy_params, asc.NO_PAD)
+                _sync(c, asc.MTE2_V)
+                asc.cast(c, permuted_tokens_local_fp32, asc.DT_FLOAT, permuted_tokens_local[td.hidden_size_align:],
+                         tmpl.permuted_token_t, asc.CAST_NONE, n)
+            # prob gradient of this piece: dot(permutedTokens, unpermutedTokensGrad)
+            asc.mul(c, permuted_tokens_local_fp32, permuted_tokens_local_fp32, unpermuted_grad_local_fp32, n)
+            if not tmpl.arch35:
+                asc.en_que(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
+                permuted_tokens_local_fp32 = asc.de_que(c, PERMUTED_TOKENS_TQUE, F32)
+            _reduce_sum(c, prob_grad_reduce_sum_local[hidden_loop:], permuted_tokens_local_fp32, n)
+            _sync(c, asc.V_S)
+            asc.muls(c, permuted_tokens_local_fp32, unpermuted_grad_local_fp32, prob, n)
+            if tmpl.arch35:
+                _sync(c, asc.V_MTE3)
+            else:
+                asc.en_que(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
+                permuted_tokens_local_fp32 = asc.de_que(c, PERMUTED_TOKENS_TQUE, F32)
+            permuted_tokens_grad_local = asc.alloc_tensor(c, PERMUTED_TOKENS_GRAD_TQUE, T)
+            if token_fp32:
+                asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, permuted_tokens_offset),
+                                  permuted_tokens_local_fp32, copy_params)
+            else:
+                asc.cast(c, permuted_tokens_grad_local, tmpl.permuted_token_t, permuted_tokens_local_fp32,
+                         asc.DT_FLOAT, asc.CAST_RINT, n)
+                _sync(c, asc.V_MTE3)
+                asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, permuted_tokens_offset),
+                                  permuted_tokens_grad_local, copy_params)
+            asc.free_tensor(c, UNPERMUTED_GRAD_TQUE, unpermuted_grad_local_fp32)
+            asc.free_tensor(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
+            asc.free_tensor(c, PERMUTED_TOKENS_GRAD_TQUE, permuted_tokens_grad_local)
+        # the slot's prob gradient: sum of the per-piece partial sums
+        _reduce_sum(c, prob_grad_reduce_sum_local, prob_grad_reduce_sum_local, td.hidden_size_loop_times)
+        if tmpl.probs_t == asc.DT_FLOAT:
+            asc.copy(c, prob_grad_out_local, prob_grad_reduce_sum_local, 1, 1, asc.CopyRepeatParams(1, 1, 8, 8))
+        else:
+            asc.cast(c, prob_grad_out_local, tmpl.probs_t, prob_grad_reduce_sum_local, asc.DT_FLOAT, asc.CAST_RINT, 1)
+        _sync(c, asc.V_MTE3)
+        # copyParams keeps the last piece's strides; only blockLen changes (one element out)
+        copy_params = asc.DataCopyExtParams(1, P.itemsize, (h - n) * T.itemsize, 0)
+        asc.data_copy_pad(c, asc.gm_at(gm.probs_grad, prob_offset), prob_grad_out_local, copy_params)
+        _sync(c, asc.MTE3_V)
+
+
+# --- keys 1 and 101: probs, no dropAndPad -----------------------------------------------------------
+IN_QUEUE_UNPERMUTED = 0             # TBuf: 2 x hiddenSizeAlign tokens (manual ping-pong)
+IN_QUEUE_PERMUTED_TOKENS = 1        # TBuf: 2 x hiddenSizeAlign tokens
+OUT_QUEUE_PROB_GRAD = 2             # TBuf: indicesReserveNumAlign ProbsT
+OUT_QUEUE_PERMUTED_TOKENS_GRAD = 3  # TBuf: 2 x hiddenSizeAlign tokens
+TMP_BUFFER_PERMUTED_TOKENS_CAST = 4  # fp32 hiddenSizeAlign
+TMP_BUFFER_UNPERMUTED_CAST = 5      # fp32 hiddenSizeAlign
+TMP_BUFFER_PROB_GRAD_REDUCE_SUM = 6  # fp32 indicesReserveNumAlign: accumulated over pieces
+TMP_BUFFER_PROB_GRAD_CAST = 7       # fp32 indicesReserveNumAlign: one piece's partial sums
+TMP_BUFFER_PERMUTED_TOKENS_GRAD = 8  # fp32 hiddenSizeAlign
+ROUTING_MAP_TBUF = 9                # numExpertAlign bytes: one routing-map row
+PROB_GRAD_TBUF = 10                 # numExpertAlign ProbsT: one probsGrad row
+
+EVENT_ID0, EVENT_ID1, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 = 0, 1, 4, 5, 6, 7
+
+
+@global_aicore
+def prob_not_none_drop_pad_false_init(c, td, gm, tmpl):
+    """Init(): zero this core's rows of probsGrad (InitOutput; Fill on arch35) before SyncAll()."""
+    _, token_start = _start_offsets(c, td)
+    tokens = td.token_num_each_core if c.block_idx < td.former_core_num else td.token_num_tail_core
+    asc.init_output(c, asc.gm_at(gm.probs_grad, token_start * td.num_expert), tokens * td.num_expert, 0)
+
+
+@global_aicore
+def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
+    """Keys 1 / 101: slot q = t * topK + k takes the k-th selected expert of token t (ascending; missing
+    ones get prob 0 and address -1); p = outIndex[q] (skipped if < 0):
+    permutedTokensGrad[p] = G[t] * prob; probsGrad[t, e] = sum_h permutedTokens[p, h] * G[t, h]."""
+    row_start, token_start = _start_offsets(c, td)
+    top_k, h, num_expert = td.top_k, td.hidden_size, td.num_expert
+    indices_num_each_core = td.row_id_map_each_core if c.block_idx < td.former_core_num else td.row_id_map_tail_core
+    indices_loop_times = _ceil_div(indices_num_each_core, td.indices_reserve_num)
+    indices_last_loop = indices_num_each_core - td.indices_reserve_num * (indices_loop_times - 1)
+    top_k_in_indices_last_loop_times = _ceil_div(indices_last_loop, top_k)
+    top_k_in_indices_each_loop_times = _ceil_div(td.indices_reserve_num, top_k)
+
+    T = asc.ub_like(c, gm.unpermuted_tokens_grad)   # PermutedTokenT
+    P = asc.ub_like(c, gm.probs)                     # ProbsT
+    F32 = asc.ub_f32(c)
+    token_fp32 = tmpl.permuted_token_t == asc.DT_FLOAT
+    h_align = td.hidden_size_align
+    hidden_repeat_times = h_align // FP32_ONE_REPEAT
+    hidden_tail_mask = h_align % FP32_ONE_REPEAT
+    hidden_tail_offset = hidden_repeat_times * FP32_ONE_REPEAT
+    indices_repeat_times = td.indices_reserve_num_align // FP32_ONE_REPEAT
+    indices_tail_mask = td.indices_reserve_num_align % FP32_ONE_REPEAT
+    indices_tail_offset = indices_repeat_times * FP32_ONE_REPEAT
+
+    tmp_buffer_prob_grad_reduce_sum_fp32 = asc.tbuf_get(c, TMP_BUFFER_PROB_GRAD_REDUCE_SUM, F32)
+    tmp_buffer_unpermuted_fp32 = asc.tbuf_get(c, TMP_BUFFER_UNPERMUTED_CAST, F32)
+    tmp_buffer_permuted_tokens_grad_fp32 = asc.tbuf_get(c, TMP_BUFFER_PERMUTED_TOKENS_GRAD, F32)
+    tmp_buffer_permuted_tokens_fp32 = asc.tbuf_get(c, TMP_BUFFER_PERMUTED_TOKENS_CAST, F32)
+    tmp_buffer_prob_grad_fp32 = asc.tbuf_get(c, TMP_BUFFER_PROB_GRAD_CAST, F32)
+    tmp_buffer_routing_map = asc.tbuf_get(c, ROUTING_MAP_TBUF, asc.ub_i8(c))
+    prob_grad_line_local = asc.tbuf_get(c, PROB_GRAD_TBUF, P)
+
+    # scalar arrays on the core's stack (the kernel keeps them to avoid UB GetValue)
+    indices_array = np.zeros(INDICES_PROBS_MAX_RESERVE_NUM, dtype=np.int64)
+    probs_array = np.zeros(INDICES_PROBS_MAX_RESERVE_NUM, dtype=np.float32)
+    probs_addr_array = np.zeros(INDICES_PROBS_MAX_RESERVE_NUM, dtype=np.int64)
+    ping_pong_unpermute = 0
+    ping_pong_permute_token = 0
+    ping_pong_permute_token_grad = 0
+
+    for evt_id in (EVENT_ID0, EVENT_ID1, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7):
+        asc.set_flag(c, asc.V_MTE2, evt_id)
+    asc.set_flag(c, asc.MTE3_V, EVENT_ID0)
+    asc.set_flag(c, asc.MTE3_V, EVENT_ID1)
+    for indices_loop in range(indices_loop_times):
+        last = indices_loop == indices_loop_times - 1
+        indices_num_loop = indices_last_loop if last else td.indices_reserve_num
+        top_k_in_indices_loop_times = _safe_div(indices_num_loop, top_k)
+        indices_loop_offset = indices_loop * td.indices_reserve_num
+        loop_offset = row_start + indices_loop_offset
+        token_loop_base_offset = _safe_div(indices_loop_offset, top_k)
+        for i in range(indices_num_loop):
+            asc.scalar_store(c, indices_array, i, asc.get_value(c, gm.out_index, loop_offset + i), ARR_INDICES)
+
+        # probs of the batch: each token's selected experts in ascending order, padded to topK
+        top_k_in_indices = top_k_in_indices_last_loop_times if last else top_k_in_indices_each_loop_times
+        prob_index = 0
+        for top_k_loop in range(top_k_in_indices):
+            token_index = _safe_div(loop_offset, top_k) + top_k_loop
+            routing_map_offset = token_index * num_expert
+            asc.data_copy_pad(c, tmp_buffer_routing_map, asc.gm_at(gm.routing_map, routing_map_offset),
+                              asc.DataCopyExtParams(1, num_expert, 0, 0), asc.NO_PAD)
+            _sync(c, asc.MTE3_S)   # (sic) the kernel syncs MTE3 -> S after this MTE2 copy
+            entries_for_token = 0
+            for expert_index in range(num_expert):
+                is_choose = asc.get_value(c, tmp_buffer_routing_map, expert_index)
+                prob_offset = routing_map_offset + expert_index
+                if is_choose != 0:
+                    prob = asc.to_float(asc.get_value(c, gm.probs, prob_offset), tmpl.probs_t)
+                    asc.scalar_store(c, probs_array, prob_index, prob, ARR_PROBS)
+                    asc.scalar_store(c, probs_addr_array, prob_index, prob_offset, ARR_PROBS_ADDR)
+                    prob_index += 1
+                    entries_for_token += 1
+            for _ in range(entries_for_token, top_k):
+                asc.scalar_store(c, probs_array, prob_index, 0.0, ARR_PROBS)
+                asc.scalar_store(c, probs_addr_array, prob_index, -1, ARR_PROBS_ADDR)
+                prob_index += 1
+
+        asc.duplicate(c, tmp_buffer_prob_grad_reduce_sum_fp32, 0.0, td.indices_reserve_num_align)
+        for hidden_loop in range(td.hidden_size_loop_times):
+            n, h_off = _hidden_piece(td, hidden_loop)
+            if not tmpl.arch35:
+                asc.duplicate(c, tmp_buffer_prob_grad_fp32, 0.0, td.indices_reserve_num_align)
+            copy_params = asc.DataCopyExtParams(1, n * T.itemsize, 0, 0)
+            for top_k_in_indices_loop in range(top_k_in_indices_loop_times):
+                # copy in one row piece of unpermutedTokensGrad (ping-pong on events 4 / 5)
+                unpermuted_index = token_loop_base_offset + top_k_in_indices_loop
+                unpermuted_offset = (token_start + unpermuted_index) * h + h_off
+                event_unpermute = EVENT_ID4 if ping_pong_unpermute else EVENT_ID5
+                asc.wait_flag(c, asc.V_MTE2, event_unpermute)
+                in_queue_unpermuted_local = asc.tbuf_get_with_offset(
+                    c, IN_QUEUE_UNPERMUTED, T, h_align, h_align * T.itemsize * ping_pong_unpermute)
+                asc.data_copy_pad(c, in_queue_unpermuted_local, asc.gm_at(gm.unpermuted_tokens_grad, unpermuted_offset),
+                                  copy_params, asc.NO_PAD)
+                asc.set_flag(c, asc.MTE2_V, event_unpermute)
+                asc.wait_flag(c, asc.MTE2_V, event_unpermute)
+                if token_fp32:
+                    _copy_fp32(c, tmp_buffer_unpermuted_fp32, in_queue_unpermuted_local, hidden_repeat_times,
+                               hidden_tail_offset, hidden_tail_mask)
+                else:
+                    asc.cast(c, tmp_buffer_unpermuted_fp32, asc.DT_FLOAT, in_queue_unpermuted_local,
+                             tmpl.permuted_token_t, asc.CAST_NONE, n)
+                asc.set_flag(c, asc.V_MTE2, event_unpermute)
+                ping_pong_unpermute = 1 - ping_pong_unpermute
+
+                for permute_in_top_k_loop in range(top_k):
+                    indices_offset = top_k_in_indices_loop * top_k + permute_in_top_k_loop
+                    permuted_token_offset = asc.scalar_load(c, indices_array, indices_offset, ARR_INDICES)
+                    if permuted_token_offset < 0:
+                        continue
+                    asc.muls(c, tmp_buffer_permuted_tokens_grad_fp32, tmp_buffer_unpermuted_fp32,
+                             asc.scalar_load(c, probs_array, indices_offset, ARR_PROBS), n)
+                    # copy out the permuted-token gradient (ping-pong on events 0 / 1)
+                    event_v_mte3 = EVENT_ID0 if ping_pong_permute_token_grad else EVENT_ID1
+                    asc.wait_flag(c, asc.MTE3_V, event_v_mte3)
+                    permuted_tokens_grad_local = asc.tbuf_get_with_offset(
+                        c, OUT_QUEUE_PERMUTED_TOKENS_GRAD, T, h_align, h_align * T.itemsize * ping_pong_permute_token_grad)
+                    if token_fp32:
+                        _copy_fp32(c, permuted_tokens_grad_local, tmp_buffer_permuted_tokens_grad_fp32,
+                                   hidden_repeat_times, hidden_tail_offset, hidden_tail_mask)
+                    else:
+                        asc.cast(c, permuted_tokens_grad_local, tmpl.permuted_token_t,
+                                 tmp_buffer_permuted_tokens_grad_fp32, asc.DT_FLOAT, asc.CAST_RINT, n)
+                    asc.set_flag(c, asc.V_MTE3, event_v_mte3)
+                    asc.wait_flag(c, asc.V_MTE3, event_v_mte3)
+                    asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, permuted_token_offset * h + h_off),
+                                      permuted_tokens_grad_local, copy_params)
+                    asc.set_flag(c, asc.MTE3_V, event_v_mte3)
+                    ping_pong_permute_token_grad = 1 - ping_pong_permute_token_grad
+                    # copy in the permuted-token row piece (ping-pong on events 6 / 7)
+                    event_permute = EVENT_ID6 if ping_pong_permute_token else EVENT_ID7
+                    asc.wait_flag(c, asc.V_MTE2, event_permute)
+                    in_queue_permuted_tokens_local = asc.tbuf_get_with_offset(
+                        c, IN_QUEUE_PERMUTED_TOKENS, T, h_align, h_align * T.itemsize * ping_pong_permute_token)
+                    asc.data_copy_pad(c, in_queue_permuted_tokens_local,
+                                      asc.gm_at(gm.permuted_tokens, permuted_token_offset * h + h_off),
+                                      copy_params, asc.NO_PAD)
+                    asc.set_flag(c, asc.MTE2_V, event_permute)
+                    asc.wait_flag(c, asc.MTE2_V, event_permute)
+                    if token_fp32:
+                        _copy_fp32(c, tmp_buffer_permuted_tokens_fp32, in_queue_permuted_tokens_local,
+                                   hidden_repeat_times, hidden_tail_offset, hidden_tail_mask)
+                    else:
+                        asc.cast(c, tmp_buffer_permuted_tokens_fp32, asc.DT_FLOAT, in_queue_permuted_tokens_local,
+                                 tmpl.permuted_token_t, asc.CAST_NONE, n)
+                    asc.set_flag(c, asc.V_MTE2, event_permute)
+                    ping_pong_permute_token = 1 - ping_pong_permute_token
+                    # this slot's prob gradient for the piece
+                    asc.mul(c, tmp_buffer_permuted_tokens_fp32, tmp_buffer_permuted_tokens_fp32,
+                            tmp_buffer_unpermuted_fp32, n)
+                    _reduce_sum(c, tmp_buffer_prob_grad_fp32[indices_offset:], tmp_buffer_permuted_tokens_fp32, n)
+            asc.add(c, tmp_buffer_prob_grad_reduce_sum_fp32, tmp_buffer_prob_grad_reduce_sum_fp32,
+                    tmp_buffer_prob_grad_fp32, indices_num_loop)
+
+        # copy out probsGrad: one full row of numExpert per token, gradients at the selected experts
+        prob_grad_local = asc.tbuf_get(c, OUT_QUEUE_PROB_GRAD, P)
+        if tmpl.probs_t == asc.DT_FLOAT:
+            _copy_fp32(c, prob_grad_local, tmp_buffer_prob_grad_reduce_sum_fp32, indices_repeat_times,
+                       indices_tail_offset, indices_tail_mask)
+        else:
+            asc.cast(c, prob_grad_local, tmpl.probs_t, tmp_buffer_prob_grad_reduce_sum_fp32, asc.DT_FLOAT,
+                     asc.CAST_RINT, indices_num_loop)
+        _sync(c, asc.V_S)
+        for top_k_in_indices_loop in range(top_k_in_indices_loop_times):
+            asc.duplicate(c, prob_grad_line_local, 0, num_expert)
+            base = top_k_in_indices_loop * top_k
+            for prob_grad_index in range(top_k):
+                prob_grad_offset = base + prob_grad_index
+                addr = asc.scalar_load(c, probs_addr_array, prob_grad_offset, ARR_PROBS_ADDR)
+                if addr < 0:
+                    continue
+                prob_grad = asc.get_value(c, prob_grad_local, prob_grad_offset)
+                asc.set_value(c, prob_grad_line_local, addr % num_expert, prob_grad)
+            _sync(c, asc.S_MTE3)
+            asc.data_copy_pad(c, asc.gm_at(gm.probs_grad,
+                                           (token_start + token_loop_base_offset + top_k_in_indices_loop) * num_expert),
+                              prob_grad_line_local, asc.DataCopyExtParams(1, num_expert * P.itemsize, 0, 0))
+            _sync(c, asc.MTE3_S)
+    for evt_id in (EVENT_ID0, EVENT_ID1, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7):
+        asc.wait_flag(c, asc.V_MTE2, evt_id)
+    asc.wait_flag(c, asc.MTE3_V, EVENT_ID0)
+    asc.wait_flag(c, asc.MTE3_V, EVENT_ID1)
+
+
+# --- the kernel entry: TILING_KEY_IS dispatch --------------------------------------------------------
+_PAD_TRUE_BUFFERS = ("unpermutedGradTQue", "permutedTokensTQue", "probGradReduceSumTBuf", "permutedTokensGradTQue",
+                     "probGradOutTBuf")
+_PAD_FALSE_BUFFERS = ("inQueueUnpermuted", "inQueuePermutedTokens", "outQueueProbGrad", "outQueuePermutedTokensGrad",
+                      "tmpBufferPermutedTokensCast", "tmpBufferUnpermutedCast", "tmpBufferProbGradReduceSum",
+                      "tmpBufferProbGradCast", "tmpBufferPermutedTokensGrad", "routingMapTBuf", "probGradTBuf")
+
+KERNELS = {
+    0: Kernel(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNoneDropPadFalse",
+              (prob_none_drop_pad_false_process,), ("padFalseInOutque",)),
+    10: Kernel(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNoneDropPadTrue",
+               (prob_none_drop_pad_true_process,), ("padTrueInOutque",)),
+    1: Kernel(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNotNoneDropPadFalse",
+              (prob_not_none_drop_pad_false_init, prob_not_none_drop_pad_false_process), _PAD_FALSE_BUFFERS),
+    11: Kernel(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNotNoneDropPadTrue",
+               (prob_not_none_drop_pad_true_init, prob_not_none_drop_pad_true_process), _PAD_TRUE_BUFFERS),
+}
+KERNELS[101] = KERNELS[1]    # ProbsT = float
+KERNELS[111] = KERNELS[11]

@@ -1,0 +1,11 @@
+"""Host-side tiling of the MoE token permute / unpermute operators, per chip profile.
+
+`tiling.<op_name>(inputs..., attrs..., soc=...)` returns the real op's TilingResult
+(tilingKey, block dim, workspace, tiling-struct fields in order, UB plan) or raises
+TilingError where the real tiling fails. It knows no kernel code.
+"""
+from .common import TensorDesc, TilingResult, as_dtype, length_by_type  # noqa: F401
+from .platform import PROFILES, SocProfile, get_soc  # noqa: F401
+from .status import (AclnnError, InnerNullptrError, ParamInvalidError, ParamNullptrError,  # noqa: F401
+                     TilingError)
+from .moe_token_unpermute_with_routing_map_grad import moe_token_unpermute_with_routing_map_grad  # noqa: F401

@@ -1,0 +1,161 @@
+"""Shared pieces of the host tilings: tensor descriptions, results, and C integer arithmetic.
+
+Tilings run signed 64-bit C++ arithmetic: division truncates toward zero, and the
+ops' own helpers return 0 for a zero divisor instead of failing. These helpers do the
+same, so every figure equals the real op's even for degenerate shapes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Sequence
+
+import ml_dtypes
+import numpy as np
+
+_DTYPE_ALIASES = {
+    "bf16": ml_dtypes.bfloat16, "bfloat16": ml_dtypes.bfloat16,
+    "fp16": np.float16, "float16": np.float16, "half": np.float16,
+    "fp32": np.float32, "float32": np.float32, "float": np.float32,
+    "fp64": np.float64, "float64": np.float64, "double": np.float64,
+    "int8": np.int8, "uint8": np.uint8, "bool": np.bool_, "int16": np.int16, "uint16": np.uint16,
+    "int32": np.int32, "uint32": np.uint32, "int64": np.int64, "uint64": np.uint64,
+    "float8_e5m2": ml_dtypes.float8_e5m2, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "float8_e8m0fnu": ml_dtypes.float8_e8m0fnu,
+}
+
+
+def as_dtype(dtype) -> np.dtype:
+    """numpy dtype from a numpy / ml_dtypes dtype or a name ("bf16", "float16", "int8", ...)."""
+    if isinstance(dtype, str) and dtype.lower() in _DTYPE_ALIASES:
+        return np.dtype(_DTYPE_ALIASES[dtype.lower()])
+    return np.dtype(dtype)
+
+
+def dtype_name(dtype) -> str:
+    return as_dtype(dtype).name
+
+
+class TensorDesc(NamedTuple):
+    """Shape and dtype of a tensor without its data (lets huge shapes be tiled without allocating)."""
+    shape: tuple
+    dtype: Any
+
+    @classmethod
+    def of(cls, t) -> "TensorDesc | None":
+        if t is None:
+            return None
+        return cls(tuple(int(d) for d in t.shape), as_dtype(t.dtype))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self, i: int) -> int:
+        return self.shape[i]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+
+def desc(t) -> TensorDesc | None:
+    """TensorDesc of anything with .shape and .dtype (None stays None)."""
+    return TensorDesc.of(t)
+
+
+# GetLengthByType of the tilings: bytes of a dtype, 0 for types the table does not list.
+_LENGTH_BY_TYPE = {
+    np.dtype(np.float16): 2, np.dtype(ml_dtypes.bfloat16): 2, np.dtype(np.int16): 2, np.dtype(np.uint16): 2,
+    np.dtype(np.float32): 4, np.dtype(np.int32): 4, np.dtype(np.uint32): 4,
+    np.dtype(np.float64): 8, np.dtype(np.int64): 8, np.dtype(np.uint64): 8,
+}
+
+
+def length_by_type(dtype) -> int:
+    """Bytes per element as the tilings' GetLengthByType table gives it (INT8, UINT8, BOOL -> 0)."""
+    return _LENGTH_BY_TYPE.get(as_dtype(dtype), 0)
+
+
+def tdiv(a: int, b: int) -> int:
+    """C++ a / b on int64 (truncates toward zero); 0 when b == 0, like the tilings' safe helpers."""
+    if b == 0:
+        return 0
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def tmod(a: int, b: int) -> int:
+    """C++ a % b (sign of a); 0 when b == 0."""
+    return 0 if b == 0 else a - tdiv(a, b) * b
+
+
+def ceil_div(a: int, b: int) -> int:
+    """(a + b - 1) / b in C++ int64; 0 when b == 0."""
+    return 0 if b == 0 else tdiv(a + b - 1, b)
+
+
+def align_up(a: int, b: int) -> int:
+    """(a + b - 1) / b * b in C++ int64; 0 when b == 0."""
+    return 0 if b == 0 else tdiv(a + b - 1, b) * b
+
+
+def align_down(a: int, b: int) -> int:
+    """a / b * b in C++ int64; 0 when b == 0."""
+    return 0 if b == 0 else tdiv(a, b) * b
+
+
+@dataclass(frozen=True)
+class TilingResult:
+    """What the host tiling hands to the kernel launch.
+
+    Attributes:
+        tiling_key: selects the kernel (TILING_KEY_IS).
+        block_dim: cores the kernel is launched on.
+        workspace_size: bytes of GM workspace the aclnn call reports.
+        fields: the tiling struct's fields in declaration order (snake_case names), int values.
+        ub_plan: the kernel's UB buffers, one row per InitBuffer call: (name, bytes, count, kind, position, depth);
+            the first three items are the (name, bytes, count) of the buffer.
+        schedule_mode: SetScheduleMode value (1 = all cores scheduled together, needed by SyncAll).
+        soc: the chip profile the tiling ran for.
+    """
+    tiling_key: int
+    block_dim: int
+    workspace_size: int
+    fields: dict
+    ub_plan: tuple = ()
+    schedule_mode: int = 0
+    soc: Any = None
+
+    @property
+    def ub_plan_bytes(self) -> int:
+        """UB the plan takes after InitBuffer's 32-byte rounding."""
+        return sum(int(r[2]) * ((int(r[1]) + 31) // 32 * 32) for r in self.ub_plan)
+
+    @property
+    def ub_fits(self) -> bool:
+        return self.soc is None or self.ub_plan_bytes <= self.soc.ub_size
+
+    def data(self) -> list[int]:
+        """The tiling data as the UTs print it (field values in order)."""
+        return list(self.fields.values())
+
+    def __str__(self) -> str:
+        lines = [f"tilingKey {self.tiling_key}, block_dim {self.block_dim}, workspace {self.workspace_size} bytes"
+                 + (f", schedule mode {self.schedule_mode}" if self.schedule_mode else "")]
+        width = max((len(k) for k in self.fields), default=0)
+        lines += [f"  {k:<{width}} = {v}" for k, v in self.fields.items()]
+        if self.ub_plan:
+            cap = f" of {self.soc.ub_size}" if self.soc is not None else ""
+            lines.append(f"UB plan ({self.ub_plan_bytes}{cap} bytes"
+                         + ("" if self.ub_fits else ", DOES NOT FIT: the kernel would fail in InitBuffer") + "):")
+            for row in self.ub_plan:
+                name, nbytes, count = row[:3]
+                extra = f"  {row[3]}@{row[4]}" + (f" depth {row[5]}" if len(row) > 5 and row[5] else "") \
+                    if len(row) > 4 else ""
+                lines.append(f"  {name:<30} {count} x {nbytes} bytes{extra}")
+        return "\n".join(lines)
+
+
+def struct_fields(names: Sequence[str]) -> dict:
+    """A zero-filled tiling struct (fields a branch does not set stay 0, as in the real ops)."""
+    return {n: 0 for n in names}
