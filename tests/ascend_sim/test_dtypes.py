@@ -1,0 +1,128 @@
+"""fp16 / bf16 <-> fp32 conversions against independent references, over every 16-bit code."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ascend_sim.dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC,
+                               ROUND_MODE_NAMES, f32_array_to_half_bits, half_bits_array_to_f32_bits)
+
+ALL_CODES = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+FORMATS = {"bf16": (True, ml_dtypes.bfloat16), "fp16": (False, np.float16)}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_widening_is_exact_for_every_code(fmt):
+    is_bf16, np_type = FORMATS[fmt]
+    got = half_bits_array_to_f32_bits(ALL_CODES, is_bf16)
+    values = ALL_CODES.view(np_type)
+    with np.errstate(invalid="ignore"):
+        ref = values.astype(np.float32)
+        nan = np.isnan(values)
+    assert np.array_equal(got[~nan], ref.view(np.uint32)[~nan])
+    assert np.isnan(got.view(np.float32)[nan]).all()
+
+
+def _inputs(rng):
+    """Every 16-bit pattern as the upper half of an fp32, with lower halves at and around the rounding
+    boundaries, plus random fp32 patterns."""
+    uppers = ALL_CODES.astype(np.uint32) << 16
+    lowers = np.array([0x0000, 0x0001, 0x0FFF, 0x1000, 0x1001, 0x7FFF, 0x8000, 0x8001, 0xFFFF], dtype=np.uint32)
+    grid = (uppers[:, None] | lowers[None, :]).reshape(-1)
+    return np.concatenate([grid, rng.integers(0, 2**32, 400_000, dtype=np.uint64).astype(np.uint32)])
+
+
+def _reference_round(x32: np.ndarray, np_type, mode: int) -> np.ndarray:
+    """Independent rounding: locate x between the two nearest representable values (from a sorted table
+    of all finite codes, computed in float64) and choose by the mode's rule."""
+    codes = ALL_CODES.view(np_type)
+    with np.errstate(invalid="ignore", over="ignore"):
+        table = codes.astype(np.float64)
+    finite = np.isfinite(table) & ~((ALL_CODES & 0x7FFF) == 0) | (ALL_CODES == 0)
+    order = np.argsort(table[finite], kind="stable")
+    values = table[finite][order]
+    bits = ALL_CODES[finite][order]
+    x = x32.view(np.float32).astype(np.float64)
+    hi_idx = np.clip(np.searchsorted(values, x, side="left"), 0, values.size - 1)
+    lo_idx = np.clip(np.searchsorted(values, x, side="right") - 1, 0, values.size - 1)
+    lo, hi = values[lo_idx], values[hi_idx]
+    exact = lo == x
+    if mode in (CAST_RINT, CAST_NONE, CAST_ROUND):
+        d_lo, d_hi = x - lo, hi - x
+        pick_hi = d_hi < d_lo
+        tie = d_hi == d_lo
+        if mode == CAST_ROUND:
+            pick_hi = np.where(tie, np.abs(hi) > np.abs(lo), pick_hi)
+        else:
+            pick_hi = np.where(tie, (bits[hi_idx] & 1) == 0, pick_hi)
+    elif mode == CAST_FLOOR:
+        pick_hi = np.zeros(x.shape, bool)
+    elif mode == CAST_CEIL:
+        pick_hi = np.ones(x.shape, bool)
+    elif mode == CAST_TRUNC:
+        pick_hi = x < 0
+    else:  # CAST_ODD: the odd one of the two neighbours
+        pick_hi = (bits[hi_idx] & 1) == 1
+    out = np.where(exact, bits[lo_idx], np.where(pick_hi, bits[hi_idx], bits[lo_idx]))
+    # a zero result keeps the input's sign (IEEE): -0 for negative inputs that round to zero
+    out = np.where(out == 0, (x32 >> 16).astype(np.uint16) & 0x8000, out)
+    return out.astype(np.uint16)
+
+
+def _max_finite(np_type) -> float:
+    return float(np.finfo(np_type).max) if np_type is np.float16 else float(ml_dtypes.finfo(np_type).max)
+
+
+MODES = {
+    "bf16": (CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC),
+    "fp16": (CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD),
+}
+
+
+@pytest.mark.parametrize("fmt,mode", [(f, m) for f in MODES for m in MODES[f]],
+                         ids=[f"{f}-{ROUND_MODE_NAMES[m]}" for f in MODES for m in MODES[f]])
+def test_narrowing_matches_reference(fmt, mode, rng):
+    is_bf16, np_type = FORMATS[fmt]
+    x = _inputs(rng)
+    xf = x.view(np.float32)
+    got = f32_array_to_half_bits(x, is_bf16, mode)
+    limit = _max_finite(np_type)
+    with np.errstate(invalid="ignore"):
+        inside = np.isfinite(xf) & (np.abs(xf.astype(np.float64)) <= limit)
+    ref = _reference_round(x[inside], np_type, mode)
+    mismatch = np.nonzero(got[inside] != ref)[0]
+    assert mismatch.size == 0, (f"{fmt} {ROUND_MODE_NAMES[mode]}: input 0x{x[inside][mismatch[0]]:08x} -> "
+                                f"0x{got[inside][mismatch[0]]:04x}, expected 0x{ref[mismatch[0]]:04x}")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_rint_equals_numpy_and_ml_dtypes(fmt, rng):
+    is_bf16, np_type = FORMATS[fmt]
+    x = _inputs(rng)
+    xf = x.view(np.float32)
+    got = f32_array_to_half_bits(x, is_bf16, CAST_RINT)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = xf.astype(np_type).view(np.uint16)
+    nan = np.isnan(xf)
+    assert np.array_equal(got[~nan], ref[~nan])
+    assert np.isnan(got.view(np_type)[nan]).all()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_overflow_saturates_only_for_directed_modes(fmt):
+    is_bf16, np_type = FORMATS[fmt]
+    f32_max = np.finfo(np.float32).max   # beyond bf16's largest finite value, rounds to inf under RINT
+    big = np.array([f32_max, -f32_max, np.inf, -np.inf], dtype=np.float32)
+    if not is_bf16:
+        big[:2] = [np.float32(70000.0), np.float32(-70000.0)]
+    bits = big.view(np.uint32)
+    maxf = _max_finite(np_type)
+    rint = f32_array_to_half_bits(bits, is_bf16, CAST_RINT).view(np_type).astype(np.float64)
+    assert list(rint) == [np.inf, -np.inf, np.inf, -np.inf]
+    trunc = f32_array_to_half_bits(bits, is_bf16, CAST_TRUNC).view(np_type).astype(np.float64)
+    assert list(trunc[:2]) == [maxf, -maxf]
+    floor = f32_array_to_half_bits(bits, is_bf16, CAST_FLOOR).view(np_type).astype(np.float64)
+    assert list(floor[:2]) == [maxf, -np.inf]
+    ceil = f32_array_to_half_bits(bits, is_bf16, CAST_CEIL).view(np_type).astype(np.float64)
+    assert list(ceil[:2]) == [np.inf, -maxf]

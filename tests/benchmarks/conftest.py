@@ -1,0 +1,35 @@
+"""Benchmark bookkeeping: each benchmark records its median time and bytes; the terminal summary prints
+GB/s and the ratios to the golden and to np.copyto of the same bytes, all measured in the same run."""
+from __future__ import annotations
+
+import pytest
+
+RESULTS: dict[str, dict[str, dict]] = {}
+
+
+def record(case: str, role: str, benchmark, gm_bytes: int) -> None:
+    """Store one measurement: role is "sim", "golden" or "copyto"."""
+    median = benchmark.stats.stats.median
+    RESULTS.setdefault(case, {})[role] = dict(median=median, gm_bytes=gm_bytes)
+    benchmark.extra_info["GB/s"] = round(gm_bytes / median / 1e9, 2)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not RESULTS:
+        return
+    tr = terminalreporter
+    tr.section("ascend-sim benchmark ratios (same run)")
+    tr.write_line(f"{'case':<52} {'sim ms':>8} {'GB/s':>7} {'vs golden':>10} {'vs copyto':>10}")
+    for case, roles in RESULTS.items():
+        sim = roles.get("sim")
+        if not sim:
+            continue
+        gbs = sim["gm_bytes"] / sim["median"] / 1e9
+        vs_golden = roles["golden"]["median"] / sim["median"] if "golden" in roles else float("nan")
+        vs_copy = roles["copyto"]["median"] / sim["median"] if "copyto" in roles else float("nan")
+        tr.write_line(f"{case:<52} {sim['median'] * 1e3:>8.1f} {gbs:>7.2f} {vs_golden:>9.2f}x {vs_copy:>9.2f}x")
+
+
+@pytest.fixture
+def bench_record():
+    return record
