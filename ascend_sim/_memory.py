@@ -1,6 +1,6 @@
-"""Bulk byte moves for numba code: llvm.memcpy / llvm.memset on array data.
+"""Bulk byte moves for numba code: llvm.memcpy on array data.
 
-numba compiles these to the C library's memcpy/memset, which is what lets a simulated
+numba compiles this to the C library's memcpy, which is what lets a simulated
 DataCopy run near memory bandwidth. Offsets and lengths are in bytes; callers check
 bounds first.
 """
@@ -30,16 +30,3 @@ def memcpy_bytes(typingctx, dst, dst_off_bytes, src, src_off_bytes, n_bytes):
 
     return sig, codegen
 
-
-@intrinsic
-def memset_bytes(typingctx, dst, dst_off_bytes, byte_value, n_bytes):
-    """Fill n_bytes of dst starting at a byte offset with one byte value."""
-    sig = types.void(dst, types.intp, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        d = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
-        val = builder.trunc(args[2], cgutils.int8_t)
-        cgutils.memset(builder, d, args[3], val)
-        return context.get_dummy_value()
-
-    return sig, codegen

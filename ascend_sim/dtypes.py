@@ -105,17 +105,6 @@ def f32_from_bits(typingctx, bits):
     return sig, codegen
 
 
-@intrinsic
-def f32_to_bits(typingctx, value):
-    """Reinterpret a float32 as its uint32 bit pattern."""
-    sig = types.uint32(types.float32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.uint32))
-
-    return sig, codegen
-
-
 # --- widening (exact) ---------------------------------------------------------------------
 @aicore
 def bf16_bits_to_f32_bits(h):

@@ -16,6 +16,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Sequence
 
 import numpy as np
@@ -68,19 +69,13 @@ class Kernel:
     buffers: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class ChipLimits:
-    """What the launcher needs from a chip profile (tiling.SocProfile provides these)."""
-    name: str
-    aiv_num: int
-    ub_size: int
-    npu_arch: int
-    max_block_count: int
-
-
 def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tuple, chip,
            gm_names: Sequence[str] = (), tiling_key: int | None = None, threads: int | None = None) -> RunReport:
-    """Run `kernel` on block_dim cores of `chip`; returns the RunReport or raises SimulatorError."""
+    """Run `kernel` on block_dim cores of `chip`; returns the RunReport or raises SimulatorError.
+
+    `chip` is a chip profile (tiling.SocProfile): name, aiv_num, ub_size, npu_arch, max_block_count.
+    `plan` lists the kernel's InitBuffer calls; `args` follow the core in every stage call.
+    """
     where = dict(op=kernel.op, tiling_key=tiling_key)
     pipe_plan = plan_pipe(plan, chip.ub_size, **where)
     names = tuple(b.name for b in plan)
@@ -102,27 +97,27 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                         call_index=int(core.state[FAULT_CALL_INDEX]), gm_names=tuple(gm_names),
                         queue_names=names, event_names=HARD_EVENT_NAMES, dtype_names=dt_name)
 
+    def run_core(stage, i: int):
+        try:
+            stage(cores[i], *args)
+        except Exception as failure:  # noqa: BLE001 - kernels record faults; anything else is a simulator bug
+            return failure
+        return None
+
     start = time.perf_counter()
     for s, stage in enumerate(kernel.stages):
         if s > 0:
             for core in cores:
                 core.state[CNT_SYNC_ALL] += 1
-
-        def run_core(i: int, stage=stage):
-            try:
-                stage(cores[i], *args)
-            except Exception as exc:  # noqa: BLE001 - kernels record faults; anything else is a simulator bug
-                return exc
-            return None
-
         if threads == 1:
-            outcomes = [run_core(i) for i in range(block_dim)]
+            outcomes = [run_core(stage, i) for i in range(block_dim)]
         else:
-            outcomes = list(_pool(threads).map(run_core, range(block_dim)))
-        for core, exc in zip(cores, outcomes):
-            if exc is not None:
-                raise errors.SimulatorError(f"{type(exc).__name__} inside the kernel: {exc}", core=core.block_idx,
-                                            call=f"after call #{int(core.state[CNT_CALLS])}", **where) from exc
+            outcomes = list(_pool(threads).map(partial(run_core, stage), range(block_dim)))
+        for core, failure in zip(cores, outcomes, strict=True):
+            if failure is not None:
+                raise errors.SimulatorError(f"{type(failure).__name__} inside the kernel: {failure}",
+                                            core=core.block_idx, call=f"after call #{int(core.state[CNT_CALLS])}",
+                                            **where) from failure
             if core.state[ERR_BASE] != 0:
                 raise fault_error(core)
     wall = time.perf_counter() - start

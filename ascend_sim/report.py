@@ -27,7 +27,7 @@ class CoreReport:
 
     @classmethod
     def from_counters(cls, block_idx: int, counters) -> "CoreReport":
-        return cls(block_idx, **{name: int(v) for name, v in zip(COUNTER_NAMES, counters)})
+        return cls(block_idx, **{name: int(v) for name, v in zip(COUNTER_NAMES, counters, strict=True)})
 
     def pipes(self) -> dict[str, dict[str, int]]:
         """The counters grouped by pipe: MTE2, MTE3, V, S, plus sync."""
@@ -70,9 +70,6 @@ class RunReport:
     def gm_bytes(self) -> int:
         t = self.total
         return t.mte2_bytes + t.mte3_bytes + (t.scalar_gm_reads + t.scalar_gm_writes) * 4
-
-    def busiest_core(self) -> CoreReport:
-        return max(self.cores, key=lambda c: c.mte2_bytes + c.mte3_bytes + c.vec_elem_ops)
 
     def __str__(self) -> str:
         t = self.total

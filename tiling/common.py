@@ -6,7 +6,7 @@ same, so every figure equals the real op's even for degenerate shapes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
 import ml_dtypes
@@ -56,11 +56,6 @@ class TensorDesc(NamedTuple):
     @property
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
-
-
-def desc(t) -> TensorDesc | None:
-    """TensorDesc of anything with .shape and .dtype (None stays None)."""
-    return TensorDesc.of(t)
 
 
 # GetLengthByType of the tilings: bytes of a dtype, 0 for types the table does not list.

@@ -15,8 +15,8 @@ launch always uses every vector core; the workspace is the library's system work
 """
 from __future__ import annotations
 
-from .common import (TilingResult, align_down, align_up, as_dtype, ceil_div, desc, length_by_type, struct_fields,
-                     tdiv, tmod)
+from .common import (TensorDesc, TilingResult, align_down, align_up, as_dtype, ceil_div, length_by_type,
+                     struct_fields, tdiv, tmod)
 from .platform import get_soc
 from .status import TilingError
 from ascend_sim.pipe import UbBuffer
@@ -206,8 +206,8 @@ def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index,
     Raises TilingError exactly where the real tiling returns GRAPH_FAILED.
     """
     soc = get_soc(soc)
-    g, o, i = desc(unpermuted_tokens_grad), desc(out_index), desc(permute_token_id)
-    rm, p, pr = desc(routing_map), desc(permuted_tokens), desc(probs)
+    g, o, i = (TensorDesc.of(t) for t in (unpermuted_tokens_grad, out_index, permute_token_id))
+    rm, p, pr = (TensorDesc.of(t) for t in (routing_map, permuted_tokens, probs))
     tok_dtype = g.dtype if g is not None else None
     prob_dtype = pr.dtype if pr is not None else tok_dtype
     bf16, fp32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)

@@ -90,10 +90,11 @@ def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, rout
     _check_shapes(g, o, rm, p, pr, out_grad, out_probs_grad)
 
     token_t = dtype_code(g, DT_FLOAT)
-    gm = GmTensors(
-        gm_tensor(g, 0), gm_tensor(o, 1, np.int32), gm_tensor(i, 2, np.int32), gm_tensor(rm, 3, np.int8),
-        gm_tensor(p, 4, gm_tensor(g, 0).data.dtype), gm_tensor(pr, 5, gm_tensor(g, 0).data.dtype),
-        gm_tensor(out_grad, 6), gm_tensor(out_probs_grad, 7, gm_tensor(g, 0).data.dtype))
+    grads = gm_tensor(g, 0)
+    absent = grads.data.dtype   # absent optional tensors are empty arrays of the token carrier type
+    gm = GmTensors(grads, gm_tensor(o, 1, np.int32), gm_tensor(i, 2, np.int32), gm_tensor(rm, 3, np.int8),
+                   gm_tensor(p, 4, absent), gm_tensor(pr, 5, absent), gm_tensor(out_grad, 6),
+                   gm_tensor(out_probs_grad, 7, absent))
     tmpl = Template(token_t, dtype_code(pr, token_t), 1 if soc.is_regbase else 0)
     td = TilingData(*result.fields.values())
     executor = Executor(OP, result, KERNELS[result.tiling_key], (td, gm, tmpl), _INPUT_NAMES)

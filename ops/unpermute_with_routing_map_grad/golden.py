@@ -32,8 +32,8 @@ def _tree_lanes(x: np.ndarray) -> np.ndarray:
 
 def _fold(buf: np.ndarray, length: int, threshold: int, offset: int) -> None:
     """Halve the valid prefix (halves rounded up to 8 elements) until <= threshold, then fold onto `offset`."""
-    def half_of(n):
-        return -(-(-(-n // 2)) // 8) * 8
+    def half_of(n):   # AlignUp(CeilDiv(n, 2), 8)
+        return ((n + 1) // 2 + 7) // 8 * 8
     total = length
     half = half_of(total)
     while total > threshold:

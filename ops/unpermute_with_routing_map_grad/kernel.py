@@ -461,7 +461,8 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
                     event_v_mte3 = EVENT_ID0 if ping_pong_permute_token_grad else EVENT_ID1
                     asc.wait_flag(c, asc.MTE3_V, event_v_mte3)
                     permuted_tokens_grad_local = asc.tbuf_get_with_offset(
-                        c, OUT_QUEUE_PERMUTED_TOKENS_GRAD, T, h_align, h_align * T.itemsize * ping_pong_permute_token_grad)
+                        c, OUT_QUEUE_PERMUTED_TOKENS_GRAD, T, h_align,
+                        h_align * T.itemsize * ping_pong_permute_token_grad)
                     if token_fp32:
                         _copy_fp32(c, permuted_tokens_grad_local, tmp_buffer_permuted_tokens_grad_fp32,
                                    hidden_repeat_times, hidden_tail_offset, hidden_tail_mask)
