@@ -6,7 +6,8 @@ call receives it:
 
 * `ub`: the core's Unified Buffer, a uint8 array; a LocalTensor is a typed view of a slice of it,
 * `state`: one int64 array holding, at fixed offsets, the per-pipe counters, the fault record,
-  the chip limits, the hardware event flags and the queue table built from the TPipe plan,
+  the chip limits, the hardware event flags, the kernel's member variables (values a kernel
+  object keeps across SyncAll()) and the queue table of the live TPipe,
 * `block_idx` / `block_num`: GetBlockIdx() / GetBlockNum().
 """
 from __future__ import annotations
@@ -49,7 +50,9 @@ CAP_NPU_ARCH = CAP_BASE + 1          # 2201 (910B / 910_93) or 3510 (950)
 EVENT_IDS = 8
 N_HARD_EVENTS = 13
 FLAG_BASE = 32          # state[FLAG_BASE + event * EVENT_IDS + id] is 1 while a SetFlag awaits its WaitFlag
-QUE_BASE = FLAG_BASE + N_HARD_EVENTS * EVENT_IDS   # queue table rows (see pipe.py), QUE_COLS each
+MEMBER_BASE = FLAG_BASE + N_HARD_EVENTS * EVENT_IDS   # kernel member variables that live across SyncAll()
+N_MEMBERS = 64
+QUE_BASE = MEMBER_BASE + N_MEMBERS                    # queue table rows of the live TPipe (pipe.py), QUE_COLS each
 
 # Two-byte poison pattern for memory nobody wrote: reads as NaN in fp32, fp16 and bf16,
 # and as a huge positive int32, so a kernel that consumes it fails loudly.
@@ -64,16 +67,23 @@ def poison_fill(buf: np.ndarray) -> None:
         buf[-1] = POISON[0]
 
 
-def make_core(block_idx: int, block_num: int, ub_size: int, queue_table: np.ndarray,
-              max_block_count: int, npu_arch: int) -> Core:
-    """A fresh core: poisoned UB, the queue table in place, no flags set, counters zero."""
+def make_core(block_idx: int, block_num: int, ub_size: int, queue_slots: int, max_block_count: int,
+              npu_arch: int) -> Core:
+    """A fresh core: poisoned UB, no TPipe yet, no flags set, counters zero."""
     ub = np.empty(ub_size, dtype=np.uint8)
     poison_fill(ub)
-    state = np.zeros(QUE_BASE + queue_table.size, dtype=np.int64)
+    state = np.zeros(QUE_BASE + queue_slots, dtype=np.int64)
     state[CAP_MAX_BLOCK_COUNT] = max_block_count
     state[CAP_NPU_ARCH] = npu_arch
-    state[QUE_BASE:] = queue_table.reshape(-1)
     return Core(ub, state, block_idx, block_num)
+
+
+def start_pipe(core: Core, queue_table: np.ndarray) -> None:
+    """A new TPipe on this core: its queue table replaces the old one; its buffers start undefined."""
+    table = queue_table.reshape(-1)
+    core.state[QUE_BASE:] = 0
+    core.state[QUE_BASE:QUE_BASE + table.size] = table
+    poison_fill(core.ub)
 
 
 def counters(core: Core) -> np.ndarray:
@@ -85,4 +95,4 @@ def fault_record(core: Core) -> np.ndarray:
 
 
 def flags(core: Core) -> np.ndarray:
-    return core.state[FLAG_BASE:QUE_BASE].reshape(N_HARD_EVENTS, EVENT_IDS)
+    return core.state[FLAG_BASE:MEMBER_BASE].reshape(N_HARD_EVENTS, EVENT_IDS)

@@ -1,14 +1,19 @@
 """Launch a kernel on `block_dim` simulated vector cores.
 
-A kernel is a tuple of numba stages; consecutive stages are separated by SyncAll():
-every core finishes stage k before any core starts stage k + 1, which is exactly the
-all-core barrier's guarantee. Each core keeps its own UB, queue table and flags across
-stages. Cores of one stage run on a thread pool (the stages release the GIL); results do
-not depend on the thread count because cores write disjoint GM, as the real kernels do.
+A kernel is a sequence of TPipe phases (most kernels have one TPipe; the permute kernel
+builds a new TPipe for each of its sorts and for the index copy). Each phase runs a
+schedule: numba stage functions separated by `SYNC_ALL` markers. Between two markers every
+core runs its stages back to back; at a marker every core finishes before any core goes
+on, which is exactly SyncAll()'s guarantee. A schedule may depend on the tiling (the
+multi-core sort has one merge stage per level), so a phase may give a function that
+returns it. Each core keeps its UB, flags and member variables across stages; a new
+TPipe replaces the queue table and leaves its buffers undefined.
 
-Before any byte moves, the buffer plan is laid out (UBOverflowError if it does not fit).
-A fault inside a stage becomes the matching SimulatorError naming core, kernel and call;
-after the last stage a flag left set is a SyncError.
+Cores of one segment run on a thread pool (the stages release the GIL); results do not
+depend on the thread count because cores write disjoint GM, as the real kernels do.
+Before any byte moves, every phase's buffer plan is laid out (UBOverflowError if one does
+not fit). A fault inside a stage becomes the matching SimulatorError naming core, kernel
+and call; after the last stage a flag left set is a SyncError.
 """
 from __future__ import annotations
 
@@ -23,12 +28,15 @@ import numpy as np
 
 from . import errors
 from .core import (CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, counters, fault_record, flags,
-                   make_core)
+                   make_core, start_pipe)
 from .dtypes import dt_name
 from .events import HARD_EVENT_NAMES
 from .faults import to_error
 from .pipe import UbBuffer, plan_pipe
 from .report import CoreReport, RunReport
+
+SYNC_ALL = "SyncAll"
+"""Schedule marker: AscendC::SyncAll() between the stages before and after it."""
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_SIZE = 0
@@ -53,20 +61,71 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 
 @dataclass(frozen=True)
+class PipePhase:
+    """One TPipe's life inside a kernel.
+
+    Attributes:
+        pipe: the TPipe's name; the buffer plan rows with this `pipe` belong to it.
+        buffers: names of the queues / TBufs its InitBuffer calls create, in order; kernels address
+            them by index, so the plan must list exactly these names.
+        schedule: stage functions `stage(core, *args)` and SYNC_ALL markers; an entry may also be a
+            tuple (stage, *extra) called as stage(core, *args, *extra); or a function of the launch
+            args returning such a sequence (for schedules that depend on the tiling).
+    """
+    pipe: str
+    buffers: tuple[str, ...]
+    schedule: Sequence | Callable[..., Sequence]
+
+
+@dataclass(frozen=True)
 class Kernel:
-    """One kernel class of an operator, as the launcher sees it.
+    """One kernel class of an operator: its TPipe phases in order.
 
     Attributes:
         op: operator name, for messages (e.g. "MoeTokenUnpermuteWithRoutingMapGrad").
         name: kernel class name (e.g. "MoeTokenUnpermuteWithRoutingMapGradProbNoneDropPadFalse").
-        stages: numba functions `stage(core, *args)`; SyncAll() separates consecutive stages.
-        buffers: names of the queues / TBufs the kernel's Init() creates, in InitBuffer order;
-            the kernel addresses them by index, so the plan must list exactly these names.
+        phases: the TPipes the kernel builds one after another.
     """
     op: str
     name: str
-    stages: tuple[Callable, ...]
-    buffers: tuple[str, ...]
+    phases: tuple[PipePhase, ...]
+
+    @classmethod
+    def single_pipe(cls, op: str, name: str, stages: Sequence[Callable], buffers: Sequence[str]) -> "Kernel":
+        """A kernel with one TPipe whose stages are separated by SyncAll()."""
+        schedule: list = []
+        for k, stage in enumerate(stages):
+            if k:
+                schedule.append(SYNC_ALL)
+            schedule.append(stage)
+        return cls(op, name, (PipePhase("pipe", tuple(buffers), tuple(schedule)),))
+
+
+def _segments(kernel: Kernel, args: tuple) -> list[list[tuple[int, Callable, tuple]]]:
+    """The launch as segments of (phase, stage, extra args), split at every SyncAll."""
+    segments: list[list] = [[]]
+    for p, phase in enumerate(kernel.phases):
+        schedule = phase.schedule(*args) if callable(phase.schedule) else phase.schedule
+        for item in schedule:
+            if isinstance(item, str) and item == SYNC_ALL:
+                segments.append([])
+            elif isinstance(item, tuple):
+                segments[-1].append((p, item[0], tuple(item[1:])))
+            else:
+                segments[-1].append((p, item, ()))
+    return segments
+
+
+def _group_plan(kernel: Kernel, plan: Sequence[UbBuffer]) -> list[list[UbBuffer]]:
+    groups = []
+    for phase in kernel.phases:
+        rows = [b for b in plan if b.pipe == phase.pipe]
+        names = tuple(b.name for b in rows)
+        if names != phase.buffers:
+            raise ValueError(f"{kernel.name}: buffer plan of {phase.pipe!r} {names} does not match the kernel's "
+                             f"buffers {phase.buffers}")
+        groups.append(rows)
+    return groups
 
 
 def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tuple, chip,
@@ -74,45 +133,55 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     """Run `kernel` on block_dim cores of `chip`; returns the RunReport or raises SimulatorError.
 
     `chip` is a chip profile (tiling.SocProfile): name, aiv_num, ub_size, npu_arch, max_block_count.
-    `plan` lists the kernel's InitBuffer calls; `args` follow the core in every stage call.
+    `plan` lists every InitBuffer call of every TPipe (UbBuffer.pipe says which); `args` follow the
+    core in every stage call.
     """
     where = dict(op=kernel.op, tiling_key=tiling_key)
-    pipe_plan = plan_pipe(plan, chip.ub_size, **where)
-    names = tuple(b.name for b in plan)
-    if names != kernel.buffers:
-        raise ValueError(f"{kernel.name}: buffer plan {names} does not match the kernel's buffers {kernel.buffers}")
+    pipe_plans = [plan_pipe(rows, chip.ub_size, **where) for rows in _group_plan(kernel, plan)]
+    tables = [p.queue_table() for p in pipe_plans]
     if block_dim < 1:
         raise errors.SimulatorError(f"block_dim {block_dim} must be at least 1", **where)
-    if len(kernel.stages) > 1 and block_dim > chip.aiv_num:
+    segments = _segments(kernel, args)
+    if len(segments) > 1 and block_dim > chip.aiv_num:
         raise errors.SyncError(
             f"SyncAll() with {block_dim} blocks on a chip with {chip.aiv_num} vector cores: the blocks would run "
             "in several rounds and the barrier would deadlock", call="SyncAll", **where)
-    table = pipe_plan.queue_table()
-    cores = [make_core(i, block_dim, chip.ub_size, table, chip.max_block_count, chip.npu_arch)
+    slots = max(t.size for t in tables)
+    cores = [make_core(i, block_dim, chip.ub_size, slots, chip.max_block_count, chip.npu_arch)
              for i in range(block_dim)]
+    live_phase = [-1] * block_dim
     threads = min(threads or default_threads(), block_dim)
 
     def fault_error(core) -> errors.SimulatorError:
+        p = max(live_phase[core.block_idx], 0)
         return to_error(fault_record(core), core=core.block_idx, op=kernel.op, tiling_key=tiling_key,
                         call_index=int(core.state[FAULT_CALL_INDEX]), gm_names=tuple(gm_names),
-                        queue_names=names, event_names=HARD_EVENT_NAMES, dtype_names=dt_name)
+                        queue_names=kernel.phases[p].buffers, event_names=HARD_EVENT_NAMES, dtype_names=dt_name)
 
-    def run_core(stage, i: int):
+    def run_core(segment, i: int):
         try:
-            stage(cores[i], *args)
+            for p, stage, extra in segment:
+                if live_phase[i] != p:
+                    start_pipe(cores[i], tables[p])
+                    live_phase[i] = p
+                stage(cores[i], *args, *extra)
+                if cores[i].state[ERR_BASE] != 0:
+                    break
         except Exception as failure:  # noqa: BLE001 - kernels record faults; anything else is a simulator bug
             return failure
         return None
 
     start = time.perf_counter()
-    for s, stage in enumerate(kernel.stages):
+    for s, segment in enumerate(segments):
         if s > 0:
             for core in cores:
                 core.state[CNT_SYNC_ALL] += 1
+        if not segment:
+            continue
         if threads == 1:
-            outcomes = [run_core(stage, i) for i in range(block_dim)]
+            outcomes = [run_core(segment, i) for i in range(block_dim)]
         else:
-            outcomes = list(_pool(threads).map(partial(run_core, stage), range(block_dim)))
+            outcomes = list(_pool(threads).map(partial(run_core, segment), range(block_dim)))
         for core, failure in zip(cores, outcomes, strict=True):
             if failure is not None:
                 raise errors.SimulatorError(f"{type(failure).__name__} inside the kernel: {failure}",
@@ -130,8 +199,9 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                 f"SetFlag<{HARD_EVENT_NAMES[evt]}>({event_id}) was never waited for: the flag leaks into the next "
                 "kernel on the NPU", core=core.block_idx, call="kernel end", **where)
 
+    table = [row for p in pipe_plans for row in p.table()]
     return RunReport(
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
-        ub_capacity_bytes=chip.ub_size, ub_plan=tuple(pipe_plan.table()), ub_plan_bytes=pipe_plan.used_bytes,
+        ub_capacity_bytes=chip.ub_size, ub_plan=tuple(table), ub_plan_bytes=max(p.used_bytes for p in pipe_plans),
         cores=tuple(CoreReport.from_counters(c.block_idx, counters(c)) for c in cores), wall_time_s=wall,
         threads=threads)

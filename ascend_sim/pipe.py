@@ -50,7 +50,7 @@ class UbBuffer(NamedTuple):
 
     The first three fields are the (name, bytes, count) row of `TilingResult.ub_plan`.
     `position` is "VECIN", "VECOUT" or "VECCALC" (a TQueBind is "VECIN->VECOUT");
-    `depth` is the TQue depth (0 for a TBuf).
+    `depth` is the TQue depth (0 for a TBuf); `pipe` names the TPipe (a kernel may use several in turn).
     """
     name: str
     bytes: int
@@ -58,6 +58,7 @@ class UbBuffer(NamedTuple):
     kind: str = "TBuf"
     position: str = "VECCALC"
     depth: int = 0
+    pipe: str = "pipe"
 
 
 @dataclass(frozen=True)

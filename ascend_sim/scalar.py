@@ -11,7 +11,7 @@ from numba import types
 from numba.extending import overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
-from .core import CNT_S_GM_READS, CNT_S_GM_WRITES, CNT_S_UB_OPS
+from .core import CNT_S_GM_READS, CNT_S_GM_WRITES, CNT_S_UB_OPS, MEMBER_BASE, N_MEMBERS
 from .dtypes import DT_BF16, DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits
 from .faults import (CALL_GM_GET_VALUE, CALL_GM_SET_VALUE, CALL_SCALAR_ARRAY, CALL_UB_GET_VALUE, CALL_UB_SET_VALUE,
                      F_GM_OOB, F_SCALAR_OOB, F_UB_OOB, fault, faulted, issue)
@@ -119,3 +119,10 @@ def scalar_load(c, arr, index, array_id):
         fault(c, F_SCALAR_OOB, CALL_SCALAR_ARRAY, array_id, index, arr.size)
         return as_elem(arr, 0)
     return arr[index]
+
+
+@aicore
+def members(c):
+    """The kernel object's member variables that must survive SyncAll() (a kernel split into stages keeps
+    them here, e.g. the sort's srcWsIndex): N_MEMBERS int64 slots, zero at launch."""
+    return c.state[MEMBER_BASE: MEMBER_BASE + N_MEMBERS]

@@ -538,13 +538,13 @@ _PAD_FALSE_BUFFERS = ("inQueueUnpermuted", "inQueuePermutedTokens", "outQueuePro
                       "tmpBufferProbGradCast", "tmpBufferPermutedTokensGrad", "routingMapTBuf", "probGradTBuf")
 
 KERNELS = {
-    0: Kernel(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNoneDropPadFalse",
+    0: Kernel.single_pipe(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNoneDropPadFalse",
               (prob_none_drop_pad_false_process,), ("padFalseInOutque",)),
-    10: Kernel(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNoneDropPadTrue",
+    10: Kernel.single_pipe(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNoneDropPadTrue",
                (prob_none_drop_pad_true_process,), ("padTrueInOutque",)),
-    1: Kernel(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNotNoneDropPadFalse",
+    1: Kernel.single_pipe(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNotNoneDropPadFalse",
               (prob_not_none_drop_pad_false_init, prob_not_none_drop_pad_false_process), _PAD_FALSE_BUFFERS),
-    11: Kernel(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNotNoneDropPadTrue",
+    11: Kernel.single_pipe(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNotNoneDropPadTrue",
                (prob_not_none_drop_pad_true_init, prob_not_none_drop_pad_true_process), _PAD_TRUE_BUFFERS),
 }
 KERNELS[101] = KERNELS[1]    # ProbsT = float
