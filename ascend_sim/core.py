@@ -16,6 +16,8 @@ from collections import namedtuple
 
 import numpy as np
 
+from .pipe import Q_NUM
+
 Core = namedtuple("Core", ["ub", "state", "block_idx", "block_num"])
 
 # Per-core counters, state[0:N_COUNTERS]. Bytes are GM-side bytes moved by the DMA pipes.
@@ -42,6 +44,7 @@ COUNTER_NAMES = (
 )
 
 FAULT_CALL_INDEX = 14   # CNT_CALLS when the first fault happened
+PIPE_QUEUES = 15        # rows of the live TPipe's queue table (queue ids a kernel may use)
 ERR_BASE = 16           # state[ERR_BASE:ERR_BASE + ERR_COLS]: fault code (0 = none), call id, six arguments
 ERR_COLS = 8
 CAP_BASE = 24           # chip limits
@@ -79,8 +82,10 @@ def make_core(block_idx: int, block_num: int, ub_size: int, queue_slots: int, ma
 
 
 def start_pipe(core: Core, queue_table: np.ndarray) -> None:
-    """A new TPipe on this core: its queue table replaces the old one; its buffers start undefined."""
+    """A new TPipe on this core: its queue table (one row per InitBuffer) replaces the old one; its
+    buffers start undefined."""
     table = queue_table.reshape(-1)
+    core.state[PIPE_QUEUES] = int(np.count_nonzero(queue_table[:, Q_NUM])) if queue_table.ndim == 2 else 0
     core.state[QUE_BASE:] = 0
     core.state[QUE_BASE:QUE_BASE + table.size] = table
     poison_fill(core.ub)

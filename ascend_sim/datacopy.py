@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+import numpy as np
 from numba import types
 from numba.extending import overload
 
@@ -25,7 +26,7 @@ from ._memory import memcpy_bytes
 from .core import (CAP_MAX_BLOCK_COUNT, CNT_MTE2_BYTES, CNT_MTE2_INSTR, CNT_MTE3_BYTES, CNT_MTE3_INSTR,
                    POISON)
 from .faults import (CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DATA_COPY_PAD_IN, CALL_DATA_COPY_PAD_OUT,
-                     CALL_DATA_COPY_UB, CALL_INIT_OUTPUT, F_DATACOPY_TRUNC, F_GM_OOB, F_LEN_MULTIPLE, F_PARAM,
+                     CALL_DATA_COPY_UB, CALL_INIT_OUTPUT, F_DATACOPY_TRUNC, F_ELEM_TYPE, F_GM_OOB, F_LEN_MULTIPLE, F_PARAM,
                      F_UB_OOB, P_BLOCK_COUNT, P_BLOCK_LEN, P_COUNT, P_LEFT_PADDING, P_RIGHT_PADDING, P_STRIDE,
                      fault, issue)
 from .local import note_ub_write, ub_aligned_offset
@@ -55,6 +56,12 @@ _POISON_ODD = int(POISON[1])
 def gm_at(g, offset_elems):
     """GlobalTensor::operator[](offset): the same tensor shifted by offset elements."""
     return GlobalTensor(g.data, g.id, g.offset + offset_elems)
+
+
+@aicore
+def gm_as_i32(g):
+    """The same GM bytes as GlobalTensor<int32_t> (int64 data moves as pairs of int32, DataCopyB64)."""
+    return GlobalTensor(g.data.view(np.int32), g.id, g.offset * (g.data.itemsize // 4))
 
 
 @aicore
@@ -181,8 +188,31 @@ def data_copy_pad(c, dst, src, params, pad=NO_PAD):
     raise NotImplementedError("data_copy_pad is only callable from numba code")
 
 
+def _element_types_differ(dst, src) -> bool:
+    """AscendC's DataCopy / DataCopyPad take one T for both sides (offsets count elements of T)."""
+    def elem(t):
+        return t.dtype if isinstance(t, types.Array) else t[0].dtype
+    return elem(dst) != elem(src)
+
+
+@aicore
+def _mismatch(c, call, dst_bytes, src_bytes):
+    # reached only when a kernel executes a copy whose two sides have different element types; such
+    # code stands for a branch AscendC would drop with `if constexpr`, so compiling it is fine
+    if issue(c, call):
+        fault(c, F_ELEM_TYPE, call, dst_bytes, src_bytes)
+
+
 @overload(data_copy_pad, jit_options=DEVICE_JIT_OPTIONS)
 def _data_copy_pad(c, dst, src, params, pad=NO_PAD):
+    call = CALL_DATA_COPY_PAD_IN if isinstance(dst, types.Array) else CALL_DATA_COPY_PAD_OUT
+    if _element_types_differ(dst, src):
+        dst_size = dst.dtype.bitwidth // 8 if isinstance(dst, types.Array) else dst[0].dtype.bitwidth // 8
+        src_size = src.dtype.bitwidth // 8 if isinstance(src, types.Array) else src[0].dtype.bitwidth // 8
+
+        def mismatch(c, dst, src, params, pad=NO_PAD):
+            _mismatch(c, call, dst_size, src_size)
+        return mismatch
     if isinstance(dst, types.Array):
         def gm_to_ub(c, dst, src, params, pad=NO_PAD):
             _pad_gm_to_ub(c, dst, src, params, pad)
@@ -311,6 +341,10 @@ def _data_copy(c, dst, src, count_or_params):
         mover, call = _copy_in, CALL_DATA_COPY_IN
     else:
         mover, call = _copy_out, CALL_DATA_COPY_OUT
+    if _element_types_differ(dst, src):
+        def mismatch(c, dst, src, count_or_params):
+            _mismatch(c, call, 0, 0)
+        return mismatch
     if strided:
         def impl(c, dst, src, count_or_params):
             p = count_or_params

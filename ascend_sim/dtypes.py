@@ -210,7 +210,122 @@ def f32_bits_to_f16_bits(x, mode):
     return np.uint16(sign | np.uint32(kept))
 
 
+@aicore
+def i64_to_f32_bits(x, mode):
+    """int32 / int64 -> fp32 bit pattern under a round mode (exact below 2^24; sort keys are cast this way)."""
+    x = np.int64(x)
+    if x == 0:
+        return np.uint32(0)
+    negative = x < 0
+    mag = np.uint64(0) - np.uint64(x) if negative else np.uint64(x)   # two's complement magnitude, INT64_MIN safe
+    e = 63
+    while (mag >> np.uint64(e)) == np.uint64(0):
+        e -= 1
+    if e <= 23:
+        kept = np.uint64(mag << np.uint64(23 - e))
+    else:
+        shift = e - 23
+        kept = mag >> np.uint64(shift)
+        rem = mag & ((np.uint64(1) << np.uint64(shift)) - np.uint64(1))
+        half = np.uint64(1) << np.uint64(shift - 1)
+        if mode == CAST_ODD:
+            if rem != np.uint64(0):
+                kept |= np.uint64(1)
+        else:
+            kept += np.uint64(_round_increment(mode, negative, kept & np.uint64(1), rem, half))
+        if kept == (np.uint64(1) << np.uint64(24)):
+            kept >>= np.uint64(1)
+            e += 1
+    sign = np.uint32(0x80000000) if negative else np.uint32(0)
+    return sign | np.uint32((e + 127) << 23) | np.uint32(kept & np.uint64(0x7FFFFF))
+
+
+@njit(cache=True, nogil=True)
+def int_array_to_f32_bits(x, mode):
+    """int32 / int64 array -> fp32 bit patterns (tests)."""
+    out = np.empty(x.size, dtype=np.uint32)
+    for i in range(x.size):
+        out[i] = i64_to_f32_bits(x[i], mode)
+    return out
+
+
+@aicore
+def _mini_format(dt):
+    """(mantissa bits, exponent bias, largest finite magnitude code, sign bit) of an FP8 / FP4 format."""
+    if dt == DT_FLOAT8_E4M3FN:
+        return 3, 7, 0x7E, 7
+    if dt == DT_FLOAT8_E5M2:
+        return 2, 15, 0x7B, 7
+    return 1, 1, 0x7, 3          # DT_FLOAT4_E2M1
+
+
+@aicore
+def _mini_from_parts(negative, full, msb, e2, dt):
+    """FP8 / FP4 code of (-1)^negative * full * 2^e2 (full > 0 with its leading one at bit `msb`),
+    rounded half to even onto the format's grid and saturated to its largest finite value."""
+    mbits, bias, max_code, sign_bit = _mini_format(dt)
+    sign = (1 << sign_bit) if negative else 0
+    target = msb + e2 + bias            # biased exponent of the value in the small format
+    if target > 40:
+        return np.uint8(max_code | sign)
+    step = (target if target > 1 else 1) - bias - mbits     # log2 of the grid spacing there
+    shift = step - e2
+    if shift <= 0:
+        kept = np.int64(full) << (-shift)
+    elif shift > msb + 1:
+        kept = np.int64(0)                # below half the smallest step
+    else:
+        kept = np.int64(full) >> shift
+        rem = np.int64(full) & ((np.int64(1) << shift) - 1)
+        half = np.int64(1) << (shift - 1)
+        if rem > half or (rem == half and (kept & 1) == 1):
+            kept += 1
+    # for normals `kept` carries the implicit one, which adds (target - 1) << mbits up to the exponent field
+    code = ((target - 1) << mbits) + kept if target >= 1 else kept
+    if code > max_code:
+        code = np.int64(max_code)
+    return np.uint8(code | sign)
+
+
+@aicore
+def f32_bits_to_mini_float_bits(x, dt, pow2):
+    """fp32 bit pattern times 2^pow2 -> FP8 E4M3FN / E5M2 or FP4 E2M1 code: Cast with CAST_RINT and
+    SatMode::SAT of the exact product (the MX kernels multiply by a power-of-two inverse scale first).
+
+    Round half to even onto the format's grid (subnormals included); magnitudes beyond the largest
+    finite value saturate to it; Inf saturates; NaN gives +0 (the SAT cast with the default
+    CTRL[50] = 0); the sign of zero is kept. FP4 codes use the low nibble.
+    """
+    x = np.uint32(x)
+    negative = (x >> np.uint32(31)) != np.uint32(0)
+    exp = np.int64((x >> np.uint32(23)) & np.uint32(0xFF))
+    man = np.int64(x & np.uint32(0x7FFFFF))
+    if exp == 0xFF:
+        if man != 0:
+            return np.uint8(0)
+        _, _, max_code, sign_bit = _mini_format(dt)
+        return np.uint8(max_code | ((1 << sign_bit) if negative else 0))
+    if exp == 0:
+        if man == 0:
+            _, _, _, sign_bit = _mini_format(dt)
+            return np.uint8((1 << sign_bit) if negative else 0)
+        msb = 22
+        while (man >> msb) == 0:
+            msb -= 1
+        return _mini_from_parts(negative, man, msb, -149 + pow2, dt)
+    return _mini_from_parts(negative, man | (1 << 23), 23, exp - 150 + pow2, dt)
+
+
 # --- vectorised helpers (tests and host-side use) ------------------------------------------
+@njit(cache=True, nogil=True)
+def f32_array_to_mini_float_bits(x_bits, dt, pow2):
+    """fp32 bit patterns times 2^pow2 -> FP8 / FP4 codes, as f32_bits_to_mini_float_bits (tests)."""
+    out = np.empty(x_bits.size, dtype=np.uint8)
+    for i in range(x_bits.size):
+        out[i] = f32_bits_to_mini_float_bits(x_bits[i], dt, pow2)
+    return out
+
+
 @njit(cache=True, nogil=True)
 def f32_array_to_half_bits(x_bits, to_bf16, mode):
     """uint32 fp32 bit patterns -> uint16 fp16 or bf16 bit patterns under a round mode."""

@@ -66,6 +66,10 @@ class ParamRangeError(SimulatorError):
     """An instruction parameter outside its documented range (blockCount, repeatTime, cast mode...)."""
 
 
+class ElementTypeError(SimulatorError):
+    """Operands of one instruction whose element types may not differ (DataCopy's GM and UB sides)."""
+
+
 class QueueError(SimulatorError):
     """AllocTensor / EnQue / DeQue / FreeTensor used against the TQue state machine."""
 

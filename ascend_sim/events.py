@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ._jit import aicore
 from .core import CNT_EVENTS, CNT_PIPE_BARRIERS, EVENT_IDS, FLAG_BASE, N_HARD_EVENTS
-from .faults import (CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, F_BARRIER_S, F_EVT_DOUBLE_SET,
-                     F_EVT_ID, F_EVT_WAIT_UNSET, fault, issue)
+from .faults import (CALL_FETCH_EVENT_ID, CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, F_BARRIER_S,
+                     F_EVT_DOUBLE_SET, F_EVT_ID, F_EVT_WAIT_UNSET, fault, issue)
 
 # HardEvent values used by vector kernels (SRC_DST: the DST pipe waits for the SRC pipe).
 MTE2_V = 0
@@ -80,6 +80,9 @@ def wait_flag(c, evt, event_id):
 @aicore
 def fetch_event_id(c, evt):
     """TPipe::FetchEventID(evt): an id whose flag is currently down (the lowest one)."""
+    if evt < 0 or evt >= N_HARD_EVENTS:
+        fault(c, F_EVT_ID, CALL_FETCH_EVENT_ID, evt, 0)
+        return 0
     for i in range(EVENT_IDS):
         if c.state[FLAG_BASE + evt * EVENT_IDS + i] == 0:
             return i

@@ -45,6 +45,14 @@ CALL_REINTERPRET_CAST = 26
 CALL_SCALAR_ARRAY = 27
 CALL_ADDS = 28
 CALL_DATA_COPY_UB = 29
+CALL_ARITH_PROGRESSION = 40
+CALL_SORT = 41
+CALL_EXTRACT = 42
+CALL_MRG_SORT = 43
+CALL_CONCAT = 44
+CALL_DUPLICATE_MASK = 45
+CALL_VF = 46
+CALL_FETCH_EVENT_ID = 47
 
 CALL_NAMES = {
     CALL_DATA_COPY_PAD_IN: "DataCopyPad(GM->UB)",
@@ -76,6 +84,14 @@ CALL_NAMES = {
     CALL_INIT_OUTPUT: "InitOutput",
     CALL_REINTERPRET_CAST: "ReinterpretCast",
     CALL_SCALAR_ARRAY: "scalar array access",
+    CALL_ARITH_PROGRESSION: "ArithProgression",
+    CALL_SORT: "Sort",
+    CALL_EXTRACT: "Extract",
+    CALL_MRG_SORT: "MrgSort",
+    CALL_CONCAT: "Concat",
+    CALL_DUPLICATE_MASK: "Duplicate(mask)",
+    CALL_VF: "vector function (__VEC_SCOPE__)",
+    CALL_FETCH_EVENT_ID: "TPipe::FetchEventID",
 }
 
 # --- fault codes (fault record word 0) and their arguments -----------------------------------
@@ -98,6 +114,8 @@ F_BARRIER_S = 16
 F_CAST_PAIR = 17      # dst dtype, src dtype, round mode
 F_SCALAR_OOB = 18     # array id (kernel defined), index, size
 F_QUE_KIND = 20       # queue, kind
+F_QUE_INDEX = 21      # queue, buffers of the live TPipe
+F_ELEM_TYPE = 22      # destination element bytes, source element bytes
 
 P_BLOCK_COUNT = 1
 P_BLOCK_LEN = 2
@@ -203,6 +221,12 @@ def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, cal
     if code == F_QUE_KIND:
         kind = {0: "TQue", 1: "TQueBind", 2: "TBuf"}.get(a[1], str(a[1]))
         return errors.QueueError(f"'{que(a[0])}' is a {kind}, which this call does not accept", **where)
+    if code == F_ELEM_TYPE:
+        return errors.ElementTypeError(f"the two sides of the copy have different element types ({a[0]}-byte and "
+                                     f"{a[1]}-byte elements); AscendC's DataCopy/DataCopyPad take one T", **where)
+    if code == F_QUE_INDEX:
+        return errors.QueueError(f"queue/TBuf index {a[0]} is not one of the {a[1]} buffers this TPipe's "
+                                 f"InitBuffer calls created", **where)
     if code == F_EVT_ID:
         return errors.SyncError(f"event id {a[1]} of {evt(a[0])} is outside [0, 8)", **where)
     if code == F_EVT_DOUBLE_SET:

@@ -5,14 +5,18 @@ code writes `DataCopyPad(...)`. Every function takes the core context `c` first.
 """
 from .core import Core  # noqa: F401
 from .datacopy import (DataCopyExtParams, DataCopyPadExtParams, DataCopyParams, GlobalTensor, NO_PAD,  # noqa: F401
-                       data_copy, data_copy_pad, gm_at, init_output)
+                       data_copy, data_copy_pad, gm_as_i32, gm_at, init_output)
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC,  # noqa: F401
                      DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT8, DT_INT32)
 from .events import (MTE2_MTE3, MTE2_S, MTE2_V, MTE3_MTE2, MTE3_S, MTE3_V, PIPE_ALL, PIPE_MTE2,  # noqa: F401
                      PIPE_MTE3, PIPE_S, PIPE_V, S_MTE2, S_MTE3, S_V, V_MTE2, V_MTE3, V_S, V_V, fetch_event_id,
                      pipe_barrier, set_flag, wait_flag)
-from .local import ub_f32, ub_i8, ub_i16, ub_i32, ub_i64, ub_like, ub_offset, ub_u16, ub_u32, view_as  # noqa: F401
+from .local import ub_f32, ub_i8, ub_i16, ub_u8, ub_i32, ub_i64, ub_like, ub_offset, ub_u16, ub_u32, view_as  # noqa: F401
 from .queue import alloc_tensor, de_que, en_que, free_tensor, tbuf_get, tbuf_get_with_offset  # noqa: F401
 from .scalar import get_value, members, scalar_load, scalar_store, set_value, to_float  # noqa: F401
 from .vector import (CopyRepeatParams, add, adds, as_elem, block_reduce_sum, cast, copy, duplicate,  # noqa: F401
                      mul, muls, whole_reduce_sum)
+from .sort import arith_progression, concat, duplicate_mask, extract, mrg_sort, sort  # noqa: F401
+from .vf import vf_call, vf_operand  # noqa: F401
+from .dtypes import (DT_FLOAT4_E2M1, DT_FLOAT8_E4M3FN, DT_FLOAT8_E5M2, bf16_bits_to_f32_bits,  # noqa: F401
+                     f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_mini_float_bits)

@@ -57,6 +57,11 @@ def ub_i8(c):
 
 
 @aicore
+def ub_u8(c):
+    return c.ub
+
+
+@aicore
 def ub_u16(c):
     return c.ub[: c.ub.size - c.ub.size % 2].view(np.uint16)
 

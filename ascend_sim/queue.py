@@ -17,9 +17,9 @@ The queue table row of queue q starts at state[QUE_BASE + q * QUE_COLS] (columns
 from __future__ import annotations
 
 from ._jit import aicore
-from .core import CNT_EVENTS, QUE_BASE
+from .core import CNT_EVENTS, PIPE_QUEUES, QUE_BASE
 from .faults import (CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_TBUF_GET,
-                     F_QUE_DEPTH, F_QUE_EMPTY, F_QUE_FOREIGN, F_QUE_KIND, F_QUE_NO_FREE, F_QUE_STATE,
+                     F_QUE_DEPTH, F_QUE_EMPTY, F_QUE_FOREIGN, F_QUE_INDEX, F_QUE_KIND, F_QUE_NO_FREE, F_QUE_STATE,
                      F_UB_OOB, fault, issue)
 from .local import ub_offset
 from .pipe import (KIND_TBUF, Q_BASE, Q_CURSOR, Q_DEPTH, Q_ENQ_SEQ, Q_KIND, Q_LEN, Q_NUM, Q_SEQ,
@@ -45,7 +45,19 @@ def _buffer_view(c, q, i, T):
 
 
 @aicore
+def _exists(c, q, call):
+    """q names one of the live TPipe's buffers (a kernel constant past the InitBuffer list would
+    otherwise index outside the queue table)."""
+    if q < 0 or q >= c.state[PIPE_QUEUES]:
+        fault(c, F_QUE_INDEX, call, q, c.state[PIPE_QUEUES])
+        return False
+    return True
+
+
+@aicore
 def _is_queue(c, q, call):
+    if not _exists(c, q, call):
+        return False
     kind = c.state[_row(q) + Q_KIND]
     if kind == KIND_TBUF:
         fault(c, F_QUE_KIND, call, q, kind)
@@ -74,7 +86,7 @@ def _buffer_index(c, q, t, call):
 def alloc_tensor(c, q, T):
     """TQue::AllocTensor<T>(): the next FREE buffer as a LocalTensor (contents undefined)."""
     if not issue(c, CALL_ALLOC_TENSOR) or not _is_queue(c, q, CALL_ALLOC_TENSOR):
-        return _buffer_view(c, q, 0, T)
+        return T[0:0]
     r = _row(q)
     num = c.state[r + Q_NUM]
     for _ in range(num):
@@ -115,7 +127,7 @@ def en_que(c, q, t):
 def de_que(c, q, T):
     """TQue::DeQue<T>(): the oldest enqueued buffer (waits on the forward event)."""
     if not issue(c, CALL_DEQUE) or not _is_queue(c, q, CALL_DEQUE):
-        return _buffer_view(c, q, 0, T)
+        return T[0:0]
     r = _row(q)
     best = -1
     for i in range(c.state[r + Q_NUM]):
@@ -153,8 +165,8 @@ def free_tensor(c, q, t):
 @aicore
 def tbuf_get(c, q, T):
     """TBuf::Get<T>(): the whole TBuf as a LocalTensor (no state, no events)."""
-    if not issue(c, CALL_TBUF_GET):
-        return _buffer_view(c, q, 0, T)
+    if not issue(c, CALL_TBUF_GET) or not _exists(c, q, CALL_TBUF_GET):
+        return T[0:0]
     kind = c.state[_row(q) + Q_KIND]
     if kind != KIND_TBUF:
         fault(c, F_QUE_KIND, CALL_TBUF_GET, q, kind)
@@ -164,11 +176,11 @@ def tbuf_get(c, q, T):
 @aicore
 def tbuf_get_with_offset(c, q, T, count_elems, offset_bytes):
     """TBuf::GetWithOffset<T>(count, offset): count elements starting offset bytes into the TBuf."""
+    if not issue(c, CALL_TBUF_GET) or not _exists(c, q, CALL_TBUF_GET):
+        return T[0:0]
     r = _row(q)
     base = c.state[r + Q_BASE]
     size = T.itemsize
-    if not issue(c, CALL_TBUF_GET):
-        return T[base // size: base // size]
     if c.state[r + Q_KIND] != KIND_TBUF:
         fault(c, F_QUE_KIND, CALL_TBUF_GET, q, c.state[r + Q_KIND])
         return T[base // size: base // size]

@@ -26,7 +26,7 @@ from ._jit import DEVICE_JIT_OPTIONS, aicore
 from .core import CNT_V_ELEMS, CNT_V_INSTR
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16,
                      DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
-                     f32_bits_to_f16_bits)
+                     f32_bits_to_f16_bits, i64_to_f32_bits)
 from .faults import (CALL_ADD, CALL_ADDS, CALL_BLOCK_REDUCE_SUM, CALL_CAST, CALL_COPY, CALL_DUPLICATE, CALL_MUL,
                      CALL_MULS, CALL_WHOLE_REDUCE_SUM, F_CAST_PAIR, F_PARAM, F_UB_ALIGN, F_UB_OOB, P_BLK_STRIDE,
                      P_COUNT, P_MASK, P_REPEAT, fault, issue)
@@ -195,8 +195,30 @@ def _cast_f32_to_half(c, dst, dst_dt, src, src_dt, mode, count):
     note_ub_write(c, d + count * 2)
 
 
+@aicore
+def _cast_int_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
+    if not CAST_NONE <= mode <= CAST_TRUNC:
+        if issue(c, CALL_CAST):
+            fault(c, F_CAST_PAIR, CALL_CAST, dst_dt, src_dt, mode)
+        return
+    if not _begin(c, CALL_CAST, count):
+        return
+    d = _operand(c, CALL_CAST, dst, count)
+    if d < 0 or _operand(c, CALL_CAST, src, count) < 0:
+        return
+    out = c.ub[d: d + 4 * count].view(np.uint32)
+    # in place is allowed (the sorts widen keys where they lie): element i is read before any write reaches it
+    for i in range(count):
+        out[i] = i64_to_f32_bits(src[i], mode)
+    note_ub_write(c, d + count * 4)
+
+
 @overload(cast, jit_options=DEVICE_JIT_OPTIONS)
 def _cast(c, dst, dst_dt, src, src_dt, round_mode, count):
+    if dst.dtype == types.float32 and src.dtype in (types.int32, types.int64):
+        def from_int(c, dst, dst_dt, src, src_dt, round_mode, count):
+            _cast_int_to_f32(c, dst, dst_dt, src, src_dt, round_mode, count)
+        return from_int
     if dst.dtype == types.float32 and src.dtype == types.uint16:
         def widen(c, dst, dst_dt, src, src_dt, round_mode, count):
             _cast_half_to_f32(c, dst, dst_dt, src, src_dt, round_mode, count)

@@ -283,9 +283,8 @@ def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
                          tmpl.permuted_token_t, asc.CAST_NONE, n)
             # prob gradient of this piece: dot(permutedTokens, unpermutedTokensGrad)
             asc.mul(c, permuted_tokens_local_fp32, permuted_tokens_local_fp32, unpermuted_grad_local_fp32, n)
-            if not tmpl.arch35:
-                asc.en_que(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
-                permuted_tokens_local_fp32 = asc.de_que(c, PERMUTED_TOKENS_TQUE, F32)
+            asc.en_que(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
+            permuted_tokens_local_fp32 = asc.de_que(c, PERMUTED_TOKENS_TQUE, F32)
             _reduce_sum(c, prob_grad_reduce_sum_local[hidden_loop:], permuted_tokens_local_fp32, n)
             _sync(c, asc.V_S)
             asc.muls(c, permuted_tokens_local_fp32, unpermuted_grad_local_fp32, prob, n)

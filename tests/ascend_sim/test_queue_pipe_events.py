@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import QueueError, SyncError, UBOverflowError, UbBuffer, plan_pipe
+from ascend_sim import ElementTypeError, QueueError, SyncError, UBOverflowError, UbBuffer, plan_pipe
 from ascend_sim._jit import global_aicore
 
 from .harness import que, run, tbuf
@@ -102,6 +102,11 @@ MISUSE = {
     "wait-without-set": ([(WAIT, 2, 1)], SyncError, "would hang", "WaitFlag"),
     "event-id-out-of-range": ([(SET, 0, 8)], SyncError, "outside [0, 8)", "SetFlag"),
     "pipe-barrier-on-scalar-pipe": ([(BARRIER, 0, 0)], SyncError, "PIPE_S", "PipeBarrier"),
+    # a queue id past the InitBuffer list must fault, not index beyond the queue table
+    "alloc-on-queue-past-the-plan": ([(ALLOC, 3, 0)], QueueError, "not one of the 3 buffers", "AllocTensor"),
+    "deque-on-negative-queue": ([(DEQUE, -1, 0)], QueueError, "not one of the 3 buffers", "DeQue"),
+    "tbuf-past-the-plan": ([(TBUF, 40, 0)], QueueError, "index 40", "TBuf::Get"),
+    "enque-on-queue-past-the-plan": ([(ALLOC, 0, 0), (ENQUE, 9, 0)], QueueError, "index 9", "EnQue"),
 }
 
 
@@ -141,3 +146,28 @@ def test_too_many_buffers_at_one_position():
     plan = [UbBuffer(f"q{i}", 32, 2, "TQue", "VECIN", 1) for i in range(5)]
     with pytest.raises(QueueError, match="event ids"):
         plan_pipe(plan, 196608)
+
+
+def test_fetch_event_id_of_unknown_event_faults():
+    @global_aicore
+    def fetch(c, evt):
+        asc.fetch_event_id(c, evt)
+    with pytest.raises(SyncError, match="event 99") as info:
+        run([fetch], PLAN, 99)
+    assert info.value.call.startswith("TPipe::FetchEventID")
+
+
+def test_copy_between_different_element_types_faults_when_executed():
+    """A LocalTensor<float> / GlobalTensor<half> pair compiles (it may sit in a branch AscendC drops with
+    `if constexpr`) but faults the moment it runs."""
+    @global_aicore
+    def mixed(c, gm, execute):
+        t = asc.alloc_tensor(c, 0, asc.ub_f32(c))
+        if execute:
+            asc.data_copy_pad(c, t, gm, asc.DataCopyExtParams(1, 64, 0, 0), asc.NO_PAD)
+        asc.free_tensor(c, 0, t)
+    g = asc.GlobalTensor(np.zeros(64, dtype=np.uint16), 0, 0)
+    run([mixed], PLAN, g, False)
+    with pytest.raises(ElementTypeError, match="different element types") as info:
+        run([mixed], PLAN, g, True)
+    assert info.value.call.startswith("DataCopyPad(GM->UB)")
