@@ -1,6 +1,8 @@
 """MoeTokenUnpermuteWithRoutingMapGrad end to end: bit-exact against the golden over a sweep of modes,
-dtypes, routing-map dtypes, chip profiles and edge shapes; every documented error with its status;
-UB overflow; fuzzed bad indices never crash."""
+dtypes, routing-map dtypes, chip profiles and edge shapes (including core-count / UB overrides that reach
+multi-batch, topK > 256 and many-piece paths); inputs at the edges of the index conventions; every
+documented error with its status; UB overflows; fuzzed bad indices fault exactly where the kernel
+dereferences them, otherwise match the golden, and never change an input."""
 from __future__ import annotations
 
 import itertools
@@ -8,14 +10,15 @@ import itertools
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import ops
-from ascend_sim import SimulatorError, UBOverflowError
+from ascend_sim import OutOfBoundsError, UBOverflowError
 from ops.unpermute_with_routing_map_grad.examples import make_inputs
 from ops.unpermute_with_routing_map_grad.golden import golden, reduce_sum_rows
 from tiling import get_soc, moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
+from tiling.common import ceil_div
 
 aclnn = ops.aclnn
 BF16, F16, F32 = ml_dtypes.bfloat16, np.float16, np.float32
@@ -39,6 +42,16 @@ SHAPES = {  # id: (tokens, hidden, experts, topk, capacity, extra)
     "fewer-tokens-than-cores": (5, 130, 4, 2, 3, {}),
     "split-hidden-small-ub": (6, 5000, 4, 2, 3, {"ub_size": 16384}),
     "long-rows": (4, 5000, 4, 2, 2, {}),
+    # deep kernel paths, reached through core-count / UB overrides; only the modes that have them
+    # keys 1/101: 900 slots on one core = 4 batches of indicesReserveNum 255 (the last one 135 slots)
+    "multi-batch-300tok-k3-1core": (300, 40, 8, 3, None, {"aiv_num": 1, "full_topk": False, "modes": ("probs",)}),
+    # keys 1/101 with topK > 256: indicesReserveNum = topK, 512-entry scalar arrays used in full
+    "topk300-5tok-2core": (5, 40, 320, 300, None, {"aiv_num": 2, "full_topk": False, "modes": ("probs",)}),
+    "topk512-3tok-2core": (3, 40, 512, 512, None, {"aiv_num": 2, "full_topk": False, "modes": ("probs",)}),
+    # keys 11/111: ReduceSumFunc over the per-piece partial sums in its > 64 and > 512 tiers
+    "pad-100-pieces-ub4k": (6, 8000, 3, None, 2, {"aiv_num": 2, "ub_size": 4096, "modes": ("probs-pad",)}),
+    "pad-563-pieces-ub4k": (4, 45000, 2, None, 2, {"aiv_num": 2, "ub_size": 4096, "modes": ("probs-pad",),
+                                                   "dtypes": ("fp16", "bf16", "bf16-fp32probs")}),
 }
 PROFILES = ("ascend910b", "ascend910_93", "ascend950")
 
@@ -50,6 +63,8 @@ def _cases():
         if g_dt is not p_dt and not probs:
             continue
         if (extra.get("pad_only") and not pad) or (extra.get("no_pad_only") and pad):
+            continue
+        if mode not in extra.get("modes", MODES) or dt not in extra.get("dtypes", DTYPES):
             continue
         for rm in (("bool", "int8") if probs else ("bool",)):
             yield pytest.param(mode, dt, shape, profile, rm, id=f"{mode}-{dt}-{shape}-{profile}-rm_{rm}")
@@ -65,7 +80,8 @@ def _make(mode, dt, shape, rm, seed=0):
 
 
 def _soc(profile, shape):
-    return get_soc(profile, ub_size=SHAPES[shape][5].get("ub_size"))
+    extra = SHAPES[shape][5]
+    return get_soc(profile, ub_size=extra.get("ub_size"), aiv_num=extra.get("aiv_num"))
 
 
 def _bits(a):
@@ -95,6 +111,34 @@ def test_sweep_has_at_least_200_cases():
     assert len(list(_cases())) >= 200
 
 
+def _deep_path_reached(shape, f):
+    """What each deep-path shape must make the tiling do, or the sweep silently stops testing that path."""
+    if shape.startswith("multi-batch"):
+        batches = ceil_div(f["row_id_map_each_core"], f["indices_reserve_num"])
+        return batches >= 3 and f["row_id_map_each_core"] % f["indices_reserve_num"] != 0
+    if shape.startswith("topk"):
+        return f["top_k"] > 256 and f["indices_reserve_num"] == f["top_k"]
+    if shape.startswith("pad-100"):
+        return 64 < f["hidden_size_loop_times"] <= 512
+    if shape.startswith("pad-563"):
+        return f["hidden_size_loop_times"] > 512
+    return True
+
+
+def test_sweep_reaches_the_deep_kernel_paths():
+    """The override shapes reach: several index batches per core (keys 1/101), topK > 256, and more than
+    64 / 512 hidden pieces summed by ReduceSumFunc (keys 11/111) -- on every profile and dtype they run with."""
+    seen = set()
+    for case in _cases():
+        mode, dt, shape, profile, rm = case.values
+        if "aiv_num" not in SHAPES[shape][5]:
+            continue
+        f = tiling_uwrm_grad(*_make(mode, dt, shape, rm).values(), soc=_soc(profile, shape)).fields
+        assert _deep_path_reached(shape, f), f"{shape} {dt} {profile}: {f}"
+        seen.add(shape)
+    assert len(seen) == 5
+
+
 @pytest.mark.parametrize("length", [1, 7, 64, 65, 100, 511, 512, 513, 1000, 4096, 4097, 8192, 8193, 20000])
 def test_golden_tree_sum_is_a_sum(length, rng):
     """The golden's tree order is an fp32 sum: close to the float64 sum, and exact for integers."""
@@ -118,6 +162,139 @@ def test_golden_against_a_direct_loop(rng):
             assert probs_grad[t, e] == pytest.approx(float(np.dot(p[row].astype(np.float64), g[t])), rel=1e-5)
         others = np.setdiff1d(np.arange(5), experts)
         assert not probs_grad[t, others].any()
+
+
+# --- inputs at the edges of the index conventions: the golden covers them and agrees with the kernel ----
+def _same_bits(got, want):
+    if want is None:
+        return got is None
+    return got is not None and got.dtype == want.dtype and got.shape == want.shape and \
+        np.array_equal(_bits(got), _bits(want))
+
+
+def _kernel_and_golden(args, soc):
+    soc = get_soc(soc)
+    piece = tiling_uwrm_grad(*args.values(), soc=soc).fields["hidden_size_align"]
+    got = ops.moe_token_unpermute_with_routing_map_grad(*args.values(), soc=soc)
+    return got, golden(*args.values(), hidden_piece=piece)
+
+
+EDGE_DTYPES = {"bf16": (BF16, BF16), "bf16-fp32probs": (BF16, F32), "fp32": (F32, F32)}
+EDGE_PROFILES = ("ascend910b", "ascend950")
+
+
+@pytest.mark.parametrize("profile", EDGE_PROFILES)
+@pytest.mark.parametrize("dt", EDGE_DTYPES)
+def test_probs_slots_past_tokens_times_topk_are_never_read(dt, profile):
+    """M = N * topK + 3: the kernel handles rowIdMap = N * topK slots, so the 3 extra slots may hold any
+    index (here out of range) and their rows stay 0."""
+    g_dt, p_dt = EDGE_DTYPES[dt]
+    base = make_inputs(8, 40, 5, topk=2, dtype=g_dt, probs_dtype=p_dt, full_topk=False, seed=21)
+    extra_rows = np.random.default_rng(1).uniform(-2, 2, (3, 40)).astype(g_dt)
+    args = dict(base, out_index=np.append(base["out_index"], [2**31 - 1, -7, 10**6]).astype(np.int32),
+                permute_token_id=np.append(base["permute_token_id"], [99, -1, 5]).astype(np.int32),
+                permuted_tokens=np.concatenate([base["permuted_tokens"], extra_rows]))
+    (grad, probs_grad), (want_grad, want_probs_grad) = _kernel_and_golden(args, profile)
+    assert _same_bits(grad, want_grad) and _same_bits(probs_grad, want_probs_grad)
+    # the golden of the extended call is the golden of the first N * topK slots, plus 3 zero rows
+    base_grad, base_probs_grad = golden(*base.values())
+    assert _same_bits(want_grad[:16], base_grad) and not want_grad[16:].astype(F32).any()
+    assert _same_bits(want_probs_grad, base_probs_grad)
+
+
+@pytest.mark.parametrize("profile", EDGE_PROFILES)
+def test_probs_with_fewer_slots_than_tokens_gives_zeros(profile):
+    """M < N makes topK = 0: no slot is handled, both gradients stay 0 whatever the routing map says."""
+    args = make_inputs(8, 24, 4, topk=1, dtype=BF16, seed=22)
+    args.update(out_index=np.array([3, 0, 4, 1, 2], np.int32), permute_token_id=np.arange(5, dtype=np.int32),
+                permuted_tokens=args["permuted_tokens"][:5])
+    (grad, probs_grad), (want_grad, want_probs_grad) = _kernel_and_golden(args, profile)
+    assert _same_bits(grad, want_grad) and _same_bits(probs_grad, want_probs_grad)
+    assert not grad.astype(F32).any() and not probs_grad.astype(F32).any()
+
+
+@pytest.mark.parametrize("profile", EDGE_PROFILES)
+def test_no_probs_with_fewer_slots_than_tokens_copies_token_0(profile):
+    """Without probs, topK = 0 makes every slot's token SafeDiv(r, 0) = 0; the -1 slot is skipped."""
+    args = make_inputs(8, 24, 4, topk=1, dtype=F16, with_probs=False, seed=23)
+    args.update(out_index=np.array([3, 0, -1, 1, 2], np.int32), permute_token_id=np.arange(5, dtype=np.int32))
+    (grad, probs_grad), (want_grad, want_probs_grad) = _kernel_and_golden(args, profile)
+    assert _same_bits(grad, want_grad) and probs_grad is None and want_probs_grad is None
+    g0 = args["unpermuted_tokens_grad"][0]
+    assert all(np.array_equal(_bits(grad[r]), _bits(g0)) for r in (0, 1, 2, 3)) and not grad[4].any()
+
+
+@pytest.mark.parametrize("extra_row", [-1, 0], ids=["skipped", "dereferenced"])
+def test_no_probs_slot_past_tokens_times_topk(extra_row):
+    """Without probs all M slots are handled: slot N * topK reads token N, one past the last. The kernel gets
+    there only if out_index does not skip the slot; then it faults and the golden refuses the input."""
+    args = make_inputs(8, 24, 4, topk=2, dtype=BF16, with_probs=False, seed=26)
+    args.update(out_index=np.append(args["out_index"], extra_row).astype(np.int32),
+                permute_token_id=np.append(args["permute_token_id"], 0).astype(np.int32))
+    if extra_row < 0:
+        (grad, probs_grad), (want_grad, want_probs_grad) = _kernel_and_golden(args, "ascend910b")
+        assert _same_bits(grad, want_grad) and probs_grad is None and not grad[16].astype(F32).any()
+        return
+    with pytest.raises(OutOfBoundsError, match="unpermuted_tokens_grad"):
+        ops.moe_token_unpermute_with_routing_map_grad(*args.values())
+    with pytest.raises(ValueError, match="outside golden domain: token"):
+        golden(*args.values())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_zero_hidden_size(mode):
+    """H = 0: every mode gives an (M, 0) gradient and an all-zero probs gradient -- except that the
+    dropAndPad + probs kernel (key 11) then casts one element out of its 0-byte partial-sum buffer
+    (hiddenSizeLoopTimesAlign = 0), a read outside the buffer that the simulator reports."""
+    pad, probs = MODES[mode]
+    args = make_inputs(8, 0, 4, topk=2, capacity=2, dtype=BF16, drop_and_pad=pad, with_probs=probs, seed=24)
+    want_grad, want_probs_grad = golden(*args.values())
+    assert want_grad.shape == (args["out_index"].size, 0)
+    assert want_probs_grad is None if not probs else not want_probs_grad.astype(F32).any()
+    if pad and probs:
+        with pytest.raises(OutOfBoundsError, match="0 bytes"):
+            ops.moe_token_unpermute_with_routing_map_grad(*args.values())
+        return
+    grad, probs_grad = ops.moe_token_unpermute_with_routing_map_grad(*args.values())
+    assert _same_bits(grad, want_grad) and _same_bits(probs_grad, want_probs_grad)
+
+
+def _pad_inputs_with_spill(g_dt, p_dt, spill_token=None):
+    """dropAndPad with 2 experts x capacity 2 plus one slot at row 4 (M = 5, capacity still 2): that slot's
+    probs offset is token * 2 + 4 // 2, i.e. expert 0 of the next token."""
+    args = make_inputs(6, 40, 2, capacity=2, dtype=g_dt, probs_dtype=p_dt, drop_and_pad=True, seed=25)
+    rm = args["routing_map"]
+    if spill_token is None:   # a token whose successor does not route to expert 0: its element is free
+        spill_token = next(t for t in range(5) if not rm[t + 1, 0])
+    row = np.random.default_rng(2).uniform(-2, 2, (1, 40)).astype(g_dt)
+    args.update(out_index=np.append(args["out_index"], 4).astype(np.int32),
+                permute_token_id=np.append(args["permute_token_id"], spill_token).astype(np.int32),
+                permuted_tokens=np.concatenate([args["permuted_tokens"], row]))
+    return args, spill_token
+
+
+@pytest.mark.parametrize("profile", EDGE_PROFILES)
+@pytest.mark.parametrize("dt", EDGE_DTYPES)
+def test_pad_slots_past_experts_times_capacity_spill_into_the_next_token(dt, profile):
+    g_dt, p_dt = EDGE_DTYPES[dt]
+    args, t = _pad_inputs_with_spill(g_dt, p_dt)
+    (grad, probs_grad), (want_grad, want_probs_grad) = _kernel_and_golden(args, profile)
+    assert _same_bits(grad, want_grad) and _same_bits(probs_grad, want_probs_grad)
+    # the spilled slot uses (and writes) probs element (t + 1, 0)
+    g = args["unpermuted_tokens_grad"][t].astype(np.float64)
+    prob = args["probs"][t + 1, 0]
+    assert np.array_equal(_bits(grad[4]), _bits((g.astype(F32) * F32(prob)).astype(g_dt)))
+    dot = float(np.dot(args["permuted_tokens"][4].astype(np.float64), g))
+    assert float(probs_grad[t + 1, 0]) == pytest.approx(dot, rel=2e-2 if p_dt is BF16 else 1e-5, abs=1e-3)
+
+
+def test_pad_spill_past_the_last_token_is_outside_both():
+    """The same spill from the last token points past probs: the kernel faults, the golden refuses."""
+    args, _ = _pad_inputs_with_spill(BF16, BF16, spill_token=5)
+    with pytest.raises(OutOfBoundsError, match="probs"):
+        ops.moe_token_unpermute_with_routing_map_grad(*args.values())
+    with pytest.raises(ValueError, match="outside golden domain: probs offset"):
+        golden(*args.values())
 
 
 def _outputs(args):
@@ -144,6 +321,22 @@ def test_two_phase_api_reports_tiling_and_run():
     assert t.mte3_bytes == m * h * b + n * e * b + n * e * b
     assert t.vec_elem_ops > 0 and t.scalar_gm_reads >= 64 * 4 and t.sync_all == 48
     assert 0 < t.ub_hwm_bytes <= rep.ub_plan_bytes <= 196608
+
+
+@pytest.mark.parametrize("pad", [False, True], ids=["key1", "key11"])
+def test_arch35_kernels_keep_the_membase_event_protocol(pad):
+    """The arch35 keys 1/11 differ from membase in Fill/Duplicate and one VToMTE3Sync, which swaps one
+    EnQue/DeQue pair for one SetFlag/WaitFlag pair: one core, same input, same event count."""
+    args = make_inputs(2, 64, 2, topk=None if pad else 1, capacity=1 if pad else None, dtype=BF16,
+                       drop_and_pad=pad, with_probs=True, seed=4)
+    events = []
+    for soc in ("ascend910b", "ascend950"):
+        out, pg = _outputs(args)
+        size, executor = aclnn.moe_token_unpermute_with_routing_map_grad_get_workspace_size(
+            *args.values(), None, out, pg, soc=get_soc(soc, aiv_num=1))
+        aclnn.moe_token_unpermute_with_routing_map_grad(np.empty(size, np.uint8), size, executor)
+        events.append(executor.report.total.events)
+    assert events[0] == events[1] > 0
 
 
 def test_non_contiguous_inputs_are_accepted():
@@ -244,18 +437,118 @@ def test_top_k_above_256_with_wide_rows_overflows_the_ub():
     assert "tmpBufferProbGradReduceSum" in info.value.detail
 
 
-# --- fuzzing: bad index values end in an error, never in a crash --------------------------------------
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(mode=st.sampled_from(sorted(MODES)), which=st.sampled_from(["out_index", "permute_token_id"]),
-       slot=st.integers(0, 11), value=st.one_of(st.integers(-2**31, -2), st.integers(-1, 40),
-                                                st.integers(10**6, 2**31 - 1)))
-def test_fuzzed_bad_indices_never_crash(mode, which, slot, value):
+def test_fp32_probs_with_wide_rows_overflow_the_ub_at_256_reserved_slots():
+    """bf16 grads + fp32 probs (key 101): outQueueProbGrad holds 256 fp32 where the tiling budgeted 256 bf16;
+    with rows of 8192 the launch fails before any byte moves. With 30 tokens (240 slots) it fits and runs."""
+    soc = get_soc("ascend910b", aiv_num=1)
+    args = make_inputs(32, 8192, 8, topk=8, dtype=BF16, probs_dtype=F32, seed=6)
+    out, pg = _outputs(args)
+    size, executor = aclnn.moe_token_unpermute_with_routing_map_grad_get_workspace_size(*args.values(), None, out,
+                                                                                        pg, soc=soc)
+    assert executor.tiling.tiling_key == 101 and not executor.tiling.ub_fits
+    with pytest.raises(UBOverflowError) as info:
+        aclnn.moe_token_unpermute_with_routing_map_grad(np.empty(size, np.uint8), size, executor)
+    assert info.value.tiling_key == 101 and "outQueueProbGrad" in info.value.detail
+    assert info.value.capacity_bytes == soc.ub_size
+    assert not pg.any() and not out.astype(F32).any()
+    # 30 tokens = 240 slots: the plan fits with 32 bytes to spare and the kernel runs bit-exact
+    fits = make_inputs(30, 8192, 8, topk=8, dtype=BF16, probs_dtype=F32, seed=6)
+    assert tiling_uwrm_grad(*fits.values(), soc=soc).ub_plan_bytes == soc.ub_size - 32
+    (grad, probs_grad), (want_grad, want_probs_grad) = _kernel_and_golden(fits, soc)
+    assert _same_bits(grad, want_grad) and _same_bits(probs_grad, want_probs_grad)
+
+
+# --- fuzzing: a corrupted index is skipped, faults, or gives the golden's answer; inputs stay untouched ------
+FUZZ_TOKENS, FUZZ_HIDDEN, FUZZ_EXPERTS, FUZZ_TOPK, FUZZ_CAPACITY = 6, 24, 4, 2, 3   # 12 slots in every mode
+
+
+def _fault_expected(mode, which, value, slots, tokens):
+    """Whether the kernel dereferences the corrupted value, by the real kernels' skip rules: keys 0/1 never
+    read permute_token_id and skip a slot whose out_index is negative; keys 10/11 skip nothing."""
+    pad, _ = MODES[mode]
+    if which == "routing_map":
+        return False
+    if not pad:
+        return which == "out_index" and value >= slots
+    return not 0 <= value < (slots if which == "out_index" else tokens)
+
+
+def _uint(a):
+    return a.view(np.dtype(f"u{a.itemsize}"))
+
+
+def _decided_by_one_slot(mode, args, arch35):
+    """Masks (grad rows, probs-grad elements) whose value one slot alone decides.
+
+    Several slots writing one element race across cores on hardware (and in the simulator's thread pool).
+    On arch35 the keys-1/101 kernel never zeroes its per-slot partial sums, so a slot that has an expert
+    but a negative out_index leaves that probs-grad element undefined (membase and the golden give 0).
+    """
+    o = args["out_index"].astype(np.int64)
+    m = o.size
     pad, probs = MODES[mode]
-    args = make_inputs(6, 24, 4, topk=2, capacity=3, dtype=BF16, drop_and_pad=pad, with_probs=probs, seed=11)
+    rows_ok = np.bincount(o if pad else o[o >= 0], minlength=m) <= 1
+    if not probs:
+        return rows_ok, None
+    n, e = args["probs"].shape
+    if pad:
+        flat = args["permute_token_id"].astype(np.int64) * e + o // (m // e)
+        return rows_ok, (np.bincount(flat, minlength=n * e) <= 1).reshape(n, e)
+    elements_ok = np.ones((n, e), dtype=bool)
+    if arch35:
+        chosen = [np.nonzero(row)[0] for row in np.asarray(args["routing_map"]) != 0]
+        for q in np.nonzero(o < 0)[0]:
+            t, k = divmod(int(q), FUZZ_TOPK)
+            if k < chosen[t].size:
+                elements_ok[t, chosen[t][k]] = False
+    return rows_ok, elements_ok
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mode=st.sampled_from(sorted(MODES)), dt=st.sampled_from(sorted(DTYPES)),
+       profile=st.sampled_from(["ascend910b", "ascend950"]), cores=st.integers(1, 4),
+       which=st.sampled_from(["out_index", "permute_token_id", "routing_map"]), slot=st.integers(0, 11),
+       value=st.one_of(st.integers(-2**31, -2), st.integers(-1, 16), st.integers(10**6, 2**31 - 1)))
+def test_fuzzed_bad_indices(mode, dt, profile, cores, which, slot, value):
+    pad, probs = MODES[mode]
+    assume(probs or which != "routing_map")
+    g_dt, p_dt = DTYPES[dt]
+    args = make_inputs(FUZZ_TOKENS, FUZZ_HIDDEN, FUZZ_EXPERTS, topk=FUZZ_TOPK, capacity=FUZZ_CAPACITY, dtype=g_dt,
+                       probs_dtype=p_dt, drop_and_pad=pad, with_probs=probs, seed=11)
     bad = args[which].copy()
-    bad[slot % bad.size] = value
+    if which == "routing_map":   # a row selecting every expert: more than topK
+        bad[slot % FUZZ_TOKENS] = True
+    else:
+        bad[slot % bad.size] = value
     args[which] = bad
-    try:
-        ops.moe_token_unpermute_with_routing_map_grad(*args.values(), soc="ascend910b")
-    except (ops.AclnnError, SimulatorError):
-        pass
+    before = {k: v.copy() for k, v in args.items() if isinstance(v, np.ndarray)}
+    soc = get_soc(profile, aiv_num=cores)
+    piece = tiling_uwrm_grad(*args.values(), soc=soc).fields["hidden_size_align"]
+    m = args["out_index"].size
+
+    def run():
+        return ops.moe_token_unpermute_with_routing_map_grad(*args.values(), soc=soc)
+
+    if _fault_expected(mode, which, value, m, FUZZ_TOKENS):
+        event("faults")
+        with pytest.raises(OutOfBoundsError):
+            run()
+        with pytest.raises(ValueError, match="outside golden domain"):
+            golden(*args.values(), hidden_piece=piece)
+    elif which == "routing_map" and not pad:
+        event("routing map outside the golden's domain")
+        run()   # the kernel shifts the batch's probs (no fault, no defined result); the golden refuses
+        with pytest.raises(ValueError, match="outside golden domain: routing_map row"):
+            golden(*args.values(), hidden_piece=piece)
+    else:
+        event("compared with the golden")
+        grad, probs_grad = run()
+        want_grad, want_probs_grad = golden(*args.values(), hidden_piece=piece)
+        rows_ok, elements_ok = _decided_by_one_slot(mode, args, soc.is_regbase)
+        assert np.array_equal(_uint(grad)[rows_ok], _uint(want_grad)[rows_ok])
+        if probs:
+            assert np.array_equal(_uint(probs_grad)[elements_ok], _uint(want_probs_grad)[elements_ok])
+        else:
+            assert probs_grad is None and want_probs_grad is None
+    for k, v in before.items():
+        assert np.array_equal(_bits(args[k]), _bits(v)), f"the call changed input {k}"

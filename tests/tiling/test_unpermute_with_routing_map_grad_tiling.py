@@ -124,3 +124,50 @@ def test_key_selection_and_ub_plan_fits(soc_name, pad, probs, mix, key):
                                   probs_dtype=F32 if mix else None), drop_and_pad=pad, soc=soc)
     assert r.tiling_key == key and r.block_dim == soc.aiv_num
     assert r.ub_fits and 0 < r.ub_plan_bytes <= soc.ub_size
+
+
+def _plan_row(result, name):
+    return next(row for row in result.ub_plan if row[0] == name)
+
+
+def test_mixed_probs_wide_rows_overflow_the_ub_once_256_slots_are_reserved():
+    """Key 101 (bf16 grads, fp32 probs): the tiling budgets outQueueProbGrad as 256 grad-sized elements
+    (512 B), the kernel sizes it indicesReserveNumAlign probs elements (up to 1024 B). When the hidden piece
+    is near its maximum only the 256 B kept back from the UB absorb the difference, so the plan overflows
+    as soon as the reserved slots align to 256. A faithful copy of the real op's under-budget; bf16 probs
+    (key 1) are budgeted exactly and fit."""
+    one_core = get_soc("ascend910b", aiv_num=1)
+
+    def tile(tokens, hidden, probs_dtype=F32, soc=one_core):
+        return tiling_uwrm_grad(*_inputs(tokens, hidden, 8, tokens * 8, probs_dtype=probs_dtype), soc=soc)
+
+    fits, over = tile(30, 8192), tile(31, 8192)   # topK 8: 240 slots per core, then 248 -> aligned 256
+    assert fits.tiling_key == over.tiling_key == 101
+    assert (fits.fields["hidden_size_align"], fits.fields["hidden_size_loop_times"]) == (8064, 2)
+    assert fits.fields["indices_reserve_num_align"] == 240 and fits.ub_fits
+    assert over.fields["indices_reserve_num_align"] == 256 and not over.ub_fits
+    assert over.ub_plan_bytes - one_core.ub_size == 160
+    # the cause is that one buffer: at the size the tiling budgeted, the same plan would fit
+    assert _plan_row(over, "outQueueProbGrad")[1] == 256 * 4
+    assert over.ub_plan_bytes - 256 * 4 + 256 * 2 <= one_core.ub_size
+    bf16_probs = tile(31, 8192, probs_dtype=None)
+    assert bf16_probs.tiling_key == 1 and bf16_probs.ub_fits
+    assert _plan_row(bf16_probs, "outQueueProbGrad")[1] == 256 * 2
+    # at 256 reserved slots the hidden boundary on the 910B: rows of 8048 fit, 8049 round up to 8064 and do not
+    assert tile(32, 8048).ub_fits and not tile(32, 8049).ub_fits
+    assert tile(32, 8049).fields["hidden_size_loop_times"] == 1   # no split needed to hit it
+    assert not tile(32, 100_000).ub_fits                          # nor does splitting further help
+
+
+@pytest.mark.parametrize("soc_name,tokens,hidden,fits", [
+    ("ascend910b", 1440, 8192, True),    # 30 tokens per core
+    ("ascend910b", 1441, 8192, False),   # one core gets 31 tokens = 248 slots
+    ("ascend910_93", 1536, 8192, False),
+    ("ascend950", 2048, 10432, True),    # the 950's larger UB moves the hidden boundary
+    ("ascend950", 2048, 10433, False),
+])
+def test_mixed_probs_ub_overflow_boundary_on_stock_chips(soc_name, tokens, hidden, fits):
+    r = tiling_uwrm_grad(*_inputs(tokens, hidden, 8, tokens * 8, probs_dtype=F32), soc=soc_name)
+    assert r.tiling_key == 101 and r.fields["indices_reserve_num_align"] == (240 if tokens == 1440 else 256)
+    assert r.ub_fits is fits
+    assert ("DOES NOT FIT" in str(r)) is not fits
