@@ -14,7 +14,8 @@ from .pipe import PipePlan, UbBuffer, plan_pipe  # noqa: F401
 from .report import CoreReport, RunReport  # noqa: F401
 
 __all__ = [
-    "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ElementTypeError", "ParamRangeError", "QueueError",
+    "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ElementTypeError", "ParamRangeError",
+    "QueueError",
     "SyncError", "Kernel", "PipePhase", "SYNC_ALL", "launch", "default_threads", "UbBuffer", "PipePlan", "plan_pipe",
     "RunReport", "CoreReport",
 ]

@@ -18,6 +18,8 @@ from __future__ import annotations
 from numba import njit
 from numba.extending import register_jitable
 
+from ._memory import borrow
+
 DEVICE_JIT_OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
 
 
@@ -25,6 +27,16 @@ def aicore(fn):
     return register_jitable(**DEVICE_JIT_OPTIONS)(fn)
 
 
-
 def global_aicore(fn):
-    return njit(**DEVICE_JIT_OPTIONS)(fn)
+    """A stage entry: the launcher's call lands here, every array argument is borrowed (see
+    _memory.borrow: no reference counting inside the kernel) and the body runs as a device function."""
+    body = aicore(fn)
+
+    def entry(*args):
+        return body(*borrow(args))
+
+    entry.__name__ = fn.__name__
+    # numba names the cache index after the qualname: keep entries of equally named stages apart
+    entry.__qualname__ = f"{fn.__module__.replace('.', '_')}__{fn.__qualname__}"
+    entry.__doc__ = fn.__doc__
+    return njit(**DEVICE_JIT_OPTIONS)(entry)

@@ -6,6 +6,7 @@ bounds first.
 """
 from __future__ import annotations
 
+from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -30,3 +31,94 @@ def memcpy_bytes(typingctx, dst, dst_off_bytes, src, src_off_bytes, n_bytes):
 
     return sig, codegen
 
+
+
+@intrinsic
+def data_address(typingctx, arr):
+    """Address of an array's first element as an int64 (what `arr.ctypes.data` gives, without building a
+    ctypes object: that one holds a reference, and the reference counting it brings costs more than the
+    rest of an AscendC call)."""
+    sig = types.int64(arr)
+
+    def codegen(context, builder, signature, args):
+        a = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.ptrtoint(a.data, context.get_value_type(types.int64))
+
+    return sig, codegen
+
+
+def _borrowed(context, builder, ty, value):
+    """`value` with every array in it (also inside tuples) turned into a view that owns nothing."""
+    if isinstance(ty, types.Array):
+        arr = context.make_array(ty)(context, builder, value=value)
+        arr.meminfo = cgutils.get_null_value(arr.meminfo.type)
+        arr.parent = cgutils.get_null_value(arr.parent.type)
+        return arr._getvalue()
+    if isinstance(ty, types.BaseTuple):
+        for i, item_ty in enumerate(ty.types):
+            item = builder.extract_value(value, i)
+            value = builder.insert_value(value, _borrowed(context, builder, item_ty, item), i)
+    return value
+
+
+@intrinsic
+def borrow(typingctx, args):
+    """The same arrays / tuples of arrays with null meminfo: non-owning views.
+
+    Every array numba passes between inlined device functions is reference counted, and the
+    count is an atomic read-modify-write; with owners null the counting reduces to a null
+    test. Safe while the caller keeps the real arrays alive, as the launcher does for the
+    duration of a stage.
+    """
+    sig = args(args)
+
+    def codegen(context, builder, signature, llargs):
+        return _borrowed(context, builder, signature.args[0], llargs[0])
+
+    return sig, codegen
+
+
+STREAM_MIN_BYTES = 4096   # below this a plain memcpy is faster than streaming stores plus a fence
+
+
+@intrinsic
+def stream_bytes(typingctx, dst, dst_off_bytes, src, src_off_bytes, n_bytes):
+    """Copy n_bytes like memcpy_bytes, but write dst with non-temporal (streaming) stores.
+
+    A DMA write to GM does not pass through the AI core's caches; on the CPU the same bytes
+    written with ordinary stores first pull every destination line into the cache (read for
+    ownership), doubling the memory traffic of a scatter of large rows. Streaming stores skip
+    that read. The head up to 32-byte alignment and the tail go through memcpy; a fence at
+    the end orders the streaming stores before anything the caller does next.
+    """
+    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        d = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
+        s = _byte_ptr(context, builder, signature.args[2], args[2], args[3])
+        n = args[4]
+        i64 = ir.IntType(64)
+        vec_t = ir.VectorType(i64, 4)
+        d_addr = builder.ptrtoint(d, i64)
+        mis = builder.and_(builder.sub(ir.Constant(i64, 32), builder.and_(d_addr, ir.Constant(i64, 31))),
+                           ir.Constant(i64, 31))
+        head = builder.select(builder.icmp_signed("<", n, mis), n, mis)
+        cgutils.raw_memcpy(builder, d, s, head, 1)
+        rest = builder.sub(n, head)
+        blocks = builder.sdiv(rest, ir.Constant(i64, 32))
+        d_body = builder.gep(d, [head])
+        s_body = builder.gep(s, [head])
+        with cgutils.for_range(builder, blocks) as loop:
+            off = builder.mul(loop.index, ir.Constant(i64, 32))
+            src_v = builder.bitcast(builder.gep(s_body, [off]), vec_t.as_pointer())
+            dst_v = builder.bitcast(builder.gep(d_body, [off]), vec_t.as_pointer())
+            value = builder.load(src_v, align=1)
+            store = builder.store(value, dst_v, align=32)
+            store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        done = builder.mul(blocks, ir.Constant(i64, 32))
+        cgutils.raw_memcpy(builder, builder.gep(d_body, [done]), builder.gep(s_body, [done]),
+                           builder.sub(rest, done), 1)
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
+from numba import njit
 
 from .pipe import Q_NUM
 
@@ -60,14 +61,19 @@ QUE_BASE = MEMBER_BASE + N_MEMBERS                    # queue table rows of the 
 # Two-byte poison pattern for memory nobody wrote: reads as NaN in fp32, fp16 and bf16,
 # and as a huge positive int32, so a kernel that consumes it fails loudly.
 POISON = np.array([0xBF, 0x7F], dtype=np.uint8)
+POISON_EVEN = 0xBF
+POISON_ODD = 0x7F
+POISON_PAIR = np.uint16(POISON_ODD << 8 | POISON_EVEN)    # the two bytes as one little-endian uint16
 
 
+@njit(cache=True, nogil=True)
 def poison_fill(buf: np.ndarray) -> None:
-    """Fill a uint8 buffer with the poison pattern (byte i gets POISON[i % 2])."""
+    """Fill a uint8 buffer with the poison pattern (byte i gets POISON[i % 2]); releases the GIL, so the
+    cores of a launch re-poison their UBs in parallel."""
     pairs = buf[: buf.size - buf.size % 2].view(np.uint16)
-    pairs[:] = POISON.view(np.uint16)[0]
+    pairs[:] = POISON_PAIR
     if buf.size % 2:
-        buf[-1] = POISON[0]
+        buf[buf.size - 1] = POISON_EVEN
 
 
 def make_core(block_idx: int, block_num: int, ub_size: int, queue_slots: int, max_block_count: int,

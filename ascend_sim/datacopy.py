@@ -22,12 +22,12 @@ from numba import types
 from numba.extending import overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
-from ._memory import memcpy_bytes
+from ._memory import STREAM_MIN_BYTES, memcpy_bytes, stream_bytes
 from .core import (CAP_MAX_BLOCK_COUNT, CNT_MTE2_BYTES, CNT_MTE2_INSTR, CNT_MTE3_BYTES, CNT_MTE3_INSTR,
                    POISON)
 from .faults import (CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DATA_COPY_PAD_IN, CALL_DATA_COPY_PAD_OUT,
-                     CALL_DATA_COPY_UB, CALL_INIT_OUTPUT, F_DATACOPY_TRUNC, F_ELEM_TYPE, F_GM_OOB, F_LEN_MULTIPLE, F_PARAM,
-                     F_UB_OOB, P_BLOCK_COUNT, P_BLOCK_LEN, P_COUNT, P_LEFT_PADDING, P_RIGHT_PADDING, P_STRIDE,
+                     CALL_DATA_COPY_UB, CALL_INIT_OUTPUT, F_DATACOPY_TRUNC, F_ELEM_TYPE, F_GM_OOB, F_LEN_MULTIPLE,
+                     F_PARAM, F_UB_OOB, P_BLOCK_COUNT, P_BLOCK_LEN, P_COUNT, P_LEFT_PADDING, P_RIGHT_PADDING, P_STRIDE,
                      fault, issue)
 from .local import note_ub_write, ub_aligned_offset
 
@@ -62,6 +62,15 @@ def gm_at(g, offset_elems):
 def gm_as_i32(g):
     """The same GM bytes as GlobalTensor<int32_t> (int64 data moves as pairs of int32, DataCopyB64)."""
     return GlobalTensor(g.data.view(np.int32), g.id, g.offset * (g.data.itemsize // 4))
+
+
+@aicore
+def _write_gm(gm, gm_off, ub, ub_off, nbytes):
+    """One burst UB -> GM: long bursts bypass the CPU caches as the DMA bypasses the core's."""
+    if nbytes >= STREAM_MIN_BYTES:
+        stream_bytes(gm, gm_off, ub, ub_off, nbytes)
+    else:
+        memcpy_bytes(gm, gm_off, ub, ub_off, nbytes)
 
 
 @aicore
@@ -179,7 +188,7 @@ def _pad_ub_to_gm(c, dst, src, params):
     if not _gm_ok(c, call, dst, gm0, gm0 + (n - 1) * (blen + dstride) + blen):
         return
     for r in range(n):
-        memcpy_bytes(dst.data, gm0 + r * (blen + dstride), c.ub, ub0 + r * row_stride, blen)
+        _write_gm(dst.data, gm0 + r * (blen + dstride), c.ub, ub0 + r * row_stride, blen)
     c.state[CNT_MTE3_BYTES] += n * blen
 
 
@@ -283,7 +292,7 @@ def _copy_out(c, dst, src, n, blocks, sstride, dstride):
     if not _gm_ok(c, call, dst, gm0, gm0 + (n - 1) * (blen + dstride * 32) + blen):
         return
     for r in range(n):
-        memcpy_bytes(dst.data, gm0 + r * (blen + dstride * 32), c.ub, ub0 + r * (blen + sstride * 32), blen)
+        _write_gm(dst.data, gm0 + r * (blen + dstride * 32), c.ub, ub0 + r * (blen + sstride * 32), blen)
     c.state[CNT_MTE3_BYTES] += n * blen
 
 

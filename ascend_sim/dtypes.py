@@ -105,6 +105,28 @@ def f32_from_bits(typingctx, bits):
     return sig, codegen
 
 
+@intrinsic
+def view_f32_as_u32(typingctx, x):
+    """The bit pattern of a float32 as uint32."""
+    sig = types.uint32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.uint32))
+
+    return sig, codegen
+
+
+@intrinsic
+def leading_zeros64(typingctx, x):
+    """Count of leading zero bits of a uint64 (64 for 0): one llvm.ctlz."""
+    sig = types.int64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.ctlz(args[0], context.get_constant(types.boolean, False))
+
+    return sig, codegen
+
+
 # --- widening (exact) ---------------------------------------------------------------------
 @aicore
 def bf16_bits_to_f32_bits(h):
@@ -218,9 +240,7 @@ def i64_to_f32_bits(x, mode):
         return np.uint32(0)
     negative = x < 0
     mag = np.uint64(0) - np.uint64(x) if negative else np.uint64(x)   # two's complement magnitude, INT64_MIN safe
-    e = 63
-    while (mag >> np.uint64(e)) == np.uint64(0):
-        e -= 1
+    e = 63 - leading_zeros64(mag)       # index of the leading one
     if e <= 23:
         kept = np.uint64(mag << np.uint64(23 - e))
     else:
@@ -309,9 +329,7 @@ def f32_bits_to_mini_float_bits(x, dt, pow2):
         if man == 0:
             _, _, _, sign_bit = _mini_format(dt)
             return np.uint8((1 << sign_bit) if negative else 0)
-        msb = 22
-        while (man >> msb) == 0:
-            msb -= 1
+        msb = 63 - leading_zeros64(np.uint64(man))
         return _mini_from_parts(negative, man, msb, -149 + pow2, dt)
     return _mini_from_parts(negative, man | (1 << 23), 23, exp - 150 + pow2, dt)
 

@@ -71,10 +71,14 @@ class PipePhase:
         schedule: stage functions `stage(core, *args)` and SYNC_ALL markers; an entry may also be a
             tuple (stage, *extra) called as stage(core, *args, *extra); or a function of the launch
             args returning such a sequence (for schedules that depend on the tiling).
+        stage_args: optional function of the launch args returning the args this phase's stages take
+            (default: the launch args). Handing a stage only the tensors it uses keeps numba from
+            compiling it again for every dtype of the tensors it never touches.
     """
     pipe: str
     buffers: tuple[str, ...]
     schedule: Sequence | Callable[..., Sequence]
+    stage_args: Callable[..., tuple] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,17 +106,18 @@ class Kernel:
 
 
 def _segments(kernel: Kernel, args: tuple) -> list[list[tuple[int, Callable, tuple]]]:
-    """The launch as segments of (phase, stage, extra args), split at every SyncAll."""
+    """The launch as segments of (phase, stage, stage args), split at every SyncAll."""
     segments: list[list] = [[]]
     for p, phase in enumerate(kernel.phases):
         schedule = phase.schedule(*args) if callable(phase.schedule) else phase.schedule
+        phase_args = tuple(phase.stage_args(*args)) if phase.stage_args is not None else tuple(args)
         for item in schedule:
             if isinstance(item, str) and item == SYNC_ALL:
                 segments.append([])
             elif isinstance(item, tuple):
-                segments[-1].append((p, item[0], tuple(item[1:])))
+                segments[-1].append((p, item[0], phase_args + tuple(item[1:])))
             else:
-                segments[-1].append((p, item, ()))
+                segments[-1].append((p, item, phase_args))
     return segments
 
 
@@ -160,11 +165,11 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
 
     def run_core(segment, i: int):
         try:
-            for p, stage, extra in segment:
+            for p, stage, stage_args in segment:
                 if live_phase[i] != p:
                     start_pipe(cores[i], tables[p])
                     live_phase[i] = p
-                stage(cores[i], *args, *extra)
+                stage(cores[i], *stage_args)
                 if cores[i].state[ERR_BASE] != 0:
                     break
         except Exception as failure:  # noqa: BLE001 - kernels record faults; anything else is a simulator bug

@@ -11,6 +11,7 @@ from numba import types
 from numba.extending import overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
+from ._memory import data_address
 from .core import CNT_UB_HWM
 from .faults import CALL_REINTERPRET_CAST, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB, fault
 
@@ -18,7 +19,7 @@ from .faults import CALL_REINTERPRET_CAST, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB,
 @aicore
 def ub_offset(c, t, call):
     """UB byte address of LocalTensor t, or -1 (fault recorded) if t is not a view of this core's UB."""
-    off = np.int64(t.ctypes.data) - np.int64(c.ub.ctypes.data)
+    off = data_address(t) - data_address(c.ub)
     if off < 0 or off + t.nbytes > c.ub.size:
         fault(c, F_UB_NOT_IN_UB, call, off, t.nbytes)
         return -1
@@ -114,6 +115,6 @@ def _ub_like(c, g):
 def check_count(c, t, count, call):
     """True if the first `count` elements of t exist; records F_UB_OOB otherwise."""
     if count > t.size:
-        fault(c, F_UB_OOB, call, np.int64(t.ctypes.data) - np.int64(c.ub.ctypes.data), count * t.itemsize, t.nbytes)
+        fault(c, F_UB_OOB, call, data_address(t) - data_address(c.ub), count * t.itemsize, t.nbytes)
         return False
     return True

@@ -15,6 +15,7 @@ from ._jit import aicore
 from .core import CNT_V_ELEMS, CNT_V_INSTR
 from .faults import (CALL_ARITH_PROGRESSION, CALL_CONCAT, CALL_DUPLICATE_MASK, CALL_EXTRACT, CALL_MRG_SORT,
                      CALL_SORT, F_PARAM, F_UB_OOB, P_COUNT, P_MASK, P_REPEAT, fault, issue)
+from .dtypes import view_f32_as_u32
 from .local import check_count, note_ub_write, ub_aligned_offset
 
 ONE_REPEAT_SORT_NUM = 32
@@ -31,6 +32,44 @@ def _begin(c, call, repeat, elems):
     c.state[CNT_V_INSTR] += 1
     c.state[CNT_V_ELEMS] += elems
     return repeat > 0
+
+
+@aicore
+def _descending_key(x):
+    """uint32 whose ascending order is x's descending float order; -0 and +0 share one key (equal)."""
+    bits = np.uint32(view_f32_as_u32(x))
+    if bits == np.uint32(0x80000000):
+        bits = np.uint32(0)
+    ordered = ~bits if (bits >> np.uint32(31)) != 0 else bits | np.uint32(0x80000000)
+    return ~ordered
+
+
+@aicore
+def _stable_descending_order(scores):
+    """Permutation sorting `scores` (fp32) descending, equal scores in input order: an LSD radix sort
+    on 8-bit digits, skipping digits every key shares (sort keys are mostly small integers)."""
+    n = scores.size
+    keys = np.empty(n, dtype=np.uint32)
+    for i in range(n):
+        keys[i] = _descending_key(scores[i])
+    order = np.arange(n)
+    scratch = np.empty(n, dtype=np.int64)
+    counts = np.zeros(257, dtype=np.int64)
+    for shift in range(0, 32, 8):
+        counts[:] = 0
+        for i in range(n):
+            counts[((keys[i] >> np.uint32(shift)) & np.uint32(0xFF)) + 1] += 1
+        if counts.max() == n:
+            continue                      # every key has the same digit here
+        for d in range(256):
+            counts[d + 1] += counts[d]
+        for j in range(n):
+            i = order[j]
+            d = (keys[i] >> np.uint32(shift)) & np.uint32(0xFF)
+            scratch[counts[d]] = i
+            counts[d] += 1
+        order, scratch = scratch, order
+    return order
 
 
 @aicore
@@ -75,7 +114,7 @@ def sort(c, dst, concat_local, index, tmp, repeat):
         return
     scores = concat_local[:n].copy()
     indices = index[:n].copy()
-    order = np.argsort(-scores, kind="mergesort")   # stable: ties keep input order
+    order = _stable_descending_order(scores)
     out_bits = dst[: 2 * n].view(np.uint32)
     for k in range(n):
         j = order[k]

@@ -5,9 +5,11 @@ from tiling.status import (AclnnError, InnerNullptrError, ParamInvalidError, Par
                            TilingError)
 
 from . import aclnn  # noqa: F401
+from .permute import moe_token_permute  # noqa: F401
 from .unpermute_with_routing_map_grad import moe_token_unpermute_with_routing_map_grad  # noqa: F401
 
 __all__ = [
     "AclnnError", "ParamNullptrError", "ParamInvalidError", "TilingError", "InnerNullptrError", "aclnn",
+    "moe_token_permute",
     "moe_token_unpermute_with_routing_map_grad",
 ]

@@ -1,6 +1,7 @@
 """ascend-sim command line: `demo`, `tiling OP ...`, `run OP ...`.
 
     ascend-sim demo [--soc ascend910b]
+    ascend-sim run moe_token_permute --tokens 4096 --hidden 7168 --experts 256 --topk 8 --soc ascend950 --quant-mode 3
     ascend-sim tiling moe_token_unpermute_with_routing_map_grad --tokens 4096 --hidden 7168 --experts 256 --topk 8
     ascend-sim run moe_token_unpermute_with_routing_map_grad --tokens 512 --hidden 4096 --experts 64 --capacity 64 \
         --drop-and-pad --probs-dtype fp32
@@ -20,9 +21,13 @@ import numpy as np
 import ops
 from ascend_sim import SimulatorError
 from tiling import get_soc
+from tiling import moe_token_permute as tiling_permute
 from tiling import moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
 from tiling.common import TensorDesc, as_dtype
 
+from . import permute as permute_op
+from .permute import examples as permute_examples
+from .permute import golden as permute_golden
 from .unpermute_with_routing_map_grad import examples as uwrm_grad_examples
 from .unpermute_with_routing_map_grad import golden as uwrm_grad_golden
 from .unpermute_with_routing_map_grad import get_workspace_size as uwrm_grad_workspace
@@ -79,14 +84,67 @@ def _uwrm_grad_inputs(a: argparse.Namespace) -> dict:
                                           seed=a.seed)
 
 
-def _uwrm_grad_outputs(args: dict) -> tuple:
+def _uwrm_grad_outputs(args: dict, soc) -> tuple:
     g = args["unpermuted_tokens_grad"]
     out = np.zeros((args["out_index"].size, g.shape[1]), dtype=g.dtype)
     probs = args["probs"]
     return out, (None if probs is None else np.zeros(probs.shape, dtype=probs.dtype))
 
 
+def _permute_check(a: argparse.Namespace) -> None:
+    if a.drop_and_pad or a.capacity is not None:
+        raise CliError("moe_token_permute has no drop-and-pad mode (--drop-and-pad / --capacity)")
+    if a.topk is None:
+        raise CliError("moe_token_permute needs --topk")
+
+
+def _permute_descs(a: argparse.Namespace) -> dict:
+    _permute_check(a)
+    return dict(tokens=TensorDesc((a.tokens, a.hidden), as_dtype(a.dtype)),
+                indices=TensorDesc((a.tokens, a.topk), as_dtype(a.indices_dtype)),
+                num_out_tokens=a.num_out_tokens, padded_mode=False, quant_mode=a.quant_mode)
+
+
+def _permute_inputs(a: argparse.Namespace) -> dict:
+    _permute_check(a)
+    tokens, indices = permute_examples.make_inputs(a.tokens, a.hidden, a.experts, topk=a.topk, dtype=a.dtype,
+                                                   indices_dtype=a.indices_dtype, seed=a.seed)
+    return dict(tokens=tokens, indices=indices, num_out_tokens=a.num_out_tokens, padded_mode=False,
+                quant_mode=a.quant_mode, mx_scale_rule=a.mx_scale_rule)
+
+
+def _permute_tiling(args: dict, soc):
+    return tiling_permute(args["tokens"], args["indices"], args["num_out_tokens"], args["padded_mode"],
+                          args["quant_mode"], soc=soc)
+
+
+def _permute_workspace(args: dict, outs: tuple, soc):
+    return permute_op.get_workspace_size_v2(args["tokens"], args["indices"], args["num_out_tokens"],
+                                            args["padded_mode"], args["quant_mode"], *outs, soc=soc,
+                                            mx_scale_rule=args.get("mx_scale_rule", "floor"))
+
+
+def _permute_golden(args: dict, tiling):
+    quant = args["quant_mode"] if tiling.soc.is_regbase else -1
+    return permute_golden.golden_v2(args["tokens"], args["indices"], args["num_out_tokens"], quant,
+                                    args.get("mx_scale_rule", "floor"))
+
+
+def _permute_outputs(args: dict, soc) -> tuple:
+    return permute_op.allocate_outputs(args["tokens"], args["indices"], args["num_out_tokens"], args["quant_mode"],
+                                       soc=soc)
+
+
 OPS = {
+    "moe_token_permute": OpAdapter(
+        descs=_permute_descs,
+        make_inputs=_permute_inputs,
+        tiling=_permute_tiling,
+        get_workspace_size=_permute_workspace,
+        run=permute_op.run,
+        outputs=_permute_outputs,
+        golden=_permute_golden,
+    ),
     "moe_token_unpermute_with_routing_map_grad": OpAdapter(
         descs=_uwrm_grad_descs,
         make_inputs=_uwrm_grad_inputs,
@@ -115,7 +173,7 @@ def _soc(a):
 
 
 def _check_dtypes(a):
-    for flag in ("dtype", "probs_dtype", "routing_map_dtype"):
+    for flag in ("dtype", "probs_dtype", "routing_map_dtype", "indices_dtype"):
         value = getattr(a, flag)
         if value is None:
             continue
@@ -143,7 +201,7 @@ def _same_bits(a, b) -> bool:
 def run_op(adapter: OpAdapter, args: dict, soc, *, check: bool = True) -> dict:
     """Tile, run both aclnn phases, compare with the golden; returns the facts the CLI prints."""
     tiling_result = adapter.tiling(args, soc)
-    outs = adapter.outputs(args)
+    outs = adapter.outputs(args, soc)
     size, executor = adapter.get_workspace_size(args, outs, soc)
     start = time.perf_counter()
     adapter.run(np.empty(size, dtype=np.uint8), size, executor)
@@ -162,14 +220,18 @@ def _print_run(facts, label: str = "") -> None:
     check = {True: "bit-exact vs golden", False: "MISMATCH vs golden", None: "not checked"}[facts.get("exact")]
     print(f"{label}tilingKey {t.tiling_key}, block_dim {t.block_dim}, UB plan {t.ub_plan_bytes} of "
           f"{t.soc.ub_size} B in {len(t.ub_plan)} buffers")
-    print("    " + ", ".join(f"{r[0]} {r[2]}x{r[1]}" for r in t.ub_plan))
+    pipes: dict[str, list[str]] = {}
+    for r in t.ub_plan:
+        pipes.setdefault(r[6] if len(r) > 6 else "pipe", []).append(f"{r[0]} {r[2]}x{r[1]}")
+    for pipe, rows in pipes.items():
+        print("    " + (f"[{pipe}] " if len(pipes) > 1 else "") + ", ".join(rows))
     print(f"    MTE2 {_fmt_bytes(total.mte2_bytes)}  MTE3 {_fmt_bytes(total.mte3_bytes)}  "
           f"V {total.vec_elem_ops:,} elem-ops  S {total.scalar_gm_reads:,} GM reads  "
           f"events {total.events:,}")
     print(f"    kernel {rep.wall_time_s * 1e3:.1f} ms on {rep.threads} threads = {gbs:.2f} GB/s of GM traffic; {check}")
 
 
-DEMO_CASES = [
+UWRM_GRAD_DEMO = [
     # (label, flags)
     ("key 0   no probs", dict(topk=8)),
     ("key 10  no probs, dropAndPad", dict(capacity=128, drop_and_pad=True)),
@@ -180,16 +242,25 @@ DEMO_CASES = [
                                                         probs_dtype="fp32")),
 ]
 
+PERMUTE_DEMO = [
+    # (label, soc (None: the demo's profile), tokens, hidden, topK, numOutTokens, quant_mode)
+    ("one-core sort", None, 512, 4096, 8, 0, -1),
+    ("multi-core sort (VBS, VMS, SortOut)", None, 2048, 1024, 8, 0, -1),
+    ("numOutTokens drops rows", None, 512, 4096, 8, 3000, -1),
+    ("split-D rows", None, 16, 65536, 2, 0, -1),
+    ("MXFP8 E5M2 (quant_mode 2)", "ascend950", 512, 4096, 8, 0, 2),
+    ("MXFP8 E4M3FN (quant_mode 3)", "ascend950", 512, 4096, 8, 0, 3),
+    ("MXFP4 E2M1 (quant_mode 9)", "ascend950", 512, 4096, 8, 0, 9),
+]
 
-def cmd_demo(a) -> int:
-    soc = _soc(a)
+
+def _demo_uwrm_grad(soc) -> bool:
     tokens, hidden, experts = 512, 4096, 64
     print(f"MoeTokenUnpermuteWithRoutingMapGrad on {soc.name} ({soc.aiv_num} AIV, UB {soc.ub_size} B): "
           f"tokens {tokens}, hidden {hidden}, experts {experts}, bf16")
     adapter = OPS["moe_token_unpermute_with_routing_map_grad"]
     ok = True
-    start = time.perf_counter()
-    for label, case in DEMO_CASES:
+    for label, case in UWRM_GRAD_DEMO:
         args = uwrm_grad_examples.make_inputs(tokens, hidden, experts, topk=case.get("topk"),
                                               capacity=case.get("capacity"), dtype="bf16",
                                               probs_dtype=case.get("probs_dtype"),
@@ -198,7 +269,32 @@ def cmd_demo(a) -> int:
         facts = run_op(adapter, args, soc)
         ok &= facts["exact"]
         _print_run(facts, f"  {label:<44} ")
-    print(f"{'all modes bit-exact' if ok else 'MISMATCH'} in {time.perf_counter() - start:.1f} s")
+    return ok
+
+
+def _demo_permute(soc) -> bool:
+    print(f"MoeTokenPermute (V2): experts 64, bf16 tokens, int32 ids; on {soc.name} unless marked")
+    adapter = OPS["moe_token_permute"]
+    ok = True
+    for label, where, tokens, hidden, top_k, num_out, quant in PERMUTE_DEMO:
+        case_soc = get_soc(where) if where else soc
+        x, idx = permute_examples.make_inputs(tokens, hidden, 64, topk=top_k, seed=2)
+        args = dict(tokens=x, indices=idx, num_out_tokens=num_out, padded_mode=False, quant_mode=quant)
+        facts = run_op(adapter, args, case_soc)
+        ok &= facts["exact"]
+        shape = f"{tokens}x{hidden} topK {top_k}" + (f" keep {num_out}" if num_out else "") + \
+            (f" [{case_soc.name}]" if where else "")
+        _print_run(facts, f"  {label:<37} {shape:<33} ")
+    return ok
+
+
+def cmd_demo(a) -> int:
+    soc = _soc(a)
+    start = time.perf_counter()
+    ok = _demo_uwrm_grad(soc)
+    print()
+    ok &= _demo_permute(soc)
+    print(f"{'all cases bit-exact' if ok else 'MISMATCH'} in {time.perf_counter() - start:.1f} s")
     return 0 if ok else 1
 
 
@@ -263,6 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--soc", default="ascend910b")
         p.add_argument("--ub-size", type=_positive, help="override the profile's UB bytes per core")
         p.add_argument("--cores", type=_positive, help="override the profile's vector-core count")
+        p.add_argument("--indices-dtype", default="int32", help="moe_token_permute: int32 or int64 expert ids")
+        p.add_argument("--num-out-tokens", type=int, default=0,
+                       help="moe_token_permute: rows kept (0 all, negative counts from the end)")
+        p.add_argument("--quant-mode", type=int, default=-1,
+                       help="moe_token_permute on ascend950: 2 MXFP8 E5M2, 3 MXFP8 E4M3FN, 9 MXFP4 E2M1")
+        p.add_argument("--mx-scale-rule", choices=("floor", "round_scale"), default="floor",
+                       help="MXFP8 scale rule: OCP floor (default) or the master-branch kernel's round scale")
         p.add_argument("--seed", type=int, default=0)
         if name == "run":
             p.add_argument("--no-check", action="store_true", help="skip the golden comparison")

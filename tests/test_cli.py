@@ -30,13 +30,39 @@ def test_demo_runs_every_mode(capsys):
     out = capsys.readouterr().out
     for key in (0, 10, 1, 11, 101, 111):
         assert f"tilingKey {key}," in out
-    assert "all modes bit-exact" in out
+    for label in ("one-core sort", "multi-core sort", "numOutTokens drops rows", "split-D rows", "MXFP8 E5M2",
+                  "MXFP8 E4M3FN", "MXFP4 E2M1"):
+        assert label in out
+    assert "MISMATCH" not in out and "all cases bit-exact" in out
+
+
+def test_run_permute_with_quantisation(capsys):
+    rc = main(["run", "moe_token_permute", "--tokens", "40", "--hidden", "96", "--experts", "6", "--topk", "2",
+               "--soc", "950", "--quant-mode", "3", "--num-out-tokens", "-7", "--mx-scale-rule", "round_scale"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "tilingKey 5," in out and "xQuantOutQueue" in out and "bit-exact vs golden" in out
+
+
+def test_tiling_permute_prints_every_tpipe(capsys):
+    rc = main(["tiling", "moe_token_permute", "--tokens", "4096", "--hidden", "7168", "--experts", "256",
+               "--topk", "8", "--indices-dtype", "int64"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "tilingKey 2," in out
+    for pipe in ("TPipe sortPipe ", "TPipe sortPipe2 ", "TPipe MoeindexCopyPipe "):
+        assert pipe in out
 
 
 @pytest.mark.parametrize("argv,status,fragment", [
     (["tiling", OP, "--tokens", "4096", "--hidden", "7168", "--experts", "256", "--topk", "600"], 1, "561002"),
     (["tiling", OP, "--tokens", "8", "--hidden", "8", "--experts", "4", "--capacity", "9", "--drop-and-pad"], 1,
      "capacity"),
+    (["run", "moe_token_permute", "--tokens", "8", "--hidden", "8", "--experts", "4", "--capacity", "2"], 2,
+     "drop-and-pad"),
+    (["run", "moe_token_permute", "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "2", "--soc", "950",
+      "--quant-mode", "4"], 1, "161002"),
+    (["run", "moe_token_permute", "--tokens", "8", "--hidden", "8", "--experts", "4"], 2, "--topk"),
+    (["tiling", "moe_token_permute", "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "513"], 1,
+     "561002"),
     (["tiling", "moe_token_frobnicate", "--tokens", "1", "--hidden", "1", "--experts", "1"], 2, "unknown operator"),
     (["run", OP, "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "2", "--dtype", "fp9"], 2, "dtype"),
     (["tiling", OP, "--tokens", "-3", "--hidden", "8", "--experts", "4", "--topk", "2"], 2, "positive"),

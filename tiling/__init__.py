@@ -9,3 +9,4 @@ from .platform import PROFILES, SocProfile, get_soc  # noqa: F401
 from .status import (AclnnError, InnerNullptrError, ParamInvalidError, ParamNullptrError,  # noqa: F401
                      TilingError)
 from .moe_token_unpermute_with_routing_map_grad import moe_token_unpermute_with_routing_map_grad  # noqa: F401
+from .moe_token_permute import moe_token_permute  # noqa: F401

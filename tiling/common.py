@@ -108,8 +108,9 @@ class TilingResult:
         block_dim: cores the kernel is launched on.
         workspace_size: bytes of GM workspace the aclnn call reports.
         fields: the tiling struct's fields in declaration order (snake_case names), int values.
-        ub_plan: the kernel's UB buffers, one row per InitBuffer call: (name, bytes, count, kind, position, depth);
-            the first three items are the (name, bytes, count) of the buffer.
+        ub_plan: the kernel's UB buffers, one row per InitBuffer call: (name, bytes, count, kind, position, depth,
+            pipe); the first three items are the (name, bytes, count) of the buffer. A kernel that runs several
+            TPipes in turn (pipe names differ) reuses the UB: each pipe's rows must fit on their own.
         schedule_mode: SetScheduleMode value (1 = all cores scheduled together, needed by SyncAll).
         soc: the chip profile the tiling ran for.
     """
@@ -121,10 +122,18 @@ class TilingResult:
     schedule_mode: int = 0
     soc: Any = None
 
+    def ub_pipe_bytes(self) -> dict[str, int]:
+        """UB each TPipe of the plan takes after InitBuffer's 32-byte rounding."""
+        used: dict[str, int] = {}
+        for r in self.ub_plan:
+            pipe = r[6] if len(r) > 6 else "pipe"
+            used[pipe] = used.get(pipe, 0) + int(r[2]) * ((int(r[1]) + 31) // 32 * 32)
+        return used
+
     @property
     def ub_plan_bytes(self) -> int:
-        """UB the plan takes after InitBuffer's 32-byte rounding."""
-        return sum(int(r[2]) * ((int(r[1]) + 31) // 32 * 32) for r in self.ub_plan)
+        """UB the plan needs: the largest of its TPipes (32-byte rounded)."""
+        return max(self.ub_pipe_bytes().values(), default=0)
 
     @property
     def ub_fits(self) -> bool:
@@ -143,8 +152,13 @@ class TilingResult:
             cap = f" of {self.soc.ub_size}" if self.soc is not None else ""
             lines.append(f"UB plan ({self.ub_plan_bytes}{cap} bytes"
                          + ("" if self.ub_fits else ", DOES NOT FIT: the kernel would fail in InitBuffer") + "):")
+            multi = len(self.ub_pipe_bytes()) > 1
+            pipe = None
             for row in self.ub_plan:
                 name, nbytes, count = row[:3]
+                if multi and row[6] != pipe:
+                    pipe = row[6]
+                    lines.append(f" TPipe {pipe} ({self.ub_pipe_bytes()[pipe]} bytes):")
                 extra = f"  {row[3]}@{row[4]}" + (f" depth {row[5]}" if len(row) > 5 and row[5] else "") \
                     if len(row) > 4 else ""
                 lines.append(f"  {name:<30} {count} x {nbytes} bytes{extra}")

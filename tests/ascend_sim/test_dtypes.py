@@ -1,12 +1,17 @@
-"""fp16 / bf16 <-> fp32 conversions against independent references, over every 16-bit code."""
+"""fp16 / bf16 <-> fp32 conversions against independent references, over every 16-bit code; int -> fp32
+casts against exact rational arithmetic; fp32 -> FP8 / FP4 casts against ml_dtypes."""
 from __future__ import annotations
+
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 from ascend_sim.dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC,
-                               ROUND_MODE_NAMES, f32_array_to_half_bits, half_bits_array_to_f32_bits)
+                               DT_FLOAT4_E2M1, DT_FLOAT8_E4M3FN, DT_FLOAT8_E5M2, ROUND_MODE_NAMES,
+                               f32_array_to_half_bits, f32_array_to_mini_float_bits, half_bits_array_to_f32_bits,
+                               int_array_to_f32_bits)
 
 ALL_CODES = np.arange(65536, dtype=np.uint32).astype(np.uint16)
 FORMATS = {"bf16": (True, ml_dtypes.bfloat16), "fp16": (False, np.float16)}
@@ -126,3 +131,79 @@ def test_overflow_saturates_only_for_directed_modes(fmt):
     assert list(floor[:2]) == [maxf, -np.inf]
     ceil = f32_array_to_half_bits(bits, is_bf16, CAST_CEIL).view(np_type).astype(np.float64)
     assert list(ceil[:2]) == [np.inf, -maxf]
+
+
+# --- int32 / int64 -> fp32 (the sort keys) ---------------------------------------------------------------
+def _int_to_f32_reference(v: int, mode: int) -> float:
+    """fp32 value of integer v under a round mode, by exact rational comparison with its two fp32 neighbours."""
+    near = np.float32(v)                       # numpy rounds to nearest even; the true value lies next to it
+    cands = {float(np.nextafter(near, np.float32(-np.inf))), float(near), float(np.nextafter(near, np.float32(np.inf)))}
+    below = max(c for c in cands if Fraction(c) <= v)
+    above = min(c for c in cands if Fraction(c) >= v)
+    if below == above:
+        return below
+    if mode in (CAST_RINT, CAST_NONE):
+        return float(near)
+    if mode == CAST_ROUND:
+        d_below, d_above = v - Fraction(below), Fraction(above) - v
+        return above if d_above < d_below or (d_above == d_below and abs(above) > abs(below)) else below
+    if mode == CAST_TRUNC:
+        return below if v > 0 else above
+    return below if mode == CAST_FLOOR else above
+
+
+INT_MODES = {"rint": CAST_RINT, "round": CAST_ROUND, "trunc": CAST_TRUNC, "floor": CAST_FLOOR, "ceil": CAST_CEIL}
+
+
+@pytest.mark.parametrize("mode", INT_MODES.values(), ids=INT_MODES.keys())
+def test_int_to_fp32_matches_exact_reference(mode):
+    rng = np.random.default_rng(mode)
+    x = np.concatenate([rng.integers(-2**31, 2**31, 3000), rng.integers(-2**62, 2**62, 3000),
+                        np.array([2**24 + 1, 2**24 + 3, -(2**24 + 1), 2**25 + 2, 2**25 + 6, -2**63, 2**63 - 1, 0, 1,
+                                  -1, 2**24, 2**31 - 1, -2**31])]).astype(np.int64)
+    got = int_array_to_f32_bits(x, mode).view(np.float32)
+    want = np.array([_int_to_f32_reference(v, mode) for v in x.tolist()], dtype=np.float32)
+    bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+    assert bad.size == 0, f"first mismatch: {x[bad[0]]} -> {got[bad[0]]}, want {want[bad[0]]}"
+
+
+# --- fp32 -> FP8 / FP4 (Cast CAST_RINT + SAT of the MX kernels) --------------------------------------------
+MINI = {"e4m3fn": (DT_FLOAT8_E4M3FN, ml_dtypes.float8_e4m3fn, 448.0),
+        "e5m2": (DT_FLOAT8_E5M2, ml_dtypes.float8_e5m2, 57344.0),
+        "e2m1": (DT_FLOAT4_E2M1, ml_dtypes.float4_e2m1fn, 6.0)}
+
+
+@pytest.mark.parametrize("pow2", [0, 7, -9, 100, -100])
+@pytest.mark.parametrize("fmt", MINI, ids=MINI.keys())
+def test_mini_float_cast_matches_clipped_ml_dtypes(fmt, pow2):
+    """Every bf16-representable fp32 pattern and random fp32 patterns, scaled by 2^pow2: RNE onto the grid,
+    saturation instead of NaN/Inf (ml_dtypes needs the clip), NaN -> +0, sign of zero kept."""
+    dt, ml_type, top = MINI[fmt]
+    rng = np.random.default_rng(pow2 + 1000)
+    bits = np.concatenate([np.arange(65536, dtype=np.uint32) << 16,
+                           rng.integers(0, 2**32, 300_000, dtype=np.uint64).astype(np.uint32)])
+    got = f32_array_to_mini_float_bits(bits, dt, pow2)
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = bits.view(np.float32).astype(np.float64) * 2.0 ** pow2
+        exact = np.isfinite(x) & (x.astype(np.float32).astype(np.float64) == x)   # ml_dtypes casts from fp32
+        want = np.clip(x, -top, top).astype(np.float32).astype(ml_type).view(np.uint8)
+    want = np.where(np.isnan(x), 0, want)                                          # SAT cast of NaN
+    check = exact | np.isnan(x) | np.isinf(x)
+    bad = np.flatnonzero(check & (got != want))
+    assert bad.size == 0, f"fp32 bits {bits[bad[0]]:#010x} * 2^{pow2}: got {got[bad[0]]:#x}, want {want[bad[0]]:#x}"
+    assert check.sum() > 300_000 * 0.5
+
+
+@pytest.mark.parametrize("fmt", MINI, ids=MINI.keys())
+def test_mini_float_cast_of_exact_products_beyond_fp32(fmt):
+    """x * 2^pow2 is rounded once even when x or the product lies outside fp32's normal range."""
+    dt, ml_type, _ = MINI[fmt]
+    assert f32_array_to_mini_float_bits(np.array([0x3FC00000], np.uint32), dt, 0)[0] == \
+        np.array([1.5], np.float32).astype(ml_type).view(np.uint8)[0]
+    sub = np.array([0x00000003], np.uint32)        # 3 * 2^-149, times 2^149 is 3 (exact in every format)
+    three = np.array([3.0], np.float32).astype(ml_type).view(np.uint8)[0]
+    assert f32_array_to_mini_float_bits(sub, dt, 149)[0] == three
+    # 1.25 * 2^130 scaled back by 2^-130: the product exists only as an exact value, never as an fp32
+    big = np.array([0x7EA00000], np.uint32)        # 1.25 * 2^126
+    assert f32_array_to_mini_float_bits(big, dt, -126)[0] == np.array([1.25], np.float32).astype(ml_type).view(
+        np.uint8)[0]

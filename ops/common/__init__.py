@@ -1,0 +1,1 @@
+"""Building blocks shared by several operators' kernels (the multi-stage sort)."""

@@ -1,0 +1,424 @@
+"""The multi-stage sort of MoeTokenPermute / MoeTokenPermuteWithRoutingMap (moe_sort_one_core.h,
+moe_sort_multi_core.h, moe_mrgsort.h, moe_mrgsort_out.h, moe_sort_base.h).
+
+Sorts `total` integer keys ascending (as -fp32(key), descending) and writes the positions in
+sorted order (int32) to `out_gm`; equal keys keep ascending position.
+
+* One-core mode: core 0 loads all keys, widens them to fp32 (CAST_ROUND), negates them,
+  pads the last group of 32 with MIN_FP32, Sorts with the index 0..n-1 and Extracts the indices.
+* Multi-core mode, three SyncAll-separated steps:
+  VBS: each of vbs_need_core_num cores sorts its slice loop by loop into the ping-pong workspace
+       and merges its loop lists 4 at a time (MoeMrgsort), flipping workspaces;
+  VMS: while more than 4 lists remain, cores merge 4 adjacent lists each (one SyncAll per level);
+  SortOut: core 0 merges the last <= 4 lists and writes only the index stream.
+
+The tiling struct passed as `td` must carry n, top_k, core_num, vbs_* fields,
+vms_middle_need_core_num and sort_out_one_loop_max_elements (both operators' structs do).
+`keys_gm` is the GlobalTensor of keys (int32 or int64), `out_gm` the int32 result, `ws_gm` a
+float32 GlobalTensor over the user workspace (two ping-pong areas of AlignUp(total, 8) * 2 floats).
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+
+import ascend_sim.kernel_api as asc
+from ascend_sim import SYNC_ALL, PipePhase
+from ascend_sim._jit import aicore, global_aicore
+
+SortGm = namedtuple("SortGm", ["keys", "out", "workspace"])
+"""The GM a sort touches: keys (int32 / int64), the int32 result, the float32 ping-pong workspace."""
+
+MIN_FP32 = -3.4e38
+ONE_REPEAT_SORT_NUM = 32
+MAX_MRGSORT_LIST = 4
+WORK_GM_NUM = 2
+
+# buffers of MoeSortOneCore (in InitBuffer order)
+ONE_CORE_IN_QUEUE = 0      # sortDataCopyInQueue
+ONE_CORE_INDEX_BUFFER = 1  # indexBuffer
+ONE_CORE_OUT_QUEUE = 2     # sortDataCopyOutQueue
+ONE_CORE_SORTED_BUFFER = 3  # sortedBuffer
+ONE_CORE_BUFFERS = ("sortDataCopyInQueue", "indexBuffer", "sortDataCopyOutQueue", "sortedBuffer")
+
+# buffers of MoeSortMultiCore
+MULTI_IN_QUEUE = 0          # sortDataCopyInQueue
+MULTI_OUT_QUEUE = 1         # sortDataCopyOutQueue
+MULTI_INDEX_CONCAT = 2      # indexConcatBuffer: indices, then the fp32 keys
+MULTI_SORTED_BUFFER = 3     # sortedBuffer
+MULTI_CORE_BUFFERS = ("sortDataCopyInQueue", "sortDataCopyOutQueue", "indexConcatBuffer", "sortedBuffer")
+
+# member variables kept across SyncAll (asc.members slots)
+M_SRC_WS_INDEX = 0
+M_LIST_NUM = 1
+M_PER_LIST_ELEMENTS = 2
+M_LAST_LIST_ELEMENTS = 3
+
+
+@aicore
+def _ceil(a, b):
+    return 0 if b == 0 else (a + b - 1) // b
+
+
+@aicore
+def _align(elements, nbytes):
+    """moe_common.h Align: elements rounded up so that elements * nbytes is a multiple of 32."""
+    return 0 if nbytes == 0 else (elements * nbytes + 31) // 32 * 32 // nbytes
+
+
+@aicore
+def _sort_len(n):
+    """GetSortLen<float>(n) = GetSortOffset<float>(n): floats of n (score, index) pairs."""
+    return 2 * n
+
+
+@aicore
+def _copy_keys_in(c, in_local, keys_gm, count):
+    """DataCopyPad of `count` keys; int64 keys move as pairs of int32 (DataCopyB64)."""
+    params = asc.DataCopyExtParams(1, count * keys_gm.data.itemsize, 0, 0)
+    if keys_gm.data.itemsize == 8:
+        asc.data_copy_pad(c, asc.view_as(c, in_local, asc.ub_i32(c)), asc.gm_as_i32(keys_gm), params, asc.NO_PAD)
+    else:
+        asc.data_copy_pad(c, in_local, keys_gm, params, asc.NO_PAD)
+
+
+@aicore
+def _pad_last_group(c, keys_fp32, size):
+    """Lanes size % 32 .. 31 of the last group of 32 become MIN_FP32 so they sort last."""
+    duplicate_num = size % ONE_REPEAT_SORT_NUM
+    if duplicate_num > 0:
+        mask0 = (np.uint64(0xFFFFFFFFFFFFFFFF) << np.uint64(duplicate_num)) & np.uint64(0xFFFFFFFF)
+        asc.duplicate_mask(c, keys_fp32[size - duplicate_num:], np.float32(MIN_FP32), mask0, 0, 1, 1, 8)
+
+
+# --- one-core mode (MoeSortOneCore) ---------------------------------------------------------------
+@aicore
+def sort_one_core_process(c, td, keys_gm, out_gm):
+    """MoeSortOneCore::Process on core 0 (the caller's schedule adds the SyncAll that follows)."""
+    if c.block_idx >= 1:
+        return
+    total = td.n * td.top_k
+    tile_length = _align(td.vbs_last_core_per_loop_elements, 4)
+    sort_num = _ceil(tile_length, ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
+    K = asc.ub_like(c, keys_gm)
+    F32 = asc.ub_f32(c)
+    index_local = asc.tbuf_get(c, ONE_CORE_INDEX_BUFFER, asc.ub_i32(c))
+    # CopyIn
+    in_local = asc.alloc_tensor(c, ONE_CORE_IN_QUEUE, K)
+    _copy_keys_in(c, in_local, keys_gm, total)
+    asc.en_que(c, ONE_CORE_IN_QUEUE, in_local)
+    asc.pipe_barrier(c, asc.PIPE_V)
+    asc.arith_progression(c, index_local, np.int32(0), np.int32(1), total)
+    asc.pipe_barrier(c, asc.PIPE_V)
+    # SortCompute
+    in_local = asc.de_que(c, ONE_CORE_IN_QUEUE, K)
+    keys_fp32 = asc.view_as(c, in_local, F32)                 # ReinterpretCast<float>
+    asc.cast(c, keys_fp32, asc.DT_FLOAT, in_local, asc.DT_INT32, asc.CAST_ROUND, tile_length)
+    asc.pipe_barrier(c, asc.PIPE_V)
+    asc.muls(c, keys_fp32, keys_fp32, -1.0, tile_length)
+    asc.pipe_barrier(c, asc.PIPE_V)
+    _pad_last_group(c, keys_fp32, total)
+    out_local = asc.alloc_tensor(c, ONE_CORE_OUT_QUEUE, F32)
+    concat_local = asc.concat(c, keys_fp32, out_local, sort_num // ONE_REPEAT_SORT_NUM)
+    sorted_local = asc.tbuf_get(c, ONE_CORE_SORTED_BUFFER, F32)[:_sort_len(sort_num)]
+    source_row_local = asc.view_as(c, index_local, asc.ub_u32(c))
+    asc.sort(c, sorted_local, concat_local, source_row_local, out_local, sort_num // ONE_REPEAT_SORT_NUM)
+    asc.extract(c, out_local, asc.view_as(c, out_local[sort_num:], asc.ub_u32(c)), sorted_local,
+                sort_num // ONE_REPEAT_SORT_NUM)
+    asc.en_que(c, ONE_CORE_OUT_QUEUE, out_local)
+    asc.free_tensor(c, ONE_CORE_IN_QUEUE, in_local)
+    # CopyOut: only the index half leaves
+    out_local = asc.de_que(c, ONE_CORE_OUT_QUEUE, F32)
+    asc.data_copy_pad(c, out_gm, asc.view_as(c, out_local[sort_num:], asc.ub_i32(c)),
+                      asc.DataCopyExtParams(1, total * 4, 0, 0))
+    asc.free_tensor(c, ONE_CORE_OUT_QUEUE, out_local)
+
+
+# --- MoeMrgsort / MoeMrgsortOut ------------------------------------------------------------------------
+@aicore
+def _mrgsort_round(c, src_gm, ub_in0, ub_in1, ub_in2, ub_in3, ub_out, offsets, remain, one_loop_max, list_num):
+    """One round of MoeMrgsort: CopyIn up to one_loop_max pairs of each list, merge (stop when a window
+    runs out), advance. Returns the pairs merged; offsets / remain are updated in place."""
+    event_mte3_mte2 = asc.fetch_event_id(c, asc.MTE3_MTE2)
+    asc.set_flag(c, asc.MTE3_MTE2, event_mte3_mte2)
+    asc.wait_flag(c, asc.MTE3_MTE2, event_mte3_mte2)
+    lengths = np.zeros(4, dtype=np.int64)
+    active = 0
+    for i in range(list_num):
+        lengths[i] = min(one_loop_max, remain[i])
+        if lengths[i] > 0:
+            ub_in = ub_in0 if active == 0 else ub_in1 if active == 1 else ub_in2 if active == 2 else ub_in3
+            asc.data_copy(c, ub_in, asc.gm_at(src_gm, offsets[i]), _align(_sort_len(lengths[i]), 4))
+            active += 1
+    counts = np.zeros(4, dtype=np.int64)
+    j = 0
+    for i in range(list_num):
+        if lengths[i] > 0:
+            counts[j] = lengths[i]
+            j += 1
+    event_mte2_v = asc.fetch_event_id(c, asc.MTE2_V)
+    asc.set_flag(c, asc.MTE2_V, event_mte2_v)
+    asc.wait_flag(c, asc.MTE2_V, event_mte2_v)
+    if active >= 2:
+        valid_bit = 0b0011 if active == 2 else 0b0111 if active == 3 else 0b1111
+        sorted_nums = asc.mrg_sort(c, ub_out, ub_in0, ub_in1, ub_in2, ub_in3,
+                                   (counts[0], counts[1], counts[2], counts[3]), valid_bit, 1, True)
+    else:
+        asc.data_copy(c, ub_out, ub_in0, _align(_sort_len(counts[0]), 4))
+        sorted_nums = (counts[0], 0, 0, 0)
+    merged = 0
+    j = 0
+    for i in range(list_num):   # UpdateSortInfo
+        if lengths[i] > 0:
+            remain[i] -= sorted_nums[j]
+            offsets[i] += _sort_len(sorted_nums[j])
+            merged += sorted_nums[j]
+            j += 1
+    return merged
+
+
+@aicore
+def _mrgsort_init(list_num, per_list, last_list):
+    offsets = np.zeros(4, dtype=np.int64)
+    remain = np.zeros(4, dtype=np.int64)
+    for i in range(list_num):
+        offsets[i] = _sort_len(per_list * i)
+        remain[i] = last_list if i == list_num - 1 else per_list
+    return offsets, remain
+
+
+@aicore
+def _mrgsort(c, src_gm, dst_gm, ub_inputs, ub_out, list_num, per_list, last_list, one_loop_max):
+    """MoeMrgsort::Init + Process: merge list_num sorted lists of pairs from src_gm into dst_gm."""
+    offsets, remain = _mrgsort_init(list_num, per_list, last_list)
+    window = _sort_len(one_loop_max)
+    in0, in1, in2, in3 = (ub_inputs[0: window], ub_inputs[window: 2 * window], ub_inputs[2 * window: 3 * window],
+                          ub_inputs[3 * window: 4 * window])
+    out_offset = 0
+    while remain.sum() > 0:
+        merged = _mrgsort_round(c, src_gm, in0, in1, in2, in3, ub_out, offsets, remain, one_loop_max, list_num)
+        event_v_mte3 = asc.fetch_event_id(c, asc.V_MTE3)
+        asc.set_flag(c, asc.V_MTE3, event_v_mte3)
+        asc.wait_flag(c, asc.V_MTE3, event_v_mte3)
+        asc.data_copy_pad(c, asc.gm_at(dst_gm, out_offset), ub_out, asc.DataCopyExtParams(1, _sort_len(merged) * 4,
+                                                                                           0, 0))
+        out_offset += _sort_len(merged)
+
+
+@aicore
+def _mrgsort_out(c, src_gm, out_gm, ub_inputs, ub_out_value, ub_out_index, temp_buffer, list_num, per_list,
+                 last_list, one_loop_max):
+    """MoeMrgsortOut::Init + Process: merge the last lists and write only the index stream (int32)."""
+    offsets, remain = _mrgsort_init(list_num, per_list, last_list)
+    window = _sort_len(one_loop_max)
+    in0, in1, in2, in3 = (ub_inputs[0: window], ub_inputs[window: 2 * window], ub_inputs[2 * window: 3 * window],
+                          ub_inputs[3 * window: 4 * window])
+    index_u32 = asc.view_as(c, ub_out_index, asc.ub_u32(c))
+    index_i32 = asc.view_as(c, ub_out_index, asc.ub_i32(c))
+    out_offset = 0
+    while remain.sum() > 0:
+        merged = _mrgsort_round(c, src_gm, in0, in1, in2, in3, temp_buffer, offsets, remain, one_loop_max, list_num)
+        asc.extract(c, ub_out_value, index_u32, temp_buffer, _ceil(merged, ONE_REPEAT_SORT_NUM))
+        event_v_mte3 = asc.fetch_event_id(c, asc.V_MTE3)
+        asc.set_flag(c, asc.V_MTE3, event_v_mte3)
+        asc.wait_flag(c, asc.V_MTE3, event_v_mte3)
+        asc.data_copy_pad(c, asc.gm_at(out_gm, out_offset), index_i32, asc.DataCopyExtParams(1, merged * 4, 0, 0))
+        out_offset += merged
+
+
+# --- multi-core mode (MoeSortMultiCore) -----------------------------------------------------------------
+@aicore
+def _workspace(td, ws_gm, index):
+    """workspaceGms[index]: ping-pong area `index` of AlignUp(total, 8) * 2 floats."""
+    area = _align(td.n * td.top_k, 4) * 2
+    return asc.gm_at(ws_gm, index * area)
+
+
+@aicore
+def _core_loops(td, block_idx):
+    """(loops, per-loop elements, last-loop elements, initial srcWsIndex) of a VBS core."""
+    if block_idx == td.vbs_need_core_num - 1:
+        return (td.vbs_last_core_loops, td.vbs_last_core_per_loop_elements, td.vbs_last_core_last_loop_elements,
+                td.vbs_last_core_ws_index)
+    return td.vbs_per_core_loops, td.vbs_per_core_per_loop_elements, td.vbs_per_core_last_loop_elements, 0
+
+
+@aicore
+def _index_num(td, loop_elements):
+    return _ceil(max(td.sort_out_one_loop_max_elements * MAX_MRGSORT_LIST, loop_elements),
+                 ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
+
+
+@aicore
+def _ub_sort(c, td, keys_gm, ws_gm, index_local, keys_fp32, progress, size, sort_num, loop_elements, src_ws):
+    """UBSortProcess: VBSCopyIn, UBSortCompute, VBSCopyOut of one loop of a VBS core."""
+    K = asc.ub_like(c, keys_gm)
+    F32 = asc.ub_f32(c)
+    in_local = asc.alloc_tensor(c, MULTI_IN_QUEUE, K)
+    _copy_keys_in(c, in_local, asc.gm_at(keys_gm, progress * loop_elements), size)
+    asc.pipe_barrier(c, asc.PIPE_V)
+    asc.en_que(c, MULTI_IN_QUEUE, in_local)
+    sort_data_local = asc.de_que(c, MULTI_IN_QUEUE, K)
+    asc.cast(c, keys_fp32, asc.DT_FLOAT, sort_data_local, asc.DT_INT32, asc.CAST_ROUND, size)
+    asc.free_tensor(c, MULTI_IN_QUEUE, sort_data_local)
+    asc.pipe_barrier(c, asc.PIPE_V)
+    asc.muls(c, keys_fp32, keys_fp32, -1.0, sort_num)
+    asc.pipe_barrier(c, asc.PIPE_V)
+    _pad_last_group(c, keys_fp32, size)
+    asc.pipe_barrier(c, asc.PIPE_V)
+    sorted_local = asc.tbuf_get(c, MULTI_SORTED_BUFFER, F32)[:_sort_len(sort_num)]
+    out_local = asc.alloc_tensor(c, MULTI_OUT_QUEUE, F32)
+    source_row_local = asc.view_as(c, index_local, asc.ub_u32(c))
+    asc.pipe_barrier(c, asc.PIPE_V)
+    asc.sort(c, out_local, keys_fp32, source_row_local, sorted_local, sort_num // ONE_REPEAT_SORT_NUM)
+    asc.en_que(c, MULTI_OUT_QUEUE, out_local)
+    out_local = asc.de_que(c, MULTI_OUT_QUEUE, F32)
+    dst = asc.gm_at(_workspace(td, ws_gm, src_ws),
+                    c.block_idx * _sort_len(td.vbs_per_core_elements) + _sort_len(progress * loop_elements))
+    asc.data_copy(c, dst, out_local, _align(_sort_len(size), 4))
+    asc.free_tensor(c, MULTI_OUT_QUEUE, out_local)
+
+
+@aicore
+def _merge_lists(c, td, ws_gm, list_num, per_list, last_list, core_offset, loop_offset):
+    """InitMoeMrgSort + MoeMrgsort: merge list_num lists from workspaceGms[srcWsIndex] into the other area."""
+    F32 = asc.ub_f32(c)
+    m = asc.members(c)
+    src_ws = m[M_SRC_WS_INDEX]
+    src = asc.gm_at(_workspace(td, ws_gm, src_ws), c.block_idx * core_offset + loop_offset)
+    dst = asc.gm_at(_workspace(td, ws_gm, 1 - src_ws), c.block_idx * core_offset + loop_offset)
+    in_local = asc.tbuf_get(c, MULTI_SORTED_BUFFER, F32)
+    out_local = asc.alloc_tensor(c, MULTI_OUT_QUEUE, F32)
+    asc.free_tensor(c, MULTI_OUT_QUEUE, out_local)   # (sic) the sorter keeps using the freed buffer
+    _mrgsort(c, src, dst, in_local, out_local, list_num, per_list, last_list, td.sort_out_one_loop_max_elements)
+
+
+@aicore
+def sort_vbs_process(c, td, keys_gm, ws_gm):
+    """VBSProcess (+ the per-core VMS of its loop lists, OneCoreVMSProcess); then the VMS bookkeeping."""
+    m = asc.members(c)
+    loops, loop_elements, last_loop_elements, src_ws = _core_loops(td, c.block_idx)
+    m[M_SRC_WS_INDEX] = src_ws
+    if c.block_idx < td.vbs_need_core_num:
+        index_num = _index_num(td, loop_elements)
+        index_concat = asc.tbuf_get(c, MULTI_INDEX_CONCAT, asc.ub_i32(c))
+        index_local = index_concat
+        keys_fp32 = asc.view_as(c, index_concat, asc.ub_f32(c))[index_num:]
+        core_keys = asc.gm_at(keys_gm, c.block_idx * td.vbs_per_core_elements)
+        sort_num = _ceil(loop_elements, ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
+        asc.arith_progression(c, index_local, np.int32(c.block_idx * td.vbs_per_core_elements), np.int32(1),
+                              loop_elements)
+        for loop in range(loops - 1):
+            _ub_sort(c, td, core_keys, ws_gm, index_local, keys_fp32, loop, loop_elements, sort_num, loop_elements,
+                     src_ws)
+            asc.pipe_barrier(c, asc.PIPE_V)
+            asc.adds(c, index_local, index_local, np.int32(loop_elements), loop_elements)
+        sort_num = _ceil(last_loop_elements, ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
+        _ub_sort(c, td, core_keys, ws_gm, index_local, keys_fp32, loops - 1, last_loop_elements, sort_num,
+                 loop_elements, src_ws)
+        # OneCoreVMSProcess: merge this core's loop lists, 4 at a time, until one list is left
+        core_offset = _sort_len(td.vbs_per_core_elements)
+        list_num, per_list, last_list = loops, loop_elements, last_loop_elements
+        while list_num >= 1:
+            merges = (list_num + MAX_MRGSORT_LIST - 1) // MAX_MRGSORT_LIST
+            remain_lists = list_num - (merges - 1) * MAX_MRGSORT_LIST
+            loop_offset = _sort_len(per_list * MAX_MRGSORT_LIST)
+            for k in range(merges - 1):
+                _merge_lists(c, td, ws_gm, MAX_MRGSORT_LIST, per_list, per_list, core_offset, k * loop_offset)
+            _merge_lists(c, td, ws_gm, remain_lists, per_list, last_list, core_offset, (merges - 1) * loop_offset)
+            list_num = merges
+            last_list = per_list * (remain_lists - 1) + last_list
+            per_list = per_list * MAX_MRGSORT_LIST
+            m[M_SRC_WS_INDEX] = (m[M_SRC_WS_INDEX] + 1) % WORK_GM_NUM
+            if merges == 1:
+                break
+    # start of VMSProcess (every core): the VBS outputs are the lists to merge
+    m[M_LIST_NUM] = td.vbs_need_core_num
+    m[M_PER_LIST_ELEMENTS] = td.vbs_per_core_elements
+    m[M_LAST_LIST_ELEMENTS] = td.vbs_last_core_elements
+
+
+@aicore
+def sort_vms_level(c, td, ws_gm):
+    """One iteration of VMSProcess's loop: cores 0 .. ceil(lists / 4) - 1 merge four adjacent lists each."""
+    m = asc.members(c)
+    list_num, per_list, last_list = m[M_LIST_NUM], m[M_PER_LIST_ELEMENTS], m[M_LAST_LIST_ELEMENTS]
+    need = _ceil(list_num, MAX_MRGSORT_LIST)
+    core_offset = _sort_len(per_list * MAX_MRGSORT_LIST)
+    remain_lists = list_num - (need - 1) * MAX_MRGSORT_LIST
+    if c.block_idx < need - 1:
+        _merge_lists(c, td, ws_gm, MAX_MRGSORT_LIST, per_list, per_list, core_offset, 0)
+    elif c.block_idx == need - 1:
+        _merge_lists(c, td, ws_gm, remain_lists, per_list, last_list, core_offset, 0)
+    m[M_LIST_NUM] = need
+    m[M_SRC_WS_INDEX] = (m[M_SRC_WS_INDEX] + 1) % WORK_GM_NUM
+    m[M_LAST_LIST_ELEMENTS] = per_list * (remain_lists - 1) + last_list
+    m[M_PER_LIST_ELEMENTS] = per_list * MAX_MRGSORT_LIST
+
+
+@aicore
+def sort_out_process(c, td, ws_gm, out_gm):
+    """SortOutProcess: core 0 merges the last lists (MoeMrgsortOut) and writes the sorted positions."""
+    if c.block_idx >= 1:
+        return
+    m = asc.members(c)
+    F32 = asc.ub_f32(c)
+    loop_max = td.sort_out_one_loop_max_elements
+    in_local = asc.tbuf_get(c, MULTI_INDEX_CONCAT, F32)
+    out_local = asc.alloc_tensor(c, MULTI_OUT_QUEUE, F32)
+    out_local_v = out_local[loop_max * MAX_MRGSORT_LIST:]
+    temp_buffer = asc.tbuf_get(c, MULTI_SORTED_BUFFER, F32)[:_sort_len(loop_max) * MAX_MRGSORT_LIST]
+    asc.free_tensor(c, MULTI_OUT_QUEUE, out_local)   # (sic) as InitMoeMrgSortOut does
+    src = _workspace(td, ws_gm, m[M_SRC_WS_INDEX])
+    _mrgsort_out(c, src, out_gm, in_local, out_local, out_local_v, temp_buffer, m[M_LIST_NUM],
+                 m[M_PER_LIST_ELEMENTS], m[M_LAST_LIST_ELEMENTS], loop_max)
+
+
+# --- stage entries and the TPipe phase of one sort -----------------------------------------------------
+@global_aicore
+def one_core_stage(c, td, gm):
+    sort_one_core_process(c, td, gm.keys, gm.out)
+
+
+@global_aicore
+def vbs_stage(c, td, gm):
+    sort_vbs_process(c, td, gm.keys, gm.workspace)
+
+
+@global_aicore
+def vms_stage(c, td, gm):
+    sort_vms_level(c, td, gm.workspace)
+
+
+@global_aicore
+def sort_out_stage(c, td, gm):
+    sort_out_process(c, td, gm.workspace, gm.out)
+
+
+def vms_levels(vbs_need_core_num: int) -> int:
+    """SyncAll-separated VMS levels: how often `lists = ceil(lists / 4)` runs while more than 4 lists remain."""
+    levels, lists = 0, vbs_need_core_num
+    while lists > MAX_MRGSORT_LIST:
+        lists = (lists + MAX_MRGSORT_LIST - 1) // MAX_MRGSORT_LIST
+        levels += 1
+    return levels
+
+
+def sort_schedule(multi_core: bool, vbs_need_core_num: int) -> list:
+    """The stages of one sort with the SyncAll() calls of its Process(), for a PipePhase schedule."""
+    if not multi_core:
+        return [one_core_stage, SYNC_ALL]
+    schedule = [vbs_stage, SYNC_ALL]
+    for _ in range(vms_levels(vbs_need_core_num)):
+        schedule += [vms_stage, SYNC_ALL]
+    return schedule + [sort_out_stage, SYNC_ALL]
+
+
+def sort_phase(pipe: str, multi_core: bool, select) -> PipePhase:
+    """One sort as a TPipe phase; `select(*launch_args)` returns (td, SortGm) for its stages. The stages see
+    only the sort's tensors, so they compile once per key dtype, whatever else the launch carries."""
+    def schedule(*launch_args):
+        td, _ = select(*launch_args)
+        return sort_schedule(multi_core, td.vbs_need_core_num)
+    return PipePhase(pipe, MULTI_CORE_BUFFERS if multi_core else ONE_CORE_BUFFERS, schedule, select)

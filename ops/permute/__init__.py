@@ -1,0 +1,223 @@
+"""MoeTokenPermute (V1) and MoeTokenPermuteV2 (MX quantisation on Ascend 950).
+
+Status codes follow the path each chip takes:
+* A2/A3 (ascend910b, ascend910_93): the auto-generated inner aclnn: a missing tensor -> 161001, a
+  dtype combination outside the OpDef -> 161002, a tiling failure -> 561002 (paddedMode true,
+  indices not 1-D/2-D, dim-0 mismatch, topK > 512, 16777215 or more indices, output shapes).
+  V2 checks its five tensors for null (161001), then forwards to V1; quant_mode is ignored.
+* ascend950 ("regbase"): explicit checks -> 161001 / 161002 (paddedMode true is 161002 here);
+  V2 accepts quant_mode -1, 2 (MXFP8 E5M2), 3 (MXFP8 E4M3FN), 9 (MXFP4 E2M1) only.
+
+The real 950 path delegates to MoeInitRoutingV2/V3 (arch35 kernels). The simulator's 950 kernel
+is the V1 kernel (two sorts and the index copy) tiled for the 950 profile, with MX quantisation of
+each source row done in the index copy on the vector pipe (see kernel.py); results are those of
+the real op, tiling figures for 950 are the simulator's.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import ml_dtypes
+import numpy as np
+
+from ascend_sim.dtypes import dt_of, gm_view
+from tiling import get_soc
+from tiling.moe_token_permute import (FIELDS, LIB_API_WORKSPACE, QUANT_MXFP4_E2M1, QUANT_MXFP8_E4M3FN,
+                                      QUANT_MXFP8_E5M2, QUANT_NONE, moe_token_permute as _tiling)
+from tiling.status import ParamInvalidError
+
+from .._framework import Executor, as_input, as_output, gm_tensor, match_dtype_columns, require, run_executor
+from .kernel import KERNELS, QUANT_KERNELS, GmTensors, Template
+
+OP = "MoeTokenPermute"
+# named after the C++ struct; the class must be importable under its own name for numba's disk cache
+MoeTokenPermuteTilingData = namedtuple("MoeTokenPermuteTilingData", FIELDS)
+
+_BF16, _F16, _F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
+_I8, _I32, _I64 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.int64)
+_E5M2, _E4M3 = np.dtype(ml_dtypes.float8_e5m2), np.dtype(ml_dtypes.float8_e4m3fn)
+_E8M0, _U8 = np.dtype(ml_dtypes.float8_e8m0fnu), np.dtype(np.uint8)
+# OpDef columns (tokens, indices, permute_tokens, sorted_indices)
+V1_DTYPE_COLUMNS = [(t, i, t, _I32) for t in (_BF16, _F16, _F32, _I8) for i in (_I64, _I32)]
+QUANT_MODES = (QUANT_NONE, QUANT_MXFP8_E5M2, QUANT_MXFP8_E4M3FN, QUANT_MXFP4_E2M1)
+MX_SCALE_RULES = ("floor", "round_scale")
+
+
+def _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, quant_mode, v2: bool):
+    """The ascend950 aclnn's explicit dtype checks (all 161002)."""
+    if indices.dtype not in (_I32, _I64):
+        raise ParamInvalidError(f"indices dtype must be int32 or int64, got {indices.dtype}")
+    if sorted_out.dtype != _I32:
+        raise ParamInvalidError(f"sorted_indices_out dtype must be int32, got {sorted_out.dtype}")
+    if quant_mode == QUANT_NONE:
+        allowed = (_F16, _BF16, _F32, _I8)
+        if tokens.dtype not in allowed or permute_out.dtype != tokens.dtype:
+            raise ParamInvalidError(f"tokens and permute_tokens_out must have one dtype of "
+                                    f"{[d.name for d in allowed]}, got {tokens.dtype} and {permute_out.dtype}")
+        if v2 and scale_out.dtype != _F32:
+            raise ParamInvalidError(f"expanded_scale_out must be float32 without quantisation, got {scale_out.dtype}")
+        return
+    if tokens.dtype not in (_F16, _BF16):
+        raise ParamInvalidError(f"quant_mode {quant_mode} needs float16 or bfloat16 tokens, got {tokens.dtype}")
+    want = {QUANT_MXFP8_E5M2: _E5M2, QUANT_MXFP8_E4M3FN: _E4M3, QUANT_MXFP4_E2M1: _U8}[quant_mode]
+    if permute_out.dtype != want:
+        raise ParamInvalidError(f"quant_mode {quant_mode} writes {want} permute_tokens_out"
+                                + (" (two FP4 E2M1 codes per byte)" if quant_mode == QUANT_MXFP4_E2M1 else "")
+                                + f", got {permute_out.dtype}")
+    if scale_out.dtype not in (_E8M0, _U8):
+        raise ParamInvalidError(f"quant_mode {quant_mode} writes float8_e8m0fnu expanded_scale_out, got "
+                                f"{scale_out.dtype}")
+
+
+def scale_columns(hidden: int) -> int:
+    """E8M0 scales per row: one per 32-element block, padded to an even count."""
+    blocks = -(-hidden // 32)
+    return blocks + blocks % 2
+
+
+def _quant_shapes(quant_mode: int, m: int, hidden: int):
+    if quant_mode == QUANT_MXFP4_E2M1:
+        return (m, hidden // 2), (m, -(-hidden // 64), 2)
+    return (m, hidden), (m, scale_columns(hidden))
+
+
+def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out, sorted_out, scale_out, soc,
+           v2: bool, mx_scale_rule: str):
+    regbase = soc.is_regbase
+    if not regbase:
+        quant_mode = QUANT_NONE      # A2/A3 run V1: quant_mode is ignored, as on the real chips
+    if regbase:
+        if padded_mode:
+            raise ParamInvalidError("padded_mode = true is not supported (only false)")
+        _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, quant_mode, v2)
+    else:
+        match_dtype_columns(OP, [("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_out),
+                                 ("sorted_indices_out", sorted_out)], V1_DTYPE_COLUMNS)
+    if quant_mode != QUANT_NONE:
+        if tokens.ndim != 2:
+            raise ParamInvalidError(f"quant_mode {quant_mode} needs 2-D tokens, got shape {tokens.shape}")
+        if quant_mode == QUANT_MXFP4_E2M1 and tokens.shape[1] % 2:
+            raise ParamInvalidError(f"quant_mode 9 packs two FP4 codes per byte: hidden must be even, got "
+                                    f"{tokens.shape[1]}")
+    if mx_scale_rule not in MX_SCALE_RULES:
+        raise ParamInvalidError(f"mx_scale_rule must be one of {MX_SCALE_RULES}, got {mx_scale_rule!r}")
+
+    if quant_mode != QUANT_NONE:
+        hidden = tokens.shape[1]
+        m = permute_out.shape[0] if permute_out.ndim else -1
+        data_shape, s_shape = _quant_shapes(quant_mode, m, hidden)
+        if permute_out.shape != data_shape:
+            raise ParamInvalidError(f"permute_tokens_out must have shape {data_shape} for quant_mode {quant_mode}, "
+                                    f"got {permute_out.shape}")
+        if scale_out.shape != s_shape:
+            raise ParamInvalidError(f"expanded_scale_out must have shape {s_shape} for quant_mode {quant_mode}, "
+                                    f"got {scale_out.shape}")
+    result = _tiling(tokens, indices, int(num_out_tokens), bool(padded_mode), quant_mode, soc=soc,
+                     permute_tokens_out=None if quant_mode != QUANT_NONE else permute_out,
+                     sorted_indices_out=sorted_out)
+    if quant_mode != QUANT_NONE and permute_out.shape[0] != result.fields["index_copy_num_out_tokens"]:
+        raise ParamInvalidError(f"permute_tokens_out must have numOutTokens = "
+                                f"{result.fields['index_copy_num_out_tokens']} rows, got {permute_out.shape[0]}")
+    total = result.fields["n"] * result.fields["top_k"]
+    quant = quant_mode != QUANT_NONE
+    gm = GmTensors(gm_tensor(tokens, 0),
+                   gm_tensor(indices, 1), gm_tensor(None if quant else permute_out, 2, gm_view(tokens).dtype),
+                   gm_tensor(sorted_out, 3), None, gm_tensor(scale_out if quant else None, 5, np.uint8),
+                   gm_tensor(permute_out if quant else None, 6, np.uint8))
+    tmpl = Template(dt_of(tokens.dtype), 1 if result.tiling_key > 4 else 0, quant_mode,
+                    1 if mx_scale_rule == "round_scale" else 0)
+    empty = total == 0 or result.fields["cols"] == 0
+    kernels = QUANT_KERNELS if quant_mode != QUANT_NONE else KERNELS
+    executor = Executor(OP, result, None if empty else kernels[result.tiling_key],
+                        (MoeTokenPermuteTilingData(*result.fields.values()), gm, tmpl),
+                        ("tokens", "indices", "permute_tokens", "sorted_indices", "workspace", "expanded_scale",
+         "permute_tokens"))
+    executor.extra["bind_workspace"] = _bind_workspace
+    return result.workspace_size, executor
+
+
+def _bind_workspace(executor: Executor, workspace: np.ndarray) -> None:
+    """The kernel's user workspace (after the 16 MiB system workspace) as float32 GM."""
+    td, gm, tmpl = executor.args
+    user = workspace.reshape(-1).view(np.uint8)[LIB_API_WORKSPACE: executor.workspace_size]
+    ws = gm_tensor(user[: user.size - user.size % 4].view(np.float32), 4, np.float32)
+    executor.args = (td, gm._replace(workspace=ws), tmpl)
+
+
+def get_workspace_size(tokens, indices, num_out_tokens=0, padded_mode=False, permute_tokens_out=None,
+                       sorted_indices_out=None, *, soc="ascend910b"):
+    """aclnnMoeTokenPermuteGetWorkspaceSize -> (workspace_size, executor)."""
+    soc = get_soc(soc)
+    for name, t in (("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_tokens_out),
+                    ("sorted_indices_out", sorted_indices_out)):
+        require(name, t)
+    return _build(as_input("tokens", tokens), as_input("indices", indices), num_out_tokens, padded_mode, QUANT_NONE,
+                  as_output("permute_tokens_out", permute_tokens_out),
+                  as_output("sorted_indices_out", sorted_indices_out), None, soc, False, "floor")
+
+
+def get_workspace_size_v2(tokens, indices, num_out_tokens=0, padded_mode=False, quant_mode=-1,
+                          permute_tokens_out=None, sorted_indices_out=None, expanded_scale_out=None, *,
+                          soc="ascend910b", mx_scale_rule="floor"):
+    """aclnnMoeTokenPermuteV2GetWorkspaceSize -> (workspace_size, executor).
+
+    `mx_scale_rule` (simulator option): "floor" is the OCP MX v1.0 rule (shared exponent = floor(log2 amax)
+    - emax); "round_scale" is what the master-branch MoeInitRoutingV3 MXFP8 kernel computes
+    (ceil(log2(amax / fp8 max)), at least 1). MXFP4 always uses the floor rule.
+    """
+    soc = get_soc(soc)
+    for name, t in (("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_tokens_out),
+                    ("sorted_indices_out", sorted_indices_out), ("expanded_scale_out", expanded_scale_out)):
+        require(name, t)
+    quant_mode = int(quant_mode)
+    if soc.is_regbase and quant_mode not in QUANT_MODES:
+        raise ParamInvalidError(f"quantMode only supports -1, 2, 3 or 9 on Ascend 950, got {quant_mode}")
+    return _build(as_input("tokens", tokens), as_input("indices", indices), num_out_tokens, padded_mode, quant_mode,
+                  as_output("permute_tokens_out", permute_tokens_out),
+                  as_output("sorted_indices_out", sorted_indices_out),
+                  as_output("expanded_scale_out", expanded_scale_out), soc, True, mx_scale_rule)
+
+
+def run(workspace, workspace_size, executor, stream=None) -> None:
+    """aclnnMoeTokenPermute / aclnnMoeTokenPermuteV2: launch the kernel; outputs are filled in place."""
+    if isinstance(executor, Executor) and "bind_workspace" in executor.extra and isinstance(workspace, np.ndarray) \
+            and workspace.nbytes >= executor.workspace_size:
+        executor.extra["bind_workspace"](executor, workspace)
+    run_executor(workspace, workspace_size, executor, stream)
+
+
+def allocate_outputs(tokens, indices, num_out_tokens=0, quant_mode=-1, *, soc="ascend910b"):
+    """Zeroed (permute_tokens_out, sorted_indices_out, expanded_scale_out) of the shapes and dtypes the
+    op writes for these inputs (see moe_token_permute)."""
+    soc = get_soc(soc)
+    t, idx = np.asarray(tokens), np.asarray(indices)
+    total = int(np.prod(idx.shape)) if idx.ndim in (1, 2) else 0
+    m = max(min(int(num_out_tokens) + total if int(num_out_tokens) <= 0 else int(num_out_tokens), total), 0)
+    quant = int(quant_mode) if soc.is_regbase else QUANT_NONE
+    if quant in (QUANT_MXFP8_E5M2, QUANT_MXFP8_E4M3FN, QUANT_MXFP4_E2M1) and t.ndim == 2:
+        data_shape, s_shape = _quant_shapes(quant, m, t.shape[1])
+        out_dtype = {QUANT_MXFP8_E5M2: _E5M2, QUANT_MXFP8_E4M3FN: _E4M3, QUANT_MXFP4_E2M1: _U8}[quant]
+        return np.zeros(data_shape, dtype=out_dtype), np.zeros((total,), np.int32), np.zeros(s_shape, dtype=_E8M0)
+    return (np.zeros((m, *t.shape[1:]), dtype=t.dtype), np.zeros((total,), dtype=np.int32),
+            np.zeros((0,), dtype=np.float32))
+
+
+def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quant_mode=-1, *, soc="ascend910b",
+                      mx_scale_rule="floor"):
+    """Friendly call (allocates the outputs, runs both phases of aclnnMoeTokenPermuteV2).
+
+    Returns (permute_tokens, sorted_indices int32 (N*topK,), expanded_scale). Without quantisation (or on
+    A2/A3, where quant_mode is ignored) permute_tokens has the tokens' dtype and shape (M, ...) and
+    expanded_scale is a (0,) float32 array; with quant_mode 2 / 3 on ascend950 permute_tokens is
+    (M, H) float8_e5m2 / float8_e4m3fn and expanded_scale (M, AlignUp(ceil(H/32), 2)) float8_e8m0fnu;
+    with quant_mode 9 permute_tokens is (M, H/2) uint8 (first element in the low nibble) and
+    expanded_scale (M, ceil(H/64), 2) float8_e8m0fnu. M = numOutTokens after clamping.
+    """
+    require("tokens", tokens)
+    require("indices", indices)
+    soc = get_soc(soc)
+    outs = allocate_outputs(tokens, indices, num_out_tokens, quant_mode, soc=soc)
+    size, executor = get_workspace_size_v2(tokens, indices, num_out_tokens, padded_mode, quant_mode, *outs,
+                                           soc=soc, mx_scale_rule=mx_scale_rule)
+    run(np.empty(size, dtype=np.uint8), size, executor)
+    return outs

@@ -1,0 +1,23 @@
+"""Example inputs for MoeTokenPermute: routed tokens with topK distinct experts each, as a router produces."""
+from __future__ import annotations
+
+import numpy as np
+
+from tiling.common import as_dtype
+
+
+def make_inputs(tokens: int, hidden: int, experts: int, *, topk: int = 2, dtype="bf16", indices_dtype="int32",
+                distinct: bool = True, one_dim: bool = False, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens (N, H), indices (N, topK) or (N,)): each token picks topK experts (distinct unless asked)."""
+    rng = np.random.default_rng(seed)
+    dtype = as_dtype(dtype)
+    if np.issubdtype(dtype, np.integer):
+        x = rng.integers(-100, 100, (tokens, hidden)).astype(dtype)
+    else:
+        x = rng.uniform(-5, 5, (tokens, hidden)).astype(dtype)
+    if distinct and topk <= experts:
+        idx = np.argsort(rng.random((tokens, experts)), axis=1)[:, :topk]
+    else:
+        idx = rng.integers(0, experts, (tokens, topk))
+    idx = idx.astype(as_dtype(indices_dtype))
+    return x, (idx[:, 0] if one_dim else idx)

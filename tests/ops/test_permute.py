@@ -1,0 +1,348 @@
+"""MoeTokenPermute (V1 and V2) end to end: bit-exact against the NumPy golden over the eight tilingKeys,
+token and index dtypes and chip profiles; sort stability and fp32 key ties; numOutTokens edge values;
+MX quantisation on Ascend 950 against the independent MX reference (including every bf16 / fp16 bit
+pattern); every documented error with its status on both chip paths."""
+from __future__ import annotations
+
+import itertools
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ops
+from ops.permute import allocate_outputs, get_workspace_size, get_workspace_size_v2
+from ops.permute.examples import make_inputs
+from ops.permute.golden import golden, golden_v2
+from tiling import get_soc, moe_token_permute as tiling_permute
+
+aclnn = ops.aclnn
+BF16 = ml_dtypes.bfloat16
+DTYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": BF16, "int8": np.int8}
+PROFILES = ("ascend910b", "ascend910_93", "ascend950")
+
+# id: (tokens, hidden, experts, topK, num_out_tokens, soc overrides, expected tilingKey on 910b-like profiles)
+SHAPES = {
+    "one-core": (37, 300, 8, 3, 0, {}, 1),
+    "hidden1-topk1": (20, 1, 6, 1, 0, {}, 1),
+    "hidden17": (25, 17, 6, 2, 0, {}, 1),
+    "fewer-tokens-than-cores": (5, 130, 4, 2, 0, {}, 1),
+    "drop-rows": (37, 300, 8, 3, 50, {}, 5),
+    "drop-rows-negative": (37, 300, 8, 3, -20, {}, 5),
+    "multi-core-4-lists": (800, 24, 64, 8, 0, {}, 2),
+    "multi-core-vms-level": (3100, 16, 64, 8, 0, {}, 2),
+    "multi-core-drop": (800, 24, 64, 8, 1000, {}, 6),
+    "split-d": (6, 12000, 4, 2, 0, {"ub_size": 16384}, 3),
+    "split-d-drop": (6, 12000, 4, 2, 7, {"ub_size": 16384}, 7),
+    "split-d-multi-core-drop": (9, 40000, 512, 512, 300, {"ub_size": 140000, "aiv_num": 8}, 8),
+}
+
+
+def _cases():
+    for (shape, spec), (dt, dtype), idx_dt, profile in itertools.product(
+            SHAPES.items(), DTYPES.items(), ("int32", "int64"), PROFILES):
+        heavy = shape.startswith("split-d-multi") or shape == "multi-core-vms-level"
+        if heavy and (idx_dt == "int64" or profile != "ascend910b" or dt not in ("bf16", "fp32")):
+            continue      # the deep paths once per element size; the cheap shapes cover the full product
+        yield pytest.param(shape, spec, dtype, idx_dt, profile, id=f"{shape}-{dt}-{idx_dt}-{profile}")
+
+
+def _soc(profile, overrides):
+    return get_soc(profile, **overrides)
+
+
+def _assert_same(got, want, what):
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    bad = np.flatnonzero(got.reshape(-1).view(np.uint8) != want.reshape(-1).view(np.uint8))
+    assert bad.size == 0, f"{what}: {bad.size} bytes differ, first at byte {bad[0]}"
+
+
+@pytest.mark.parametrize("shape,spec,dtype,idx_dt,profile", list(_cases()))
+def test_matches_golden_bit_for_bit(shape, spec, dtype, idx_dt, profile):
+    n, h, e, k, num_out, overrides, key = spec
+    soc = _soc(profile, overrides)
+    tokens, indices = make_inputs(n, h, e, topk=k, dtype=dtype, indices_dtype=idx_dt, distinct=False, seed=n + h)
+    result = tiling_permute(tokens, indices, num_out, soc=soc)
+    if profile != "ascend950":
+        assert result.tiling_key == key, str(result)
+    permute_tokens, sorted_indices, scale = ops.moe_token_permute(tokens, indices, num_out, soc=soc)
+    want_tokens, want_sorted = golden(tokens, indices, num_out)
+    _assert_same(sorted_indices, want_sorted, "sorted_indices")
+    _assert_same(permute_tokens, want_tokens, "permute_tokens")
+    assert scale.shape == (0,) and scale.dtype == np.float32
+
+
+def _run(tokens, indices, num_out=0, soc="ascend910b"):
+    return ops.moe_token_permute(tokens, indices, num_out, soc=soc)
+
+
+@pytest.mark.parametrize("total", [6079, 6080, 6081], ids=lambda t: f"total{t}")
+def test_one_core_multi_core_boundary_runs(total):
+    """sortLoopMaxElement is 6080 on the 910b profile: one core up to it, the multi-core sort beyond."""
+    tokens, indices = make_inputs(total, 8, 50, topk=1, distinct=False, one_dim=True, seed=total)
+    key = tiling_permute(tokens, indices, soc="910b").tiling_key
+    assert key == (1 if total <= 6080 else 2)
+    got = _run(tokens, indices)
+    want = golden(tokens, indices)
+    _assert_same(got[1], want[1], "sorted_indices")
+    _assert_same(got[0], want[0], "permute_tokens")
+
+
+@pytest.mark.parametrize("hidden", [48576, 48577], ids=lambda h: f"hidden{h}")
+def test_split_d_boundary_runs(hidden):
+    tokens, indices = make_inputs(3, hidden, 4, topk=2, seed=hidden)
+    assert tiling_permute(tokens, indices, soc="910b").tiling_key == (1 if hidden == 48576 else 3)
+    got = _run(tokens, indices)
+    _assert_same(got[0], golden(tokens, indices)[0], "permute_tokens")
+
+
+@pytest.mark.parametrize("experts", [1, 2, 3], ids=lambda e: f"{e}distinct")
+@pytest.mark.parametrize("n,k", [(40, 4), (900, 8)], ids=["one-core", "multi-core"])
+def test_sort_is_stable_for_equal_expert_ids(experts, n, k):
+    """Slots routed to one expert keep ascending slot order, across VBS loops and merges."""
+    rng = np.random.default_rng(experts)
+    tokens = rng.integers(-100, 100, (n, 4)).astype(np.int8)
+    indices = rng.integers(0, experts, (n, k)).astype(np.int32)
+    _, sorted_indices, _ = _run(tokens, indices)
+    order = np.argsort(sorted_indices)          # output row -> slot
+    assert np.array_equal(np.sort(sorted_indices), np.arange(n * k))
+    keys = indices.reshape(-1)[order]
+    assert np.all(np.diff(keys) >= 0)
+    for expert in range(experts):
+        slots = order[keys == expert]
+        assert np.all(np.diff(slots) > 0), f"expert {expert}: slots out of order"
+
+
+def test_ids_beyond_2_pow_24_tie_like_fp32_keys():
+    """The sort compares fp32(ids) rounded half away from zero (CAST_ROUND): 2^24 + 1 and 2^24 + 2 are one
+    key, so slot order decides, although 2^24 + 1 is the smaller id."""
+    tokens = np.arange(6, dtype=np.float32).reshape(6, 1)
+    indices = np.array([2**24 + 2, 2**24 + 1, 2**24, 5, -2**31, 2**31 - 1], dtype=np.int64)
+    _, sorted_indices, _ = _run(tokens, indices)
+    assert list(np.argsort(sorted_indices)) == [4, 3, 2, 0, 1, 5]
+    assert np.array_equal(sorted_indices, golden(tokens, indices)[1])
+
+
+def test_top_k_512():
+    tokens, indices = make_inputs(12, 40, 600, topk=512, dtype=BF16, seed=3)
+    for soc in ("910b", "950"):
+        got = _run(tokens, indices, soc=soc)
+        want = golden(tokens, indices)
+        _assert_same(got[1], want[1], "sorted_indices")
+        _assert_same(got[0], want[0], "permute_tokens")
+
+
+@pytest.mark.parametrize("num_out", [0, 1, 23, 24, 25, 10**9, -1, -23, -24, -25, -10**9], ids=lambda v: f"m{v}")
+def test_num_out_tokens_edge_values(num_out):
+    tokens, indices = make_inputs(8, 20, 6, topk=3, seed=8)
+    got = _run(tokens, indices, num_out)
+    want = golden(tokens, indices, num_out)
+    _assert_same(got[0], want[0], "permute_tokens")
+    _assert_same(got[1], want[1], "sorted_indices")
+
+
+def test_one_dim_indices_and_empty_inputs():
+    tokens, indices = make_inputs(30, 16, 5, topk=1, one_dim=True, indices_dtype="int64")
+    got = _run(tokens, indices)
+    _assert_same(got[0], golden(tokens, indices)[0], "permute_tokens")
+    empty = _run(np.zeros((0, 16), BF16), np.zeros((0, 4), np.int32))
+    assert empty[0].shape == (0, 16) and empty[1].shape == (0,)
+
+
+def test_v1_two_phase_api_fills_preallocated_outputs():
+    tokens, indices = make_inputs(64, 33, 8, topk=4, dtype=np.float16)
+    permute_out = np.full((200, 33), 7, np.float16)
+    sorted_out = np.zeros(256, np.int32)
+    size, executor = aclnn.moe_token_permute_get_workspace_size(tokens, indices, 200, False, permute_out,
+                                                                sorted_out, soc="910b")
+    assert size == executor.tiling.workspace_size
+    aclnn.moe_token_permute(np.empty(size, np.uint8), size, executor)
+    want_tokens, want_sorted = golden(tokens, indices, 200)
+    _assert_same(permute_out, want_tokens, "permute_tokens")
+    _assert_same(sorted_out, want_sorted, "sorted_indices")
+    assert executor.report.total.mte3_bytes >= permute_out.nbytes + sorted_out.nbytes
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzzed_expert_ids_sort_like_the_golden(data):
+    """Any int32 / int64 ids (negative, huge, repeated) are valid: the op sorts them; nothing can fault."""
+    n = data.draw(st.integers(1, 60), label="tokens")
+    k = data.draw(st.integers(1, 6), label="topK")
+    wide = data.draw(st.booleans(), label="int64")
+    bound = 2**63 - 1 if wide else 2**31 - 1
+    ids = data.draw(st.lists(st.one_of(st.integers(-bound - 1, bound), st.integers(-3, 3)), min_size=n * k,
+                             max_size=n * k), label="ids")
+    indices = np.array(ids, dtype=np.int64 if wide else np.int32).reshape(n, k)
+    tokens = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
+    num_out = data.draw(st.integers(-n * k - 2, n * k + 2), label="num_out")
+    before = indices.copy()
+    got = _run(tokens, indices, num_out)
+    want = golden(tokens, indices, num_out)
+    assert np.array_equal(indices, before)
+    _assert_same(got[1], want[1], "sorted_indices")
+    _assert_same(got[0], want[0], "permute_tokens")
+
+
+# --- MX quantisation (simulated Ascend 950 V2 kernel) ------------------------------------------------------
+QUANT = {"mxfp8-e5m2": 2, "mxfp8-e4m3fn": 3, "mxfp4-e2m1": 9}
+QUANT_SHAPES = {  # id: (tokens, hidden, topK, num_out_tokens, soc overrides)
+    "h200-odd-blocks": (40, 200, 3, 0, {}),
+    "h7168": (16, 7168, 2, -5, {}),
+    "h32": (70, 32, 8, 0, {}),
+    "h66-tail": (10, 66, 2, 0, {}),
+    "split-d": (6, 6000, 2, 7, {"ub_size": 20000}),
+    "multi-core-sort": (900, 64, 8, 0, {}),
+}
+
+
+def _special_rows(x, rng):
+    """Blocks of zeros, -0, Inf, NaN, random bit patterns and subnormals mixed into the rows."""
+    u = x.view(np.uint16)
+    fp16 = x.dtype == np.float16
+    u[0, :32] = 0
+    u[min(1, len(u) - 1), :40] = 0x8000
+    if len(u) > 3:
+        u[2, 5] = 0x7C00 if fp16 else 0x7F80
+        u[3, 7] = 0x7E01 if fp16 else 0x7FC1
+    if len(u) > 5:
+        u[4, :] = rng.integers(0, 65536, u.shape[1]).astype(np.uint16)
+        u[5, :] = rng.integers(0, 0x400 if fp16 else 0x80, u.shape[1]).astype(np.uint16)
+    return x
+
+
+def _quant_cases():
+    for (shape, spec), (q, mode), dt, rule in itertools.product(QUANT_SHAPES.items(), QUANT.items(),
+                                                                ("bf16", "fp16"), ("floor", "round_scale")):
+        if mode == 9 and rule == "round_scale":
+            continue
+        yield pytest.param(shape, spec, mode, DTYPES[dt], rule, id=f"{shape}-{q}-{dt}-{rule}")
+
+
+@pytest.mark.parametrize("shape,spec,mode,dtype,rule", list(_quant_cases()))
+def test_mx_quantised_permute_matches_reference(shape, spec, mode, dtype, rule):
+    n, h, k, num_out, overrides = spec
+    soc = get_soc("ascend950", **overrides)
+    rng = np.random.default_rng(h)
+    tokens, indices = make_inputs(n, h, 16, topk=k, dtype=dtype, distinct=False, seed=n)
+    tokens = _special_rows(tokens, rng)
+    got = ops.moe_token_permute(tokens, indices, num_out, quant_mode=mode, soc=soc, mx_scale_rule=rule)
+    want = golden_v2(tokens, indices, num_out, mode, rule)
+    for g, w, what in zip(got, want, ("permute_tokens", "sorted_indices", "expanded_scale")):
+        assert g.dtype == w.dtype, what
+        _assert_same(g, w, what)
+
+
+def _all_patterns(dtype):
+    """Every 16-bit pattern once, 32 per row (so every pattern meets 31 neighbours of its own magnitude
+    group: rows are sorted by exponent), plus rows with one pattern each as the block maximum."""
+    bits = np.arange(65536, dtype=np.uint32)
+    order = np.argsort((bits >> (10 if dtype == np.float16 else 7)) & 0xFF, kind="stable")
+    rows = bits[order].astype(np.uint16).reshape(-1, 32)
+    return np.ascontiguousarray(rows).view(dtype)
+
+
+@pytest.mark.parametrize("mode,rule", [(2, "floor"), (2, "round_scale"), (3, "floor"), (3, "round_scale"),
+                                       (9, "floor")], ids=lambda v: {2: "e5m2", 3: "e4m3fn", 9: "e2m1"}.get(v, v))
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+def test_mx_exhaustive_bit_patterns(dt, mode, rule):
+    tokens = _all_patterns(DTYPES[dt])
+    indices = np.zeros((tokens.shape[0], 1), np.int32)
+    got = ops.moe_token_permute(tokens, indices, quant_mode=mode, soc="ascend950", mx_scale_rule=rule)
+    want = golden_v2(tokens, indices, 0, mode, rule)
+    _assert_same(got[2], want[2], "expanded_scale")
+    _assert_same(got[0], want[0], "permute_tokens")
+
+
+@pytest.mark.parametrize("mode", [2, 3, 9])
+@pytest.mark.parametrize("soc", ["ascend910b", "ascend910_93"])
+def test_quant_mode_is_ignored_on_a2_a3(soc, mode):
+    tokens, indices = make_inputs(20, 64, 4, topk=2)
+    got = ops.moe_token_permute(tokens, indices, quant_mode=mode, soc=soc)
+    want = golden(tokens, indices)
+    _assert_same(got[0], want[0], "permute_tokens")
+    assert got[2].shape == (0,) and got[2].dtype == np.float32
+
+
+def test_v2_two_phase_api_with_quantisation():
+    tokens, indices = make_inputs(32, 96, 8, topk=2, dtype=np.float16)
+    outs = allocate_outputs(tokens, indices, 40, 3, soc="950")
+    assert outs[0].shape == (40, 96) and outs[2].shape == (40, 4) and outs[2].dtype == ml_dtypes.float8_e8m0fnu
+    size, executor = aclnn.moe_token_permute_v2_get_workspace_size(tokens, indices, 40, False, 3, *outs,
+                                                                   soc="950")
+    aclnn.moe_token_permute_v2(np.empty(size, np.uint8), size, executor)
+    want = golden_v2(tokens, indices, 40, 3)
+    for g, w in zip(outs, want):
+        _assert_same(g, w, "output")
+    assert executor.report.total.vec_elem_ops > 0
+
+
+# --- checks and status codes --------------------------------------------------------------------------------
+def _outs(tokens, indices, num_out=0, quant=-1, soc="910b"):
+    return list(allocate_outputs(tokens, indices, num_out, quant, soc=soc))
+
+
+def _v1(tokens, indices, outs, num_out=0, padded=False, soc="910b"):
+    return get_workspace_size(tokens, indices, num_out, padded, outs[0], outs[1], soc=soc)
+
+
+def _v2(tokens, indices, outs, num_out=0, padded=False, quant=-1, soc="950"):
+    return get_workspace_size_v2(tokens, indices, num_out, padded, quant, *outs, soc=soc)
+
+
+X, IDX = make_inputs(4, 64, 8, topk=2)           # bf16 tokens, int32 indices
+X32 = X.astype(np.float32)
+
+
+def _a2_errors():
+    o = _outs(X, IDX)
+    yield "tokens-none", lambda: _v1(None, IDX, o), 161001
+    yield "sorted-out-none", lambda: _v1(X, IDX, [o[0], None]), 161001
+    yield "tokens-float64", lambda: _v1(X.astype(np.float64), IDX, [o[0].astype(np.float64), o[1]]), 161002
+    yield "indices-int16", lambda: _v1(X, IDX.astype(np.int16), o), 161002
+    yield "out-dtype-differs", lambda: _v1(X, IDX, [o[0].astype(np.float16), o[1]]), 161002
+    yield "sorted-out-int64", lambda: _v1(X, IDX, [o[0], o[1].astype(np.int64)]), 161002
+    yield "padded-mode", lambda: _v1(X, IDX, o, padded=True), 561002
+    yield "indices-3d", lambda: _v1(X, IDX.reshape(4, 2, 1), o), 561002
+    yield "dim0-mismatch", lambda: _v1(X[:3], IDX, o), 561002
+    yield "topk-513", lambda: _v1(X, np.zeros((4, 513), np.int32), _outs(X, np.zeros((4, 513), np.int32))), 561002
+    yield "out-rows-wrong", lambda: _v1(X, IDX, [o[0][:7], o[1]]), 561002
+    yield "out-cols-wrong", lambda: _v1(X, IDX, [np.zeros((8, 9), X.dtype), o[1]]), 561002
+    yield "sorted-size-wrong", lambda: _v1(X, IDX, [o[0], o[1][:5]]), 561002
+    yield "v2-scale-none-on-a2", lambda: get_workspace_size_v2(X, IDX, 0, False, -1, o[0], o[1], None,
+                                                               soc="910b"), 161001
+
+
+def _950_errors():
+    o = _outs(X, IDX, soc="950")
+    q = _outs(X, IDX, 0, 3, soc="950")
+    yield "padded-mode", lambda: _v2(X, IDX, o, padded=True), 161002
+    yield "quant-mode-1", lambda: _v2(X, IDX, o, quant=1), 161002
+    yield "quant-mode-4", lambda: _v2(X, IDX, o, quant=4), 161002
+    yield "indices-int16", lambda: _v2(X, IDX.astype(np.int16), o), 161002
+    yield "sorted-out-int64", lambda: _v2(X, IDX, [o[0], o[1].astype(np.int64), o[2]]), 161002
+    yield "quant-fp32-tokens", lambda: _v2(X32, IDX, q, quant=3), 161002
+    yield "quant-wrong-fp8-kind", lambda: _v2(X, IDX, q, quant=2), 161002
+    yield "quant-scale-float32", lambda: _v2(X, IDX, [q[0], q[1], np.zeros((8, 2), np.float32)], quant=3), 161002
+    yield "mxfp4-odd-hidden", lambda: _v2(X[:, :63], IDX, _outs(X[:, :62], IDX, 0, 9, soc="950"), quant=9), 161002
+    yield "quant-scale-shape", lambda: _v2(X, IDX, [q[0], q[1], q[2][:, :1]], quant=3), 161002
+    yield "scale-none", lambda: _v2(X, IDX, [o[0], o[1], None]), 161001
+    yield "topk-513", lambda: _v2(X, np.zeros((4, 513), np.int32), _outs(X, np.zeros((4, 513), np.int32),
+                                                                          soc="950")), 561002
+
+
+@pytest.mark.parametrize("case,call,status", list(_a2_errors()), ids=[c[0] for c in _a2_errors()])
+def test_a2_a3_errors_and_status(case, call, status):
+    with pytest.raises(ops.AclnnError) as info:
+        call()
+    assert info.value.status == status, str(info.value)
+    assert str(info.value)
+
+
+@pytest.mark.parametrize("case,call,status", list(_950_errors()), ids=[c[0] for c in _950_errors()])
+def test_950_errors_and_status(case, call, status):
+    with pytest.raises(ops.AclnnError) as info:
+        call()
+    assert info.value.status == status, str(info.value)

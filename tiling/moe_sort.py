@@ -1,0 +1,84 @@
+"""Tiling of the multi-stage sort shared by MoeTokenPermute and MoeTokenPermuteWithRoutingMap.
+
+One core sorts everything when the keys fit its UB (one-core mode); otherwise VBS cores sort
+slices in loops of `oneLoopMaxElements`, a power-of-four number of slices is merged four at a
+time by the VMS stages, and one core merges the last four lists and writes the indices
+(SortOut). Field names are the sub-structs' (PermuteVBSComputeTilingData, ...) in snake_case.
+"""
+from __future__ import annotations
+
+import math
+
+from .common import ceil_div, tdiv
+
+VBS_FIELDS = (
+    "need_core_num", "per_core_elements", "per_core_loops", "per_core_per_loop_elements",
+    "per_core_last_loop_elements", "last_core_elements", "last_core_loops", "last_core_per_loop_elements",
+    "last_core_last_loop_elements", "one_loop_max_elements", "last_core_ws_index",
+)
+ONE_CORE_MODE = 1
+MULTI_CORE_MODE = 2
+SORT32_ALIGN_ELEMENT = 32
+MRG_LIST_NUM = 4
+SORT_OUT_ONE_LOOP_MAX = 1024     # mrgSortListMaxElement: pairs taken from each list per MrgSort
+UB_BYTES_PER_ELEMENT = 32        # 8 (in queue) + 4 (index) + 8 (out queue) + 8 (sorted buffer), rounded up
+
+
+def sort_loop_max_element(ub_bytes: int, aiv_num: int) -> int:
+    """Keys one VBS loop sorts: AlignDown((UB - aivNum * 32) / 32, 32)."""
+    return tdiv(tdiv(ub_bytes - aiv_num * 32, UB_BYTES_PER_ELEMENT), SORT32_ALIGN_ELEMENT) * SORT32_ALIGN_ELEMENT
+
+
+def vms_ws_parity(loops: int) -> int:
+    """Which ping-pong workspace holds a core's result after merging `loops` sorted loops (VmsLoops)."""
+    index, x = 0, loops
+    while x >= 1:
+        x = ceil_div(x, MRG_LIST_NUM)
+        index = (index + 1) % 2
+        if x == 1:
+            break
+    return index
+
+
+def _ceil_log4(x: int) -> int:
+    # the tiling computes ceil(log(x) / log(4)) in double precision; same libm, same result
+    return int(math.ceil(math.log(x) / math.log(4)))
+
+
+def vbs_tiling(total_length: int, sort_loop_max: int, core_clamp: int) -> tuple[int, dict]:
+    """(sort mode, VBS fields): one core if the keys fit one loop, else a power-of-four core split."""
+    f = dict.fromkeys(VBS_FIELDS, 0)
+    f["one_loop_max_elements"] = sort_loop_max
+    if total_length <= sort_loop_max:
+        f.update(need_core_num=1, per_core_elements=total_length, per_core_loops=1,
+                 per_core_per_loop_elements=total_length, per_core_last_loop_elements=total_length,
+                 last_core_elements=total_length, last_core_loops=1, last_core_per_loop_elements=total_length,
+                 last_core_last_loop_elements=total_length)
+        return ONE_CORE_MODE, f
+    need = ceil_div(total_length, sort_loop_max)
+    need = min(int(math.pow(4, _ceil_log4(need))), core_clamp)
+    per_core = tdiv(total_length, need)
+    floor_aligned = per_core - per_core % SORT32_ALIGN_ELEMENT
+    last_core = total_length - (need - 1) * floor_aligned
+    ceil_aligned = per_core + SORT32_ALIGN_ELEMENT - per_core % SORT32_ALIGN_ELEMENT
+    if last_core > ceil_aligned:
+        per_core = ceil_aligned
+        need = ceil_div(total_length, per_core)
+    else:
+        per_core = floor_aligned
+    loops = ceil_div(per_core, sort_loop_max)
+    per_loop = min(per_core, sort_loop_max)
+    last_elems = total_length - (need - 1) * per_core
+    last_loops = ceil_div(last_elems, sort_loop_max)
+    last_per_loop = min(last_elems, sort_loop_max)
+    f.update(need_core_num=need, per_core_elements=per_core, per_core_loops=loops, per_core_per_loop_elements=per_loop,
+             per_core_last_loop_elements=per_core - (loops - 1) * per_loop, last_core_elements=last_elems,
+             last_core_loops=last_loops, last_core_per_loop_elements=last_per_loop,
+             last_core_last_loop_elements=last_elems - (last_loops - 1) * last_per_loop,
+             last_core_ws_index=abs(vms_ws_parity(last_loops) - vms_ws_parity(loops)))
+    return MULTI_CORE_MODE, f
+
+
+def vms_middle_need_core_num(vbs_need_core_num: int) -> int:
+    """Cores of the first VMS-middle merge level: 0 when SortOut alone can merge the VBS lists."""
+    return 0 if vbs_need_core_num <= MRG_LIST_NUM else ceil_div(vbs_need_core_num, MRG_LIST_NUM)

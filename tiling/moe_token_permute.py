@@ -1,0 +1,245 @@
+"""Tiling of MoeTokenPermute (moe_token_permute_tiling.cpp, A2/A3), shared by V2 whose A2/A3 path is V1.
+
+The kernel sorts the flat expert ids twice (the second sort inverts the first permutation)
+and then copies every token row to its topK destination rows. The tiling picks the sort
+mode (one core / multi core), the index-copy mode (whole rows batched through UB, or one row
+split into pieces: split-D) and whether numOutTokens drops rows:
+
+    tilingKey = sortMode (1 | 2) + 2 * splitD + 4 * (numOutTokens != tokens * topK)
+
+On ascend950 the real V2 runs MoeInitRoutingV3's arch35 kernels instead; the simulator's 950
+kernel is this one (plus MX quantisation, see ops/permute), tiled by the same rules for the
+950 profile, with the quantisation buffers added to the UB plan.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ascend_sim.pipe import UbBuffer
+
+from .common import TensorDesc, TilingResult, align_up, ceil_div, struct_fields, tdiv, tmod
+from .moe_sort import (SORT_OUT_ONE_LOOP_MAX, VBS_FIELDS, sort_loop_max_element, vbs_tiling,
+                       vms_middle_need_core_num)
+from .platform import get_soc
+from .status import TilingError
+
+OP = "MoeTokenPermute"
+
+INDEX_COPY_FIELDS = (
+    "need_core_num", "front_core_num", "tail_core_num", "core_calc_num", "core_calc_tail", "one_token_btype_size",
+    "once_indices_token_move_times", "once_ub_token_nums", "once_indices_token_nums", "once_indices",
+    "one_token_last_move", "one_token_once_move", "one_token_move_times", "front_core_loop",
+    "front_core_last_token_nums", "tail_core_loop", "tail_core_last_token_nums",
+    "tail_last_once_indices_token_move_times", "tail_last_indices_last_token_nums",
+    "front_last_once_indices_token_move_times", "front_last_indices_last_token_nums", "num_out_tokens",
+    "token_ub", "indices_ub",
+)
+FIELDS = (("core_num", "n", "cols", "cols_align", "top_k")
+          + tuple(f"vbs_{f}" for f in VBS_FIELDS) + ("vms_middle_need_core_num", "sort_out_one_loop_max_elements")
+          + tuple(f"index_copy_{f}" for f in INDEX_COPY_FIELDS))
+
+MAX_INDICES_NUM = 512
+SORT_LIMIT_LENGTH = 16777215
+ONE_BLOCK_BYTE = 32
+BUFFER_NUM = 2
+MAX_BLOCK_COUNT = 4095
+DATA_MOVE_ALIGN = 512
+INT32_DTYPE_SIZE = 4
+ENABLE_NUMOUTTOKENS = 4
+SPLIT_D_MODE = 2
+LIB_API_WORKSPACE = 16 * 1024 * 1024
+
+QUANT_NONE = -1
+QUANT_MXFP8_E5M2 = 2
+QUANT_MXFP8_E4M3FN = 3
+QUANT_MXFP4_E2M1 = 9
+
+
+def _fail(message: str):
+    raise TilingError(f"{OP} tiling: {message}")
+
+
+def effective_num_out_tokens(num_out_tokens: int, total_length: int) -> int:
+    """numOutTokens <= 0 counts from the end (0 keeps all); the result is clamped to [0, tokens * topK]."""
+    m = num_out_tokens + total_length if num_out_tokens <= 0 else num_out_tokens
+    return max(min(m, total_length), 0)
+
+
+def mx_scale_cols(elems: int) -> int:
+    """E8M0 slots for `elems` elements of a row: one per 32-element block, padded to an even count."""
+    blocks = ceil_div(elems, 32)
+    return blocks + blocks % 2
+
+
+def mx_quant_ub_bytes(elems: int, quant_mode: int) -> dict[str, int]:
+    """UB of the simulated 950 MX quantisation of `elems` elements (one row or one split-D piece), per buffer."""
+    if quant_mode == QUANT_NONE:
+        return {}
+    out = elems // 2 if quant_mode == QUANT_MXFP4_E2M1 else elems
+    slots = mx_scale_cols(elems)
+    return {"xQuantOutQueue": align_up(out, ONE_BLOCK_BYTE), "mxScaleOutQueue": align_up(slots, ONE_BLOCK_BYTE),
+            "maxExpBuffer": align_up(slots * 2, ONE_BLOCK_BYTE), "invScaleBuffer": align_up(slots * 2, ONE_BLOCK_BYTE)}
+
+
+def _index_copy(f: dict, n: int, top_k: int, cols: int, token_bytes: int, ub: int, real_core_num: int,
+                quant_mode: int = QUANT_NONE) -> int:
+    """Index-copy fields; returns the key increment (SPLIT_D_MODE or 0).
+
+    With MX quantisation (simulated 950 kernel) the quantisation buffers of one row come off the UB
+    before the rows are batched; in split-D mode the piece shrinks in steps of 512 bytes until its
+    double-buffered input and its quantisation buffers fit."""
+    front = tmod(n, real_core_num) if tmod(n, real_core_num) != 0 else real_core_num
+    tail = 0 if n <= real_core_num else real_core_num - front
+    calc_num = ceil_div(n, real_core_num)
+    calc_tail = tdiv(n, real_core_num)
+    ub_left = ub - MAX_INDICES_NUM * INT32_DTYPE_SIZE
+    row_bytes = cols * token_bytes
+    row_bytes_align = align_up(row_bytes, ONE_BLOCK_BYTE) if ONE_BLOCK_BYTE else row_bytes
+    last_move = once_move = move_times = once_move_times = once_ub_tokens = 1
+    key = 0
+    quant_row = sum(mx_quant_ub_bytes(cols, quant_mode).values())
+    if ub_left - quant_row >= BUFFER_NUM * row_bytes_align:
+        ub -= quant_row
+        once_ub_tokens = min(tdiv(ub, row_bytes_align * BUFFER_NUM + top_k * BUFFER_NUM * INT32_DTYPE_SIZE),
+                             MAX_BLOCK_COUNT)
+        top_k_ub_left = ub - once_ub_tokens * row_bytes_align * BUFFER_NUM
+        once_move_times = tdiv(top_k_ub_left, once_ub_tokens * top_k * INT32_DTYPE_SIZE)
+        once_tokens = once_move_times * once_ub_tokens
+        once_indices = once_tokens * top_k
+        token_ub = once_ub_tokens * row_bytes_align
+        indices_ub = align_up(once_indices * INT32_DTYPE_SIZE, ONE_BLOCK_BYTE)
+    else:
+        once_tokens = tdiv(MAX_INDICES_NUM, top_k)
+        once_indices = once_tokens * top_k
+        once_move = tdiv(tdiv(tdiv(ub_left, BUFFER_NUM), DATA_MOVE_ALIGN) * DATA_MOVE_ALIGN, token_bytes)
+        if quant_mode != QUANT_NONE:
+            step = tdiv(DATA_MOVE_ALIGN, token_bytes)
+            while once_move > step and (BUFFER_NUM * once_move * token_bytes
+                                        + sum(mx_quant_ub_bytes(once_move, quant_mode).values()) > ub_left):
+                once_move -= step
+        move_times = ceil_div(cols, once_move)
+        last_move = cols - (move_times - 1) * once_move
+        key = SPLIT_D_MODE
+        token_ub = once_move * token_bytes
+        indices_ub = MAX_INDICES_NUM * INT32_DTYPE_SIZE
+    front_loop = ceil_div(calc_num, once_tokens)
+    front_last = calc_num - (front_loop - 1) * once_tokens
+    tail_loop = ceil_div(calc_tail, once_tokens)
+    tail_last = calc_tail - (tail_loop - 1) * once_tokens
+    tail_last_times = ceil_div(tail_last, once_ub_tokens)
+    front_last_times = ceil_div(front_last, once_ub_tokens)
+    values = dict(
+        need_core_num=front + tail, front_core_num=front, tail_core_num=tail, core_calc_num=calc_num,
+        core_calc_tail=calc_tail, one_token_btype_size=row_bytes, once_indices_token_move_times=once_move_times,
+        once_ub_token_nums=once_ub_tokens, once_indices_token_nums=once_tokens, once_indices=once_indices,
+        one_token_last_move=last_move, one_token_once_move=once_move, one_token_move_times=move_times,
+        front_core_loop=front_loop, front_core_last_token_nums=front_last, tail_core_loop=tail_loop,
+        tail_core_last_token_nums=tail_last, tail_last_once_indices_token_move_times=tail_last_times,
+        tail_last_indices_last_token_nums=tail_last - (tail_last_times - 1) * once_ub_tokens,
+        front_last_once_indices_token_move_times=front_last_times,
+        front_last_indices_last_token_nums=front_last - (front_last_times - 1) * once_ub_tokens,
+        token_ub=token_ub, indices_ub=indices_ub)
+    for k, v in values.items():
+        f[f"index_copy_{k}"] = v
+    return key
+
+
+def sort_ub_plan(pipe: str, f: dict, multi_core: bool, key_bytes: int) -> tuple[UbBuffer, ...]:
+    """InitBuffer calls of MoeSortOneCore / MoeSortMultiCore for one sort (keys of key_bytes each)."""
+    if not multi_core:
+        tile = align_up(f["vbs_last_core_per_loop_elements"] * 4, 32) // 4     # Align(elements, sizeof(int32))
+        sort_num = ceil_div(tile, 32) * 32
+        index_bytes = sort_num * 4
+        return (UbBuffer("sortDataCopyInQueue", index_bytes * 2, 1, "TQue", "VECIN", 1, pipe),
+                UbBuffer("indexBuffer", index_bytes, pipe=pipe),
+                UbBuffer("sortDataCopyOutQueue", index_bytes * 2, 1, "TQue", "VECOUT", 1, pipe),
+                UbBuffer("sortedBuffer", index_bytes * 2, pipe=pipe))
+    loop_elems = max(f["vbs_per_core_per_loop_elements"], f["vbs_last_core_per_loop_elements"])
+    index_num = ceil_div(max(SORT_OUT_ONE_LOOP_MAX * 4, loop_elems), 32) * 32
+    return (UbBuffer("sortDataCopyInQueue", index_num * 8, 1, "TQue", "VECIN", 1, pipe),
+            UbBuffer("sortDataCopyOutQueue", index_num * 8, 1, "TQue", "VECOUT", 1, pipe),
+            UbBuffer("indexConcatBuffer", index_num * 8, pipe=pipe),
+            UbBuffer("sortedBuffer", index_num * 8, pipe=pipe))
+
+
+def index_copy_ub_plan(f: dict, split_d: bool, quant_mode: int = QUANT_NONE) -> tuple[UbBuffer, ...]:
+    """InitBuffer calls of MoeindexCopyOp / MoeindexCopySpiltDOp (+ the MX buffers of the 950 kernel)."""
+    token_ub, indices_ub = f["index_copy_token_ub"], f["index_copy_indices_ub"]
+    indices_pos = "VECIN" if split_d else "VECOUT"
+    name = "indicesQueue" if split_d else "indicesBuffer"
+    pipe = "MoeindexCopyPipe"
+    plan = (UbBuffer("copyInQueue", token_ub, 2, "TQueBind", "VECIN->VECOUT", 1, pipe),
+            UbBuffer(name, indices_ub, 1, "TQue", indices_pos, 1, pipe))
+    piece = f["index_copy_one_token_once_move"] if split_d else f["cols"]
+    quant = mx_quant_ub_bytes(piece, quant_mode)
+    if quant:
+        plan += (UbBuffer("xQuantOutQueue", quant["xQuantOutQueue"], 1, "TQue", "VECOUT", 1, pipe),
+                 UbBuffer("mxScaleOutQueue", quant["mxScaleOutQueue"], 1, "TQue", "VECOUT", 1, pipe),
+                 UbBuffer("maxExpBuffer", quant["maxExpBuffer"], pipe=pipe),
+                 UbBuffer("invScaleBuffer", quant["invScaleBuffer"], pipe=pipe))
+    return plan
+
+
+def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quant_mode=QUANT_NONE, *,
+                      soc="ascend910b", permute_tokens_out=None, sorted_indices_out=None) -> TilingResult:
+    """Host tiling of MoeTokenPermute for one chip profile (the V1 rules; V2 on A2/A3 is V1).
+
+    tokens (N, ...) and indices (N, K) or (N,): anything with .shape and .dtype (or TensorDesc).
+    The output descriptions default to the inferred shapes; give them to reproduce the tiling's
+    output-shape checks. Raises TilingError exactly where the real tiling returns GRAPH_FAILED.
+    """
+    soc = get_soc(soc)
+    t, idx = TensorDesc.of(tokens), TensorDesc.of(indices)
+    if padded_mode:
+        _fail("padded_mode = true is not supported (only false)")
+    cols = int(np.prod(t.shape[1:], dtype=np.int64)) if t.ndim > 1 else 1
+    if idx.ndim not in (1, 2):
+        _fail(f"the dim number of indices should be 2 or 1, but got {idx.ndim} (shape {idx.shape})")
+    if t.dim(0) != idx.dim(0):
+        _fail(f"tokens dim 0 ({t.dim(0)}) must equal indices dim 0 ({idx.dim(0)})")
+    token_bytes = np.dtype(t.dtype).itemsize
+    n = idx.dim(0)
+    top_k = 1 if idx.ndim == 1 else idx.dim(1)
+    if top_k > MAX_INDICES_NUM:
+        _fail(f"indices dim 1 (topK = {top_k}) must not exceed {MAX_INDICES_NUM}")
+    total = n * top_k
+    if total >= SORT_LIMIT_LENGTH:
+        _fail(f"indices has {total} elements; it must have fewer than {SORT_LIMIT_LENGTH}")
+    m = effective_num_out_tokens(int(num_out_tokens), total)
+    out_t = TensorDesc.of(permute_tokens_out) or TensorDesc((m, *t.shape[1:]), t.dtype)
+    out_s = TensorDesc.of(sorted_indices_out) or TensorDesc((total,), np.int32)
+    if out_t.ndim < 2:
+        _fail(f"the dim number of output permute_tokens should be greater than 1, but got {out_t.ndim}")
+    if out_s.ndim != 1:
+        _fail(f"output sorted_indices should be 1-D, but got shape {out_s.shape}")
+    if out_s.dim(0) != total:
+        _fail(f"the size of output sorted_indices should be {total}, but got {out_s.dim(0)}")
+    out_cols = int(np.prod(out_t.shape[1:], dtype=np.int64))
+    if out_cols != cols:
+        _fail(f"the hidden size of output permute_tokens should be {cols}, but got {out_cols}")
+    if out_t.dim(0) != m:
+        _fail(f"dim 0 of output permute_tokens should be numOutTokens = {m}, but got {out_t.dim(0)}")
+
+    aiv_num = 1 if idx.size <= 32 else soc.aiv_num
+    ub = tdiv(soc.ub_size_for_tiling, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+    f = struct_fields(FIELDS)
+    f.update(core_num=aiv_num, n=n, cols=cols, top_k=top_k,
+             cols_align=ceil_div(cols, tdiv(ONE_BLOCK_BYTE, token_bytes)) * tdiv(ONE_BLOCK_BYTE, token_bytes))
+    mode, vbs = vbs_tiling(total, sort_loop_max_element(ub, aiv_num), aiv_num)
+    f.update({f"vbs_{k}": v for k, v in vbs.items()})
+    f["vms_middle_need_core_num"] = vms_middle_need_core_num(vbs["need_core_num"])
+    f["sort_out_one_loop_max_elements"] = SORT_OUT_ONE_LOOP_MAX
+    key = mode + (ENABLE_NUMOUTTOKENS if m != total else 0)
+    f["index_copy_num_out_tokens"] = m
+    quant = quant_mode if soc.is_regbase and quant_mode in (QUANT_MXFP8_E5M2, QUANT_MXFP8_E4M3FN,
+                                                            QUANT_MXFP4_E2M1) else QUANT_NONE
+    split = _index_copy(f, n, top_k, cols, token_bytes, ub, soc.aiv_num, quant)
+    key += split
+    block_dim = max(aiv_num, f["index_copy_need_core_num"])
+    workspace = 4 * total * 2 * 3 + aiv_num * 32 * 2 + LIB_API_WORKSPACE
+    multi = mode == 2
+    key_bytes = np.dtype(idx.dtype).itemsize
+    plan = (sort_ub_plan("sortPipe", f, multi, key_bytes) + sort_ub_plan("sortPipe2", f, multi, 4)
+            + index_copy_ub_plan(f, bool(split), quant))
+    return TilingResult(tiling_key=key, block_dim=block_dim, workspace_size=workspace, fields=f, ub_plan=plan,
+                        schedule_mode=1, soc=soc)
