@@ -92,6 +92,11 @@ class Executor:
     def run(self, threads: int | None = None) -> RunReport | None:
         if self.kernel is None:  # nothing to launch (empty tensors)
             return None
+        if "bind_workspace" in self.extra:
+            if self.extra.get("workspace") is None:
+                raise ParamNullptrError(f"{self.op} keeps data in its workspace: run it through the second aclnn "
+                                        "phase with a workspace of the size the first phase returned")
+            self.extra["bind_workspace"](self, self.extra["workspace"])
         self.report = launch(self.kernel, block_dim=self.tiling.block_dim, plan=self.tiling.ub_plan, args=self.args,
                              chip=self.tiling.soc, gm_names=self.gm_names, tiling_key=self.tiling.tiling_key,
                              threads=threads)
@@ -113,5 +118,7 @@ def run_executor(workspace, workspace_size: int, executor: Executor | None, stre
             raise ParamNullptrError(f"workspace is None but {executor.workspace_size} bytes are required")
         if not isinstance(workspace, np.ndarray) or workspace.nbytes < executor.workspace_size:
             raise ParamInvalidError(f"workspace must be an array of at least {executor.workspace_size} bytes")
+        if not workspace.flags.writeable or not workspace.flags.c_contiguous:
+            raise ParamInvalidError("workspace must be a writeable C-contiguous array (the kernel writes it)")
     executor.extra["workspace"] = workspace
     executor.run()

@@ -198,6 +198,8 @@ def _mrgsort(c, src_gm, dst_gm, ub_inputs, ub_out, list_num, per_list, last_list
     out_offset = 0
     while remain.sum() > 0:
         merged = _mrgsort_round(c, src_gm, in0, in1, in2, in3, ub_out, offsets, remain, one_loop_max, list_num)
+        if merged == 0:
+            break          # only after a fault (calls no longer run): the device would hang, the simulator stops
         event_v_mte3 = asc.fetch_event_id(c, asc.V_MTE3)
         asc.set_flag(c, asc.V_MTE3, event_v_mte3)
         asc.wait_flag(c, asc.V_MTE3, event_v_mte3)
@@ -219,6 +221,8 @@ def _mrgsort_out(c, src_gm, out_gm, ub_inputs, ub_out_value, ub_out_index, temp_
     out_offset = 0
     while remain.sum() > 0:
         merged = _mrgsort_round(c, src_gm, in0, in1, in2, in3, temp_buffer, offsets, remain, one_loop_max, list_num)
+        if merged == 0:
+            break          # only after a fault, as in _mrgsort
         asc.extract(c, ub_out_value, index_u32, temp_buffer, _ceil(merged, ONE_REPEAT_SORT_NUM))
         event_v_mte3 = asc.fetch_event_id(c, asc.V_MTE3)
         asc.set_flag(c, asc.V_MTE3, event_v_mte3)

@@ -6,15 +6,20 @@ Status codes follow the path each chip takes:
   indices not 1-D/2-D, dim-0 mismatch, topK > 512, 16777215 or more indices, output shapes).
   V2 checks its five tensors for null (161001), then forwards to V1; quant_mode is ignored.
 * ascend950 ("regbase"): explicit checks -> 161001 / 161002 (paddedMode true is 161002 here);
-  V2 accepts quant_mode -1, 2 (MXFP8 E5M2), 3 (MXFP8 E4M3FN), 9 (MXFP4 E2M1) only.
+  V2 accepts quant_mode -1, 2 (MXFP8 E5M2), 3 (MXFP8 E4M3FN), 9 (MXFP4 E2M1) only. V2 routes all
+  tokens * topK slots and slices the first rows of the caller's permute_tokens_out: the row count
+  comes from that tensor and numOutTokens is not used (more rows than slots -> 561103).
 
 The real 950 path delegates to MoeInitRoutingV2/V3 (arch35 kernels). The simulator's 950 kernel
 is the V1 kernel (two sorts and the index copy) tiled for the 950 profile, with MX quantisation of
 each source row done in the index copy on the vector pipe (see kernel.py); results are those of
-the real op, tiling figures for 950 are the simulator's.
+the real op, tiling figures for 950 are the simulator's. Restrictions that come from running the
+V1 structure there: topK <= 512 and fewer than 16777215 slots (561002), and expert ids outside
+[0, 10240) are sorted like any other id, where the real V3 drops those slots.
 """
 from __future__ import annotations
 
+import operator
 from collections import namedtuple
 
 import ml_dtypes
@@ -24,7 +29,7 @@ from ascend_sim.dtypes import dt_of, gm_view
 from tiling import get_soc
 from tiling.moe_token_permute import (FIELDS, LIB_API_WORKSPACE, QUANT_MXFP4_E2M1, QUANT_MXFP8_E4M3FN,
                                       QUANT_MXFP8_E5M2, QUANT_NONE, moe_token_permute as _tiling)
-from tiling.status import ParamInvalidError
+from tiling.status import InnerNullptrError, ParamInvalidError
 
 from .._framework import Executor, as_input, as_output, gm_tensor, match_dtype_columns, require, run_executor
 from .kernel import KERNELS, QUANT_KERNELS, GmTensors, Template
@@ -44,10 +49,11 @@ MX_SCALE_RULES = ("floor", "round_scale")
 
 
 def _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, quant_mode, v2: bool):
-    """The ascend950 aclnn's explicit dtype checks (all 161002)."""
-    if indices.dtype not in (_I32, _I64):
+    """The ascend950 aclnn's explicit dtype checks (all 161002); like the real ones they skip the index
+    and sorted-index tensors when those are empty."""
+    if indices.size and indices.dtype not in (_I32, _I64):
         raise ParamInvalidError(f"indices dtype must be int32 or int64, got {indices.dtype}")
-    if sorted_out.dtype != _I32:
+    if sorted_out.size and sorted_out.dtype != _I32:
         raise ParamInvalidError(f"sorted_indices_out dtype must be int32, got {sorted_out.dtype}")
     if quant_mode == QUANT_NONE:
         allowed = (_F16, _BF16, _F32, _I8)
@@ -64,9 +70,19 @@ def _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, q
         raise ParamInvalidError(f"quant_mode {quant_mode} writes {want} permute_tokens_out"
                                 + (" (two FP4 E2M1 codes per byte)" if quant_mode == QUANT_MXFP4_E2M1 else "")
                                 + f", got {permute_out.dtype}")
-    if scale_out.dtype not in (_E8M0, _U8):
+    if scale_out.dtype != _E8M0:
         raise ParamInvalidError(f"quant_mode {quant_mode} writes float8_e8m0fnu expanded_scale_out, got "
                                 f"{scale_out.dtype}")
+
+
+def _as_int(name: str, value) -> int:
+    """An int64 attribute: Python / NumPy integers only (no silent truncation of 3.7 or "3")."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ParamInvalidError(f"{name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ParamInvalidError(f"{name} must be an integer, got {value!r}") from None
 
 
 def scale_columns(hidden: int) -> int:
@@ -87,8 +103,6 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
     if not regbase:
         quant_mode = QUANT_NONE      # A2/A3 run V1: quant_mode is ignored, as on the real chips
     if regbase:
-        if padded_mode:
-            raise ParamInvalidError("padded_mode = true is not supported (only false)")
         _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, quant_mode, v2)
     else:
         match_dtype_columns(OP, [("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_out),
@@ -101,6 +115,18 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
                                     f"{tokens.shape[1]}")
     if mx_scale_rule not in MX_SCALE_RULES:
         raise ParamInvalidError(f"mx_scale_rule must be one of {MX_SCALE_RULES}, got {mx_scale_rule!r}")
+    if quant_mode == QUANT_MXFP4_E2M1 and mx_scale_rule != "floor":
+        raise ParamInvalidError("mx_scale_rule 'round_scale' exists for MXFP8 only; MXFP4 (quant_mode 9) always "
+                                "uses the floor rule")
+    if v2 and regbase:
+        # the 950 V2 path runs the whole routing and slices the first rows of the caller's output: the
+        # row count comes from permute_tokens_out, numOutTokens is not used
+        total = int(np.prod(indices.shape)) if indices.ndim in (1, 2) else 0
+        rows = permute_out.shape[0] if permute_out.ndim else 0
+        if rows > total:
+            raise InnerNullptrError(f"permute_tokens_out has {rows} rows but the op produces only tokens * topK = "
+                                    f"{total}; the slice into the output fails")
+        num_out_tokens = rows - total    # counts from the end: keeps exactly `rows` rows
 
     if quant_mode != QUANT_NONE:
         hidden = tokens.shape[1]
@@ -112,12 +138,9 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
         if scale_out.shape != s_shape:
             raise ParamInvalidError(f"expanded_scale_out must have shape {s_shape} for quant_mode {quant_mode}, "
                                     f"got {scale_out.shape}")
-    result = _tiling(tokens, indices, int(num_out_tokens), bool(padded_mode), quant_mode, soc=soc,
+    result = _tiling(tokens, indices, num_out_tokens, bool(padded_mode), quant_mode, soc=soc,
                      permute_tokens_out=None if quant_mode != QUANT_NONE else permute_out,
                      sorted_indices_out=sorted_out)
-    if quant_mode != QUANT_NONE and permute_out.shape[0] != result.fields["index_copy_num_out_tokens"]:
-        raise ParamInvalidError(f"permute_tokens_out must have numOutTokens = "
-                                f"{result.fields['index_copy_num_out_tokens']} rows, got {permute_out.shape[0]}")
     total = result.fields["n"] * result.fields["top_k"]
     quant = quant_mode != QUANT_NONE
     gm = GmTensors(gm_tensor(tokens, 0),
@@ -148,11 +171,13 @@ def get_workspace_size(tokens, indices, num_out_tokens=0, padded_mode=False, per
                        sorted_indices_out=None, *, soc="ascend910b"):
     """aclnnMoeTokenPermuteGetWorkspaceSize -> (workspace_size, executor)."""
     soc = get_soc(soc)
+    if soc.is_regbase and padded_mode:      # the regbase V1 path tests paddedMode before anything else
+        raise ParamInvalidError("padded_mode = true is not supported (only false)")
     for name, t in (("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_tokens_out),
                     ("sorted_indices_out", sorted_indices_out)):
         require(name, t)
-    return _build(as_input("tokens", tokens), as_input("indices", indices), num_out_tokens, padded_mode, QUANT_NONE,
-                  as_output("permute_tokens_out", permute_tokens_out),
+    return _build(as_input("tokens", tokens), as_input("indices", indices), _as_int("num_out_tokens", num_out_tokens),
+                  padded_mode, QUANT_NONE, as_output("permute_tokens_out", permute_tokens_out),
                   as_output("sorted_indices_out", sorted_indices_out), None, soc, False, "floor")
 
 
@@ -169,9 +194,13 @@ def get_workspace_size_v2(tokens, indices, num_out_tokens=0, padded_mode=False, 
     for name, t in (("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_tokens_out),
                     ("sorted_indices_out", sorted_indices_out), ("expanded_scale_out", expanded_scale_out)):
         require(name, t)
-    quant_mode = int(quant_mode)
-    if soc.is_regbase and quant_mode not in QUANT_MODES:
-        raise ParamInvalidError(f"quantMode only supports -1, 2, 3 or 9 on Ascend 950, got {quant_mode}")
+    quant_mode = _as_int("quant_mode", quant_mode)
+    num_out_tokens = _as_int("num_out_tokens", num_out_tokens)
+    if soc.is_regbase:
+        if padded_mode:
+            raise ParamInvalidError("padded_mode = true is not supported (only false)")
+        if quant_mode not in QUANT_MODES:
+            raise ParamInvalidError(f"quantMode only supports -1, 2, 3 or 9 on Ascend 950, got {quant_mode}")
     return _build(as_input("tokens", tokens), as_input("indices", indices), num_out_tokens, padded_mode, quant_mode,
                   as_output("permute_tokens_out", permute_tokens_out),
                   as_output("sorted_indices_out", sorted_indices_out),
@@ -179,10 +208,8 @@ def get_workspace_size_v2(tokens, indices, num_out_tokens=0, padded_mode=False, 
 
 
 def run(workspace, workspace_size, executor, stream=None) -> None:
-    """aclnnMoeTokenPermute / aclnnMoeTokenPermuteV2: launch the kernel; outputs are filled in place."""
-    if isinstance(executor, Executor) and "bind_workspace" in executor.extra and isinstance(workspace, np.ndarray) \
-            and workspace.nbytes >= executor.workspace_size:
-        executor.extra["bind_workspace"](executor, workspace)
+    """aclnnMoeTokenPermute / aclnnMoeTokenPermuteV2: launch the kernel; outputs are filled in place (the sorts
+    keep their ping-pong lists in the workspace)."""
     run_executor(workspace, workspace_size, executor, stream)
 
 

@@ -56,11 +56,14 @@ def golden(tokens, indices, num_out_tokens=0):
 def golden_v2(tokens, indices, num_out_tokens=0, quant_mode=-1, scale_rule="floor"):
     """(permute_tokens, sorted_indices, expanded_scale) of MoeTokenPermuteV2 on a chip that quantises.
 
-    quant_mode -1 gives V1's outputs and a (0,) float32 scale; 2 / 3 / 9 quantise each permuted row
-    with the MX reference (rows are quantised independently, so gathering first is the same).
+    quant_mode -1 gives V1's outputs and a (0,) float32 scale; 2 / 3 / 9 quantise with the MX reference.
+    Quantisation is row-local, so the source rows are quantised once and the codes gathered like the rows.
     """
     permute_tokens, sorted_indices = golden(tokens, indices, num_out_tokens)
     if quant_mode == -1:
         return permute_tokens, sorted_indices, np.zeros((0,), dtype=np.float32)
-    data, scales = mx_quantize(permute_tokens.reshape(permute_tokens.shape[0], -1), quant_mode, scale_rule)
-    return data, sorted_indices, scales
+    tokens = np.asarray(tokens)
+    data, scales = mx_quantize(tokens.reshape(tokens.shape[0], -1), quant_mode, scale_rule)
+    top_k = 1 if np.ndim(indices) == 1 else np.shape(indices)[1]
+    rows = np.argsort(sorted_indices, kind="stable")[: permute_tokens.shape[0]] // max(top_k, 1)
+    return data[rows], sorted_indices, scales[rows]

@@ -37,6 +37,7 @@ SHAPES = {
     "split-d": (6, 12000, 4, 2, 0, {"ub_size": 16384}, 3),
     "split-d-drop": (6, 12000, 4, 2, 7, {"ub_size": 16384}, 7),
     "split-d-multi-core-drop": (9, 40000, 512, 512, 300, {"ub_size": 140000, "aiv_num": 8}, 8),
+    "split-d-multi-core": (9, 33000, 512, 512, 0, {"ub_size": 131584, "aiv_num": 8}, 4),
 }
 
 
@@ -44,6 +45,8 @@ def _cases():
     for (shape, spec), (dt, dtype), idx_dt, profile in itertools.product(
             SHAPES.items(), DTYPES.items(), ("int32", "int64"), PROFILES):
         heavy = shape.startswith("split-d-multi") or shape == "multi-core-vms-level"
+        if shape == "split-d-multi-core" and (idx_dt, profile, dt) != ("int32", "ascend910b", "bf16"):
+            continue      # 4608 rows of 66 KB out: once
         if heavy and (idx_dt == "int64" or profile != "ascend910b" or dt not in ("bf16", "fp32")):
             continue      # the deep paths once per element size; the cheap shapes cover the full product
         yield pytest.param(shape, spec, dtype, idx_dt, profile, id=f"{shape}-{dt}-{idx_dt}-{profile}")
@@ -72,6 +75,51 @@ def test_matches_golden_bit_for_bit(shape, spec, dtype, idx_dt, profile):
     _assert_same(sorted_indices, want_sorted, "sorted_indices")
     _assert_same(permute_tokens, want_tokens, "permute_tokens")
     assert scale.shape == (0,) and scale.dtype == np.float32
+
+
+SORT_PATHS = {  # id: (vector cores, UB bytes or None, slots, experts) -> the multi-core sort branch it reaches
+    "vbs-loops-differ-last-core": (5, None, 30922, 64),
+    "sort-out-2-lists": (2, 140000, 5000, 64),
+    "sort-out-3-lists": (3, 140000, 5000, 64),
+    "in-core-vms-2-levels": (2, 140000, 34910, 64),
+    "vms-partial-group": (5, 140000, 17961, 64),
+    "last-core-ws-index-1": (4, 140000, 69805, 64),
+    "last-core-ws-index-1-2-experts": (4, 140000, 69805, 2),
+    "910b-2-vms-levels": (48, None, 300000, 256),
+}
+
+
+@pytest.mark.parametrize("cores,ub,total,experts", SORT_PATHS.values(), ids=SORT_PATHS.keys())
+def test_multi_core_sort_branches(cores, ub, total, experts):
+    """VBS loops per core, in-core merges, lastCoreWSindex 1, SortOut of 2-3 lists, partial VMS groups,
+    two VMS levels: each against the golden."""
+    soc = get_soc("ascend910b", aiv_num=cores, **({"ub_size": ub} if ub else {}))
+    rng = np.random.default_rng(total)
+    tokens = rng.standard_normal((total, 4)).astype(np.float32)
+    indices = rng.integers(0, experts, total).astype(np.int32)
+    f = tiling_permute(tokens, indices, soc=soc).fields
+    assert f["vbs_need_core_num"] > 1
+    got = _run(tokens, indices, soc=soc)
+    want = golden(tokens, indices)
+    _assert_same(got[1], want[1], "sorted_indices")
+    _assert_same(got[0], want[0], "permute_tokens")
+
+
+def test_sort_paths_reach_their_branches():
+    """Guard: the SORT_PATHS shapes keep reaching the branches they are named after."""
+    def fields(name):
+        cores, ub, total, _ = SORT_PATHS[name]
+        soc = get_soc("ascend910b", aiv_num=cores, **({"ub_size": ub} if ub else {}))
+        return tiling_permute(np.zeros((total, 4), np.float32), np.zeros(total, np.int32), soc=soc).fields
+    assert fields("last-core-ws-index-1")["vbs_last_core_ws_index"] == 1
+    assert fields("in-core-vms-2-levels")["vbs_per_core_loops"] > 4
+    assert fields("sort-out-2-lists")["vbs_need_core_num"] == 2
+    assert fields("sort-out-3-lists")["vbs_need_core_num"] == 3
+    assert fields("vms-partial-group")["vbs_need_core_num"] == 5
+    f = fields("910b-2-vms-levels")
+    assert f["vbs_need_core_num"] > 16 and f["vms_middle_need_core_num"] > 4
+    f = fields("vbs-loops-differ-last-core")
+    assert f["vbs_per_core_loops"] != f["vbs_last_core_loops"]
 
 
 def _run(tokens, indices, num_out=0, soc="ascend910b"):
@@ -186,6 +234,22 @@ def test_fuzzed_expert_ids_sort_like_the_golden(data):
     _assert_same(got[0], want[0], "permute_tokens")
 
 
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzzed_wide_ids_through_the_multi_core_sort(data):
+    """Wide int64 ids (ties past 2^24, negatives, extremes) through VBS loops and merges."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    total = data.draw(st.integers(7000, 20000), label="slots")
+    pool = np.array([-2**63, 2**63 - 1, 2**24, 2**24 + 1, 2**24 + 2, -2**31, 0, 1, 5], np.int64)
+    ids = np.where(rng.random(total) < 0.5, rng.choice(pool, total), rng.integers(-2**62, 2**62, total))
+    tokens = np.arange(total, dtype=np.float32).reshape(total, 1)
+    soc = get_soc("ascend910b", aiv_num=data.draw(st.sampled_from([4, 48]), label="cores"))
+    got = _run(tokens, ids, soc=soc)
+    want = golden(tokens, ids)
+    _assert_same(got[1], want[1], "sorted_indices")
+    _assert_same(got[0], want[0], "permute_tokens")
+
+
 # --- MX quantisation (simulated Ascend 950 V2 kernel) ------------------------------------------------------
 QUANT = {"mxfp8-e5m2": 2, "mxfp8-e4m3fn": 3, "mxfp4-e2m1": 9}
 QUANT_SHAPES = {  # id: (tokens, hidden, topK, num_out_tokens, soc overrides)
@@ -194,7 +258,10 @@ QUANT_SHAPES = {  # id: (tokens, hidden, topK, num_out_tokens, soc overrides)
     "h32": (70, 32, 8, 0, {}),
     "h66-tail": (10, 66, 2, 0, {}),
     "split-d": (6, 6000, 2, 7, {"ub_size": 20000}),
-    "multi-core-sort": (900, 64, 8, 0, {}),
+    "split-d-2-batches": (70, 6000, 8, 0, {"ub_size": 20000, "aiv_num": 1}),
+    "multi-core-sort": (1000, 64, 8, 0, {}),
+    "multi-core-sort-drop": (1000, 64, 8, -100, {}),
+    "multi-core-split-d-drop": (9, 40000, 512, 300, {"ub_size": 140000, "aiv_num": 8}),
 }
 
 
@@ -218,13 +285,23 @@ def _quant_cases():
                                                                 ("bf16", "fp16"), ("floor", "round_scale")):
         if mode == 9 and rule == "round_scale":
             continue
+        if shape.startswith(("multi-core-split", "split-d-2")) and (dt, rule) != ("bf16", "floor"):
+            continue      # the big shapes once per mode
         yield pytest.param(shape, spec, mode, DTYPES[dt], rule, id=f"{shape}-{q}-{dt}-{rule}")
+
+
+QUANT_KEYS = {"h200-odd-blocks": 1, "split-d": 7, "split-d-2-batches": 3, "multi-core-sort": 2,
+              "multi-core-sort-drop": 6, "multi-core-split-d-drop": 8}
 
 
 @pytest.mark.parametrize("shape,spec,mode,dtype,rule", list(_quant_cases()))
 def test_mx_quantised_permute_matches_reference(shape, spec, mode, dtype, rule):
     n, h, k, num_out, overrides = spec
     soc = get_soc("ascend950", **overrides)
+    if shape in QUANT_KEYS:
+        key = tiling_permute(np.zeros((n, h), dtype), np.zeros((n, k), np.int32), num_out, quant_mode=mode,
+                             soc=soc).tiling_key
+        assert key == QUANT_KEYS[shape]
     rng = np.random.default_rng(h)
     tokens, indices = make_inputs(n, h, 16, topk=k, dtype=dtype, distinct=False, seed=n)
     tokens = _special_rows(tokens, rng)
@@ -236,12 +313,29 @@ def test_mx_quantised_permute_matches_reference(shape, spec, mode, dtype, rule):
 
 
 def _all_patterns(dtype):
-    """Every 16-bit pattern once, 32 per row (so every pattern meets 31 neighbours of its own magnitude
-    group: rows are sorted by exponent), plus rows with one pattern each as the block maximum."""
+    """Every 16-bit pattern twice: once in rows of 32 patterns sorted by exponent (each element in the top
+    binade of its block, NaN/Inf rows among them), once with 31 patterns of one exponent under a block
+    maximum 0-30 binades above them, so every pattern is also quantised far below the block's scale
+    (FP8/FP4 subnormals, underflow to +-0)."""
+    shift = 10 if dtype == np.float16 else 7
+    exp_mask = 0x1F if dtype == np.float16 else 0xFF
     bits = np.arange(65536, dtype=np.uint32)
-    order = np.argsort((bits >> (10 if dtype == np.float16 else 7)) & 0xFF, kind="stable")
-    rows = bits[order].astype(np.uint16).reshape(-1, 32)
-    return np.ascontiguousarray(rows).view(dtype)
+    order = np.argsort((bits >> shift) & exp_mask, kind="stable")
+    top = bits[order].astype(np.uint16).reshape(-1, 32)
+    finite = bits[((bits >> shift) & exp_mask) != exp_mask]
+    rng = np.random.default_rng(7)
+    rows = []
+    for start in range(0, finite.size, 31):
+        chunk = finite[start:start + 31]
+        e = int((chunk.max() >> shift) & exp_mask)
+        top_exp = min(e + int(rng.integers(0, 31)), exp_mask - 1)
+        block_max = np.uint32(top_exp << shift)        # +2^(top_exp - bias), finite
+        row = np.zeros(32, np.uint32)
+        row[: chunk.size] = chunk
+        row[31] = block_max
+        rows.append(row)
+    below = np.array(rows, dtype=np.uint32).astype(np.uint16)
+    return np.ascontiguousarray(np.concatenate([top, below])).view(dtype)
 
 
 @pytest.mark.parametrize("mode,rule", [(2, "floor"), (2, "round_scale"), (3, "floor"), (3, "round_scale"),
@@ -313,6 +407,7 @@ def _a2_errors():
     yield "sorted-size-wrong", lambda: _v1(X, IDX, [o[0], o[1][:5]]), 561002
     yield "v2-scale-none-on-a2", lambda: get_workspace_size_v2(X, IDX, 0, False, -1, o[0], o[1], None,
                                                                soc="910b"), 161001
+    yield "num-out-tokens-float", lambda: _v1(X, IDX, o, num_out=2.5), 161002
 
 
 def _950_errors():
@@ -329,8 +424,19 @@ def _950_errors():
     yield "mxfp4-odd-hidden", lambda: _v2(X[:, :63], IDX, _outs(X[:, :62], IDX, 0, 9, soc="950"), quant=9), 161002
     yield "quant-scale-shape", lambda: _v2(X, IDX, [q[0], q[1], q[2][:, :1]], quant=3), 161002
     yield "scale-none", lambda: _v2(X, IDX, [o[0], o[1], None]), 161001
-    yield "topk-513", lambda: _v2(X, np.zeros((4, 513), np.int32), _outs(X, np.zeros((4, 513), np.int32),
-                                                                          soc="950")), 561002
+    yield "quant-none-e8m0-scale", lambda: _v2(X, IDX, [o[0], o[1], np.zeros((8, 2), ml_dtypes.float8_e8m0fnu)]), \
+        161002
+    yield "quant-scale-uint8", lambda: _v2(X, IDX, [q[0], q[1], q[2].view(np.uint8)], quant=3), 161002
+    yield "mxfp4-round-scale", lambda: get_workspace_size_v2(X, IDX, 0, False, 9, *_outs(X, IDX, 0, 9, soc="950"),
+                                                             soc="950", mx_scale_rule="round_scale"), 161002
+    yield "quant-mode-string", lambda: _v2(X, IDX, q, quant="3"), 161002
+    yield "num-out-tokens-float", lambda: _v2(X, IDX, o, num_out=3.7), 161002
+    yield "more-rows-than-slots", lambda: _v2(X, IDX, [np.zeros((9, 64), X.dtype), o[1], o[2]]), 561103
+    yield "v1-padded-before-nulls", lambda: get_workspace_size(X, IDX, 0, True, None, o[1], soc="950"), 161002
+    yield "v1-int8-output-differs", lambda: _v1(X.astype(np.int8), IDX, [o[0], o[1]], soc="950"), 161002
+    # simulator restriction: the 950 kernel is the V1 structure, whose tiling caps topK at 512
+    yield "sim-topk-513", lambda: _v2(X, np.zeros((4, 513), np.int32), _outs(X, np.zeros((4, 513), np.int32),
+                                                                              soc="950")), 561002
 
 
 @pytest.mark.parametrize("case,call,status", list(_a2_errors()), ids=[c[0] for c in _a2_errors()])
@@ -346,3 +452,53 @@ def test_950_errors_and_status(case, call, status):
     with pytest.raises(ops.AclnnError) as info:
         call()
     assert info.value.status == status, str(info.value)
+
+
+def test_v2_on_a2_accepts_and_ignores_any_quant_mode():
+    o = _outs(X, IDX)
+    size, executor = get_workspace_size_v2(X, IDX, 0, False, 5, *o, soc="910b")
+    aclnn.moe_token_permute_v2(np.empty(size, np.uint8), size, executor)
+    _assert_same(o[0], golden(X, IDX)[0], "permute_tokens")
+
+
+@pytest.mark.parametrize("rows", [0, 3, 8], ids=lambda r: f"{r}rows")
+def test_v2_on_950_takes_the_row_count_from_the_output(rows):
+    """The 950 V2 path routes every slot and slices the caller's rows; numOutTokens (here 1) is not used."""
+    tokens, indices = make_inputs(4, 64, 8, topk=2, seed=rows)
+    o = [np.zeros((rows, 64), tokens.dtype), np.zeros(8, np.int32), np.zeros((0,), np.float32)]
+    size, executor = get_workspace_size_v2(tokens, indices, 1, False, -1, *o, soc="950")
+    aclnn.moe_token_permute_v2(np.empty(size, np.uint8), size, executor)
+    want_tokens, want_sorted = golden(tokens, indices, rows - 8)
+    _assert_same(o[0], want_tokens, "permute_tokens")
+    _assert_same(o[1], want_sorted, "sorted_indices")
+
+
+def test_workspace_must_be_writeable():
+    tokens, indices = make_inputs(4, 64, 8, topk=2)
+    o = _outs(tokens, indices)
+    size, executor = _v1(tokens, indices, o)
+    workspace = np.zeros(size, np.uint8)
+    workspace.flags.writeable = False
+    with pytest.raises(ops.ParamInvalidError, match="writeable"):
+        aclnn.moe_token_permute(workspace, size, executor)
+
+
+def test_executor_run_without_a_workspace_is_a_clear_error():
+    tokens, indices = make_inputs(4, 64, 8, topk=2)
+    _, executor = _v1(tokens, indices, _outs(tokens, indices))
+    with pytest.raises(ops.ParamNullptrError, match="workspace"):
+        executor.run()
+
+
+def test_fault_inside_the_merge_loops_ends_the_run():
+    """A workspace too small for the multi-core sort faults in VBS; the merge loops must then stop rather
+    than wait for progress that can no longer come (the device would hang)."""
+    from ascend_sim import OutOfBoundsError
+    from tiling.moe_token_permute import LIB_API_WORKSPACE
+    tokens, indices = make_inputs(2000, 8, 16, topk=8, distinct=False)
+    o = _outs(tokens, indices)
+    size, executor = _v1(tokens, indices, o)
+    assert executor.tiling.tiling_key == 2
+    executor.extra["workspace"] = np.zeros(LIB_API_WORKSPACE + 16384, np.uint8)
+    with pytest.raises(OutOfBoundsError, match="workspace"):
+        executor.run()
