@@ -35,9 +35,8 @@ def memcpy_bytes(typingctx, dst, dst_off_bytes, src, src_off_bytes, n_bytes):
 
 @intrinsic
 def data_address(typingctx, arr):
-    """Address of an array's first element as an int64 (what `arr.ctypes.data` gives, without building a
-    ctypes object: that one holds a reference, and the reference counting it brings costs more than the
-    rest of an AscendC call)."""
+    """Address of an array's first element as an int64: `arr.ctypes.data` without building a ctypes
+    object (which would hold a reference to the array)."""
     sig = types.int64(arr)
 
     def codegen(context, builder, signature, args):

@@ -78,9 +78,9 @@ def poison_fill(buf: np.ndarray) -> None:
 
 def make_core(block_idx: int, block_num: int, ub_size: int, queue_slots: int, max_block_count: int,
               npu_arch: int) -> Core:
-    """A fresh core: poisoned UB, no TPipe yet, no flags set, counters zero."""
+    """A fresh core: no TPipe yet (the UB is poisoned by start_pipe, before any stage can run), no flags
+    set, counters zero."""
     ub = np.empty(ub_size, dtype=np.uint8)
-    poison_fill(ub)
     state = np.zeros(QUE_BASE + queue_slots, dtype=np.int64)
     state[CAP_MAX_BLOCK_COUNT] = max_block_count
     state[CAP_NPU_ARCH] = npu_arch

@@ -150,12 +150,20 @@ def cast(c, dst, dst_dt, src, src_dt, round_mode, count):
 
 
 @aicore
-def _cast_half_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
-    if mode != CAST_NONE or (src_dt != DT_BF16 and src_dt != DT_FLOAT16):
+def _cast_begin(c, supported, dst_dt, src_dt, mode, count):
+    """Start a Cast: False after recording F_CAST_PAIR when the (dtypes, round mode) pair is unsupported,
+    or when the instruction must do nothing."""
+    if not supported:
         if issue(c, CALL_CAST):
             fault(c, F_CAST_PAIR, CALL_CAST, dst_dt, src_dt, mode)
-        return
-    if not _begin(c, CALL_CAST, count):
+        return False
+    return _begin(c, CALL_CAST, count)
+
+
+@aicore
+def _cast_half_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
+    supported = mode == CAST_NONE and (src_dt == DT_BF16 or src_dt == DT_FLOAT16)
+    if not _cast_begin(c, supported, dst_dt, src_dt, mode, count):
         return
     d = _operand(c, CALL_CAST, dst, count)
     if d < 0 or _operand(c, CALL_CAST, src, count) < 0:
@@ -175,11 +183,7 @@ def _cast_f32_to_half(c, dst, dst_dt, src, src_dt, mode, count):
     bf16_ok = dst_dt == DT_BF16 and (mode == CAST_RINT or mode == CAST_FLOOR or mode == CAST_CEIL
                                      or mode == CAST_ROUND or mode == CAST_TRUNC)
     f16_ok = dst_dt == DT_FLOAT16 and CAST_NONE <= mode <= CAST_ODD
-    if not (bf16_ok or f16_ok):
-        if issue(c, CALL_CAST):
-            fault(c, F_CAST_PAIR, CALL_CAST, dst_dt, src_dt, mode)
-        return
-    if not _begin(c, CALL_CAST, count):
+    if not _cast_begin(c, bf16_ok or f16_ok, dst_dt, src_dt, mode, count):
         return
     d = _operand(c, CALL_CAST, dst, count)
     s = _operand(c, CALL_CAST, src, count)
@@ -197,11 +201,7 @@ def _cast_f32_to_half(c, dst, dst_dt, src, src_dt, mode, count):
 
 @aicore
 def _cast_int_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
-    if not CAST_NONE <= mode <= CAST_TRUNC:
-        if issue(c, CALL_CAST):
-            fault(c, F_CAST_PAIR, CALL_CAST, dst_dt, src_dt, mode)
-        return
-    if not _begin(c, CALL_CAST, count):
+    if not _cast_begin(c, CAST_NONE <= mode <= CAST_TRUNC, dst_dt, src_dt, mode, count):
         return
     d = _operand(c, CALL_CAST, dst, count)
     if d < 0 or _operand(c, CALL_CAST, src, count) < 0:

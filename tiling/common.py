@@ -152,13 +152,13 @@ class TilingResult:
             cap = f" of {self.soc.ub_size}" if self.soc is not None else ""
             lines.append(f"UB plan ({self.ub_plan_bytes}{cap} bytes"
                          + ("" if self.ub_fits else ", DOES NOT FIT: the kernel would fail in InitBuffer") + "):")
-            multi = len(self.ub_pipe_bytes()) > 1
+            per_pipe = self.ub_pipe_bytes()
             pipe = None
             for row in self.ub_plan:
                 name, nbytes, count = row[:3]
-                if multi and row[6] != pipe:
+                if len(per_pipe) > 1 and row[6] != pipe:
                     pipe = row[6]
-                    lines.append(f" TPipe {pipe} ({self.ub_pipe_bytes()[pipe]} bytes):")
+                    lines.append(f" TPipe {pipe} ({per_pipe[pipe]} bytes):")
                 extra = f"  {row[3]}@{row[4]}" + (f" depth {row[5]}" if len(row) > 5 and row[5] else "") \
                     if len(row) > 4 else ""
                 lines.append(f"  {name:<30} {count} x {nbytes} bytes{extra}")

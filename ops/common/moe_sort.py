@@ -26,6 +26,7 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
 from ascend_sim._jit import aicore, global_aicore
+from ops.common import int_math
 
 SortGm = namedtuple("SortGm", ["keys", "out", "workspace"])
 """The GM a sort touches: keys (int32 / int64), the int32 result, the float32 ping-pong workspace."""
@@ -54,11 +55,6 @@ M_SRC_WS_INDEX = 0
 M_LIST_NUM = 1
 M_PER_LIST_ELEMENTS = 2
 M_LAST_LIST_ELEMENTS = 3
-
-
-@aicore
-def _ceil(a, b):
-    return 0 if b == 0 else (a + b - 1) // b
 
 
 @aicore
@@ -100,7 +96,7 @@ def sort_one_core_process(c, td, keys_gm, out_gm):
         return
     total = td.n * td.top_k
     tile_length = _align(td.vbs_last_core_per_loop_elements, 4)
-    sort_num = _ceil(tile_length, ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
+    sort_num = int_math.ceil_div(tile_length, ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
     K = asc.ub_like(c, keys_gm)
     F32 = asc.ub_f32(c)
     index_local = asc.tbuf_get(c, ONE_CORE_INDEX_BUFFER, asc.ub_i32(c))
@@ -189,12 +185,17 @@ def _mrgsort_init(list_num, per_list, last_list):
 
 
 @aicore
+def _list_windows(ub_inputs, one_loop_max):
+    """The four MrgSort input windows of one_loop_max (score, index) pairs each, back to back in ub_inputs."""
+    w = _sort_len(one_loop_max)
+    return ub_inputs[0: w], ub_inputs[w: 2 * w], ub_inputs[2 * w: 3 * w], ub_inputs[3 * w: 4 * w]
+
+
+@aicore
 def _mrgsort(c, src_gm, dst_gm, ub_inputs, ub_out, list_num, per_list, last_list, one_loop_max):
     """MoeMrgsort::Init + Process: merge list_num sorted lists of pairs from src_gm into dst_gm."""
     offsets, remain = _mrgsort_init(list_num, per_list, last_list)
-    window = _sort_len(one_loop_max)
-    in0, in1, in2, in3 = (ub_inputs[0: window], ub_inputs[window: 2 * window], ub_inputs[2 * window: 3 * window],
-                          ub_inputs[3 * window: 4 * window])
+    in0, in1, in2, in3 = _list_windows(ub_inputs, one_loop_max)
     out_offset = 0
     while remain.sum() > 0:
         merged = _mrgsort_round(c, src_gm, in0, in1, in2, in3, ub_out, offsets, remain, one_loop_max, list_num)
@@ -213,9 +214,7 @@ def _mrgsort_out(c, src_gm, out_gm, ub_inputs, ub_out_value, ub_out_index, temp_
                  last_list, one_loop_max):
     """MoeMrgsortOut::Init + Process: merge the last lists and write only the index stream (int32)."""
     offsets, remain = _mrgsort_init(list_num, per_list, last_list)
-    window = _sort_len(one_loop_max)
-    in0, in1, in2, in3 = (ub_inputs[0: window], ub_inputs[window: 2 * window], ub_inputs[2 * window: 3 * window],
-                          ub_inputs[3 * window: 4 * window])
+    in0, in1, in2, in3 = _list_windows(ub_inputs, one_loop_max)
     index_u32 = asc.view_as(c, ub_out_index, asc.ub_u32(c))
     index_i32 = asc.view_as(c, ub_out_index, asc.ub_i32(c))
     out_offset = 0
@@ -223,7 +222,7 @@ def _mrgsort_out(c, src_gm, out_gm, ub_inputs, ub_out_value, ub_out_index, temp_
         merged = _mrgsort_round(c, src_gm, in0, in1, in2, in3, temp_buffer, offsets, remain, one_loop_max, list_num)
         if merged == 0:
             break          # only after a fault, as in _mrgsort
-        asc.extract(c, ub_out_value, index_u32, temp_buffer, _ceil(merged, ONE_REPEAT_SORT_NUM))
+        asc.extract(c, ub_out_value, index_u32, temp_buffer, int_math.ceil_div(merged, ONE_REPEAT_SORT_NUM))
         event_v_mte3 = asc.fetch_event_id(c, asc.V_MTE3)
         asc.set_flag(c, asc.V_MTE3, event_v_mte3)
         asc.wait_flag(c, asc.V_MTE3, event_v_mte3)
@@ -250,7 +249,7 @@ def _core_loops(td, block_idx):
 
 @aicore
 def _index_num(td, loop_elements):
-    return _ceil(max(td.sort_out_one_loop_max_elements * MAX_MRGSORT_LIST, loop_elements),
+    return int_math.ceil_div(max(td.sort_out_one_loop_max_elements * MAX_MRGSORT_LIST, loop_elements),
                  ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
 
 
@@ -310,7 +309,7 @@ def sort_vbs_process(c, td, keys_gm, ws_gm):
         index_local = index_concat
         keys_fp32 = asc.view_as(c, index_concat, asc.ub_f32(c))[index_num:]
         core_keys = asc.gm_at(keys_gm, c.block_idx * td.vbs_per_core_elements)
-        sort_num = _ceil(loop_elements, ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
+        sort_num = int_math.ceil_div(loop_elements, ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
         asc.arith_progression(c, index_local, np.int32(c.block_idx * td.vbs_per_core_elements), np.int32(1),
                               loop_elements)
         for loop in range(loops - 1):
@@ -318,7 +317,7 @@ def sort_vbs_process(c, td, keys_gm, ws_gm):
                      src_ws)
             asc.pipe_barrier(c, asc.PIPE_V)
             asc.adds(c, index_local, index_local, np.int32(loop_elements), loop_elements)
-        sort_num = _ceil(last_loop_elements, ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
+        sort_num = int_math.ceil_div(last_loop_elements, ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
         _ub_sort(c, td, core_keys, ws_gm, index_local, keys_fp32, loops - 1, last_loop_elements, sort_num,
                  loop_elements, src_ws)
         # OneCoreVMSProcess: merge this core's loop lists, 4 at a time, until one list is left
@@ -348,7 +347,7 @@ def sort_vms_level(c, td, ws_gm):
     """One iteration of VMSProcess's loop: cores 0 .. ceil(lists / 4) - 1 merge four adjacent lists each."""
     m = asc.members(c)
     list_num, per_list, last_list = m[M_LIST_NUM], m[M_PER_LIST_ELEMENTS], m[M_LAST_LIST_ELEMENTS]
-    need = _ceil(list_num, MAX_MRGSORT_LIST)
+    need = int_math.ceil_div(list_num, MAX_MRGSORT_LIST)
     core_offset = _sort_len(per_list * MAX_MRGSORT_LIST)
     remain_lists = list_num - (need - 1) * MAX_MRGSORT_LIST
     if c.block_idx < need - 1:

@@ -155,18 +155,18 @@ def compute_data(c, y_local, x_local, inv_scale_local, cols, quant_mode, is_fp16
     for b in range(blocks):
         inv = np.int64(inv_scale_local[b])
         end = min(cols, b * MX_BLOCK + MX_BLOCK)
-        nan_block = inv == NAN_INV_SCALE
-        # inverse 2^(127 - code) is bf16 exponent field 254 - code; 0 (all-zero block) scales by 0
-        pow2 = (inv >> 7) - 127
+        if inv == NAN_INV_SCALE:
+            keep = np.uint32(0)                    # NaN * element, SAT cast -> +0 whatever the element
+        elif inv == 0:
+            keep = np.uint32(0x80000000)           # all-zero block (round-scale rule): x * 0 keeps only the sign
+        else:
+            keep = np.uint32(0xFFFFFFFF)
+        # inverse 2^(127 - code) is bf16 exponent field 254 - code
+        pow2 = (inv >> 7) - 127 if keep == np.uint32(0xFFFFFFFF) else 0
         for i in range(b * MX_BLOCK, end):
             h = x_local[i]
             x_bits = asc.f16_bits_to_f32_bits(h) if is_fp16 else asc.bf16_bits_to_f32_bits(h)
-            if nan_block:
-                code = np.uint8(0)           # NaN * element, SAT cast -> 0
-            elif inv == 0:
-                code = asc.f32_bits_to_mini_float_bits(x_bits & np.uint32(0x80000000), dt, 0)
-            else:
-                code = asc.f32_bits_to_mini_float_bits(x_bits, dt, pow2)
+            code = asc.f32_bits_to_mini_float_bits(x_bits & keep, dt, pow2)
             if not fp4:
                 y_local[i] = code
             elif i % 2 == 0:

@@ -28,7 +28,8 @@ import numpy as np
 from ascend_sim.dtypes import dt_of, gm_view
 from tiling import get_soc
 from tiling.moe_token_permute import (FIELDS, LIB_API_WORKSPACE, QUANT_MXFP4_E2M1, QUANT_MXFP8_E4M3FN,
-                                      QUANT_MXFP8_E5M2, QUANT_NONE, moe_token_permute as _tiling)
+                                      QUANT_MXFP8_E5M2, QUANT_NONE, effective_num_out_tokens, mx_scale_cols,
+                                      moe_token_permute as _tiling)
 from tiling.status import InnerNullptrError, ParamInvalidError
 
 from .._framework import Executor, as_input, as_output, gm_tensor, match_dtype_columns, require, run_executor
@@ -85,16 +86,10 @@ def _as_int(name: str, value) -> int:
         raise ParamInvalidError(f"{name} must be an integer, got {value!r}") from None
 
 
-def scale_columns(hidden: int) -> int:
-    """E8M0 scales per row: one per 32-element block, padded to an even count."""
-    blocks = -(-hidden // 32)
-    return blocks + blocks % 2
-
-
 def _quant_shapes(quant_mode: int, m: int, hidden: int):
     if quant_mode == QUANT_MXFP4_E2M1:
         return (m, hidden // 2), (m, -(-hidden // 64), 2)
-    return (m, hidden), (m, scale_columns(hidden))
+    return (m, hidden), (m, mx_scale_cols(hidden))
 
 
 def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out, sorted_out, scale_out, soc,
@@ -219,7 +214,7 @@ def allocate_outputs(tokens, indices, num_out_tokens=0, quant_mode=-1, *, soc="a
     soc = get_soc(soc)
     t, idx = np.asarray(tokens), np.asarray(indices)
     total = int(np.prod(idx.shape)) if idx.ndim in (1, 2) else 0
-    m = max(min(int(num_out_tokens) + total if int(num_out_tokens) <= 0 else int(num_out_tokens), total), 0)
+    m = effective_num_out_tokens(int(num_out_tokens), total)
     quant = int(quant_mode) if soc.is_regbase else QUANT_NONE
     if quant in (QUANT_MXFP8_E5M2, QUANT_MXFP8_E4M3FN, QUANT_MXFP4_E2M1) and t.ndim == 2:
         data_shape, s_shape = _quant_shapes(quant, m, t.shape[1])

@@ -71,6 +71,15 @@ def _core_share(c, td):
 
 
 @aicore
+def _dst_row(c, td, tmpl, indices_local, i):
+    """Output row of slot i of the UB indices (a scalar read); -1 when keys 5..8 drop it (row >= numOutTokens)."""
+    row = np.int64(asc.get_value(c, indices_local, i))
+    if tmpl.if_num_out_tokens and row >= td.index_copy_num_out_tokens:
+        return np.int64(-1)
+    return row
+
+
+@aicore
 def _quantize(c, tmpl, x_local, cols):
     """MX quantisation of x_local[:cols] (one row or piece): VFs maxExp -> scale -> data. Returns the
     dequeued (element codes, scale codes) LocalTensors; the caller frees both."""
@@ -101,8 +110,8 @@ def _copy_out_quantized(c, td, gm, tmpl, x_local, indices_local, offset, col_off
     y_offset = mx_quant.out_bytes_of(col_offset, tmpl.quant_mode)
     slot_offset = col_offset // mx_quant.MX_BLOCK
     for k in range(td.top_k):
-        row = np.int64(asc.get_value(c, indices_local, offset + k))
-        if not tmpl.if_num_out_tokens or row < td.index_copy_num_out_tokens:
+        row = _dst_row(c, td, tmpl, indices_local, offset + k)
+        if row >= 0:
             asc.data_copy_pad(c, asc.gm_at(gm.permute_codes, row * row_bytes + y_offset), y_local, y_params)
             asc.data_copy_pad(c, asc.gm_at(gm.expanded_scale, row * row_slots + slot_offset), scale_local,
                               scale_params)
@@ -121,11 +130,12 @@ def _copy_out_rows(c, td, gm, tmpl, in_local, indices_local, offset, out_token_n
         return
     params = asc.DataCopyExtParams(1, td.index_copy_one_token_btype_size, 0, 0)
     for token in range(out_token_num):
-        for _ in range(top_k):
-            row = np.int64(asc.get_value(c, indices_local, offset))
-            if not tmpl.if_num_out_tokens or row < td.index_copy_num_out_tokens:
-                asc.data_copy_pad(c, asc.gm_at(gm.permute_tokens, row * cols), in_local[token * cols_align:], params)
-            offset += 1
+        token_local = in_local[token * cols_align:]
+        for k in range(top_k):
+            row = _dst_row(c, td, tmpl, indices_local, offset + k)
+            if row >= 0:
+                asc.data_copy_pad(c, asc.gm_at(gm.permute_tokens, row * cols), token_local, params)
+        offset += top_k
 
 
 @aicore
@@ -200,8 +210,8 @@ def _copy_piece(c, td, gm, tmpl, src, row_offset, col_offset, indices_local, ind
         asc.free_tensor(c, COPY_IN_QUEUE, in_local)
         return
     for k in range(td.top_k):
-        row = np.int64(asc.get_value(c, indices_local, indices_offset + k))
-        if not tmpl.if_num_out_tokens or row < td.index_copy_num_out_tokens:
+        row = _dst_row(c, td, tmpl, indices_local, indices_offset + k)
+        if row >= 0:
             asc.data_copy_pad(c, asc.gm_at(gm.permute_tokens, row * td.cols + col_offset), in_local, params)
     asc.free_tensor(c, COPY_IN_QUEUE, in_local)
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-from ascend_sim._jit import aicore, global_aicore
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel
+from ascend_sim._jit import aicore, global_aicore
+from ops.common import int_math
 
 OP = "MoeTokenUnpermuteWithRoutingMapGrad"
 
@@ -54,31 +55,6 @@ ARR_PROBS_ADDR = 3
 
 
 @aicore
-def _tdiv(a, b):
-    """C++ integer division (truncates toward zero)."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
-@aicore
-def _safe_div(a, b):
-    """Base::SafeDiv: a / b, 0 when b == 0."""
-    return 0 if b == 0 else _tdiv(a, b)
-
-
-@aicore
-def _ceil_div(a, b):
-    """Base::CeilDiv: ceil(a / b), 0 when b == 0."""
-    return 0 if b == 0 else _tdiv(a + b - 1, b)
-
-
-@aicore
-def _align_up(a, b):
-    """Base::AlignUp: a rounded up to a multiple of b (a itself when b == 0)."""
-    return a if b == 0 else _tdiv(a + b - 1, b) * b
-
-
-@aicore
 def _sync(c, evt):
     """The base's XToYSync helpers: FetchEventID, SetFlag, WaitFlag on the same id."""
     event_id = asc.fetch_event_id(c, evt)
@@ -100,11 +76,11 @@ def _start_offsets(c, td):
 def _binary_add(c, tmp_buffer, length, threshold, offset):
     """BinaryAddFunc: fold halves (32-byte aligned) until <= threshold, then fold onto `offset` elements."""
     total = length
-    half = _align_up(_ceil_div(total, 2), BUFFER_32B_CALNUM)
+    half = int_math.align_up(int_math.ceil_div(total, 2), BUFFER_32B_CALNUM)
     while total > threshold:
         asc.add(c, tmp_buffer, tmp_buffer, tmp_buffer[half:], total - half)
         total = half
-        half = _align_up(_ceil_div(total, 2), BUFFER_32B_CALNUM)
+        half = int_math.align_up(int_math.ceil_div(total, 2), BUFFER_32B_CALNUM)
     asc.add(c, tmp_buffer, tmp_buffer, tmp_buffer[offset:], total - offset)
 
 
@@ -169,7 +145,7 @@ def _copy_rows_process(c, td, gm, tmpl, drop_and_pad):
         if drop_and_pad:
             token_id = np.int64(asc.get_value(c, gm.permute_token_id, row))
         else:
-            token_id = _safe_div(row, td.top_k)
+            token_id = int_math.safe_div(row, td.top_k)
         permute_token_id = np.int64(asc.get_value(c, gm.out_index, row))
         if not drop_and_pad and permute_token_id < 0:
             continue
@@ -247,7 +223,7 @@ def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
         row = row_start + indices_loop
         token_id = np.int64(asc.get_value(c, gm.permute_token_id, row))
         permute_token_id = np.int64(asc.get_value(c, gm.out_index, row))
-        prob_offset = token_id * td.num_expert + _safe_div(permute_token_id, td.capacity)
+        prob_offset = token_id * td.num_expert + int_math.safe_div(permute_token_id, td.capacity)
         prob = asc.to_float(asc.get_value(c, gm.probs, prob_offset), tmpl.probs_t)   # ToFloat / static_cast
         asc.duplicate(c, prob_grad_reduce_sum_local, 0.0, td.hidden_size_loop_times_align)
         _sync(c, asc.S_MTE2)
@@ -351,10 +327,10 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
     row_start, token_start = _start_offsets(c, td)
     top_k, h, num_expert = td.top_k, td.hidden_size, td.num_expert
     indices_num_each_core = td.row_id_map_each_core if c.block_idx < td.former_core_num else td.row_id_map_tail_core
-    indices_loop_times = _ceil_div(indices_num_each_core, td.indices_reserve_num)
+    indices_loop_times = int_math.ceil_div(indices_num_each_core, td.indices_reserve_num)
     indices_last_loop = indices_num_each_core - td.indices_reserve_num * (indices_loop_times - 1)
-    top_k_in_indices_last_loop_times = _ceil_div(indices_last_loop, top_k)
-    top_k_in_indices_each_loop_times = _ceil_div(td.indices_reserve_num, top_k)
+    top_k_in_indices_last_loop_times = int_math.ceil_div(indices_last_loop, top_k)
+    top_k_in_indices_each_loop_times = int_math.ceil_div(td.indices_reserve_num, top_k)
 
     T = asc.ub_like(c, gm.unpermuted_tokens_grad)   # PermutedTokenT
     P = asc.ub_like(c, gm.probs)                     # ProbsT
@@ -391,10 +367,10 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
     for indices_loop in range(indices_loop_times):
         last = indices_loop == indices_loop_times - 1
         indices_num_loop = indices_last_loop if last else td.indices_reserve_num
-        top_k_in_indices_loop_times = _safe_div(indices_num_loop, top_k)
+        top_k_in_indices_loop_times = int_math.safe_div(indices_num_loop, top_k)
         indices_loop_offset = indices_loop * td.indices_reserve_num
         loop_offset = row_start + indices_loop_offset
-        token_loop_base_offset = _safe_div(indices_loop_offset, top_k)
+        token_loop_base_offset = int_math.safe_div(indices_loop_offset, top_k)
         for i in range(indices_num_loop):
             asc.scalar_store(c, indices_array, i, asc.get_value(c, gm.out_index, loop_offset + i), ARR_INDICES)
 
@@ -402,7 +378,7 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
         top_k_in_indices = top_k_in_indices_last_loop_times if last else top_k_in_indices_each_loop_times
         prob_index = 0
         for top_k_loop in range(top_k_in_indices):
-            token_index = _safe_div(loop_offset, top_k) + top_k_loop
+            token_index = int_math.safe_div(loop_offset, top_k) + top_k_loop
             routing_map_offset = token_index * num_expert
             asc.data_copy_pad(c, tmp_buffer_routing_map, asc.gm_at(gm.routing_map, routing_map_offset),
                               asc.DataCopyExtParams(1, num_expert, 0, 0), asc.NO_PAD)

@@ -2,6 +2,7 @@
 GB/s and the ratios to the golden and to np.copyto of the same bytes, all measured in the same run."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 RESULTS: dict[str, dict[str, dict]] = {}
@@ -30,6 +31,20 @@ def pytest_terminal_summary(terminalreporter):
         tr.write_line(f"{case:<52} {sim['median'] * 1e3:>8.1f} {gbs:>7.2f} {vs_golden:>9.2f}x {vs_copy:>9.2f}x")
 
 
+def copyto_same_bytes(benchmark, case: str, gm_bytes: int) -> None:
+    """The baseline: np.copyto moving gm_bytes of GM traffic (half read, half written), recorded for `case`."""
+    half = gm_bytes // 2
+    src = np.ones(half, dtype=np.uint8)
+    dst = np.zeros(half, dtype=np.uint8)
+    benchmark.pedantic(np.copyto, args=(dst, src), rounds=5, iterations=1, warmup_rounds=1)
+    record(case, "copyto", benchmark, gm_bytes)
+
+
 @pytest.fixture
 def bench_record():
     return record
+
+
+@pytest.fixture
+def copyto_baseline():
+    return copyto_same_bytes

@@ -52,10 +52,5 @@ def test_golden(benchmark, prepared, bench_record):
     bench_record(p["case"], "golden", benchmark, p["gm_bytes"])
 
 
-def test_copyto_same_bytes(benchmark, prepared, bench_record):
-    p = prepared
-    half = p["gm_bytes"] // 2
-    src = np.ones(half, dtype=np.uint8)
-    dst = np.zeros(half, dtype=np.uint8)
-    benchmark.pedantic(np.copyto, args=(dst, src), rounds=5, iterations=1, warmup_rounds=1)
-    bench_record(p["case"], "copyto", benchmark, p["gm_bytes"])
+def test_copyto_same_bytes(benchmark, prepared, copyto_baseline):
+    copyto_baseline(benchmark, prepared["case"], prepared["gm_bytes"])
