@@ -7,6 +7,11 @@ msSanitizer reports do.
 from __future__ import annotations
 
 
+class ConfigError(ValueError):
+    """A simulator setting outside what it supports: a thread count, an environment variable, a chip
+    profile's UB size or core count. Raised before anything is compiled or launched."""
+
+
 class SimulatorError(Exception):
     """A kernel broke a rule of the machine model.
 
@@ -46,16 +51,42 @@ class UBOverflowError(SimulatorError):
     Attributes:
         table: the whole allocation table as rows (name, kind, num, bytes_each, offset, end).
         capacity_bytes: UB bytes the TPipe may allocate.
+        needed_bytes: UB bytes the plan asks for.
+        pipe: the TPipe whose InitBuffer calls do not fit.
     """
 
-    def __init__(self, summary: str, *, table=(), capacity_bytes: int = 0, **kw):
+    def __init__(self, summary: str, *, table=(), capacity_bytes: int = 0, needed_bytes: int = 0,
+                 pipe: str | None = None, **kw):
         self.table = tuple(table)
+        self.pipe = pipe
         self.capacity_bytes = capacity_bytes
+        self.needed_bytes = needed_bytes
         super().__init__(summary, **kw)
 
 
 class OutOfBoundsError(SimulatorError):
-    """A GM, UB or scalar-array access outside its tensor."""
+    """A GM, UB or scalar-array access outside its tensor.
+
+    Attributes (GM accesses; None otherwise):
+        tensor: the GM tensor's name.
+        byte_range: (first, end) bytes of the access relative to the tensor's start.
+        index_tensor, index_element, index_value: where the bad address came from, when the operator
+            can tell (an index the kernel read from GM, e.g. out_index[37] = 99999).
+    """
+
+    def __init__(self, summary: str, *, tensor: str | None = None, byte_range: tuple | None = None, **kw):
+        self.tensor = tensor
+        self.byte_range = byte_range
+        self.index_tensor = self.index_element = self.index_value = None
+        super().__init__(summary, **kw)
+
+    def with_index_source(self, index_tensor: str, element: int, value: int, valid: str) -> "OutOfBoundsError":
+        """The same error, its message extended by the index value that produced the address."""
+        summary = f"{self.summary}; the address comes from {index_tensor}[{element}] = {value}, outside {valid}"
+        err = OutOfBoundsError(summary, tensor=self.tensor, byte_range=self.byte_range, core=self.core, op=self.op,
+                               tiling_key=self.tiling_key, call=self.call, detail=self.detail)
+        err.index_tensor, err.index_element, err.index_value = index_tensor, element, value
+        return err
 
 
 class AlignmentError(SimulatorError):

@@ -185,7 +185,8 @@ def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, cal
 
     if code == F_GM_OOB:
         return errors.OutOfBoundsError(
-            f"GM access to bytes [{a[1]}, {a[2]}) of '{gm(a[0])}' is outside the tensor's {a[3]} bytes", **where)
+            f"GM access to bytes [{a[1]}, {a[2]}) of '{gm(a[0])}' is outside the tensor's {a[3]} bytes",
+            tensor=gm(a[0]), byte_range=(a[1], a[2]), **where)
     if code == F_UB_OOB:
         return errors.OutOfBoundsError(
             f"UB access of {a[1]} bytes from the LocalTensor at UB offset {a[0]} exceeds the tensor's "

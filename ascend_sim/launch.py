@@ -17,11 +17,12 @@ and call; after the last stage a flag left set is a SyncError.
 """
 from __future__ import annotations
 
+import itertools
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable, Sequence
 
 import numpy as np
@@ -31,6 +32,7 @@ from .core import (CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, counters
                    make_core, start_pipe)
 from .dtypes import dt_name
 from .events import HARD_EVENT_NAMES
+from ._jit import ensure_compiled
 from .faults import to_error
 from .pipe import UbBuffer, plan_pipe
 from .report import CoreReport, RunReport
@@ -38,26 +40,52 @@ from .report import CoreReport, RunReport
 SYNC_ALL = "SyncAll"
 """Schedule marker: AscendC::SyncAll() between the stages before and after it."""
 
+THREADS_ENV = "ASCEND_SIM_THREADS"
+MAX_THREADS = 256
+"""Upper bound of worker threads one launch may ask for (more would only queue behind each other)."""
+
+# One process-wide pool, created once and never shut down, so launches from several Python threads
+# can share it safely. A launch with `threads=t` submits t workers that take cores from a shared
+# counter; threads are started lazily, so the pool only grows to what launches really use.
+_POOL_LOCK = threading.Lock()
 _POOL: ThreadPoolExecutor | None = None
-_POOL_SIZE = 0
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="aiv")
+        return _POOL
+
+
+def _positive_threads(value, source: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise errors.ConfigError(f"{source} must be a whole number of worker threads, got {value!r}")
+    if not 1 <= value <= MAX_THREADS:
+        raise errors.ConfigError(f"{source} must be between 1 and {MAX_THREADS}, got {value}")
+    return int(value)
 
 
 def default_threads() -> int:
-    """Worker threads for simulated cores: $ASCEND_SIM_THREADS, else the machine's CPU count."""
-    env = os.environ.get("ASCEND_SIM_THREADS")
+    """Worker threads for simulated cores: $ASCEND_SIM_THREADS, else the machine's CPU count.
+
+    Raises ConfigError when the variable is set to anything but a whole number in [1, MAX_THREADS].
+    """
+    env = os.environ.get(THREADS_ENV, "").strip()
     if env:
-        return max(1, int(env))
-    return max(1, os.cpu_count() or 1)
+        try:
+            value = int(env)
+        except ValueError:
+            raise errors.ConfigError(f"{THREADS_ENV} must be a whole number of worker threads, got {env!r}") \
+                from None
+        return _positive_threads(value, THREADS_ENV)
+    return max(1, min(os.cpu_count() or 1, MAX_THREADS))
 
 
-def _pool(threads: int) -> ThreadPoolExecutor:
-    global _POOL, _POOL_SIZE
-    if _POOL is None or _POOL_SIZE != threads:
-        if _POOL is not None:
-            _POOL.shutdown(wait=True)
-        _POOL = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="aiv")
-        _POOL_SIZE = threads
-    return _POOL
+def resolve_threads(threads) -> int:
+    """The worker-thread count of a launch: `threads` if given (validated), else default_threads()."""
+    return default_threads() if threads is None else _positive_threads(threads, "threads")
 
 
 @dataclass(frozen=True)
@@ -121,6 +149,13 @@ def _segments(kernel: Kernel, args: tuple) -> list[list[tuple[int, Callable, tup
     return segments
 
 
+def stage_calls(kernel: Kernel, args: tuple) -> list[tuple[Callable, tuple]]:
+    """Every (stage, call arguments) a launch of `kernel` with `args` makes, with a stand-in core: what
+    ensure_compiled needs to compile a kernel without running it (the types do not depend on the core)."""
+    core = make_core(0, 1, 32, 1, 1, 0)
+    return [(stage, (core, *stage_args)) for segment in _segments(kernel, args) for _, stage, stage_args in segment]
+
+
 def _group_plan(kernel: Kernel, plan: Sequence[UbBuffer]) -> list[list[UbBuffer]]:
     groups = []
     for phase in kernel.phases:
@@ -134,18 +169,25 @@ def _group_plan(kernel: Kernel, plan: Sequence[UbBuffer]) -> list[list[UbBuffer]
 
 
 def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tuple, chip,
-           gm_names: Sequence[str] = (), tiling_key: int | None = None, threads: int | None = None) -> RunReport:
+           gm_names: Sequence[str] = (), tiling_key: int | None = None, threads: int | None = None,
+           ub_advice: str = "", on_compile: Callable | None = None) -> RunReport:
     """Run `kernel` on block_dim cores of `chip`; returns the RunReport or raises SimulatorError.
 
     `chip` is a chip profile (tiling.SocProfile): name, aiv_num, ub_size, npu_arch, max_block_count.
     `plan` lists every InitBuffer call of every TPipe (UbBuffer.pipe says which); `args` follow the
-    core in every stage call.
+    core in every stage call. `threads` (default $ASCEND_SIM_THREADS or the CPU count) bounds how
+    many cores run at once; results do not depend on it. `ub_advice` is appended to a UBOverflowError
+    (the operator's knobs that shrink the plan). Stages are compiled (or loaded from numba's disk
+    cache) before the first core starts; `on_compile(event, stage_name, seconds)` hears of each stage
+    that had to be compiled ("start" / "done"), and the report keeps compile time apart from run time.
     """
     where = dict(op=kernel.op, tiling_key=tiling_key)
-    pipe_plans = [plan_pipe(rows, chip.ub_size, **where) for rows in _group_plan(kernel, plan)]
+    threads = resolve_threads(threads)
+    if isinstance(block_dim, (bool, np.bool_)) or not isinstance(block_dim, (int, np.integer)) or block_dim < 1:
+        raise errors.SimulatorError(f"block_dim {block_dim!r} must be a whole number of at least 1", **where)
+    pipe_plans = [plan_pipe(rows, chip.ub_size, advice=ub_advice, pipe=phase.pipe, **where)
+                  for phase, rows in zip(kernel.phases, _group_plan(kernel, plan))]
     tables = [p.queue_table() for p in pipe_plans]
-    if block_dim < 1:
-        raise errors.SimulatorError(f"block_dim {block_dim} must be at least 1", **where)
     segments = _segments(kernel, args)
     if len(segments) > 1 and block_dim > chip.aiv_num:
         raise errors.SyncError(
@@ -155,7 +197,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     cores = [make_core(i, block_dim, chip.ub_size, slots, chip.max_block_count, chip.npu_arch)
              for i in range(block_dim)]
     live_phase = [-1] * block_dim
-    threads = min(threads or default_threads(), block_dim)
+    threads = min(threads, block_dim)
+    compile_s = ensure_compiled(stage_calls(kernel, args), on_compile)
 
     def fault_error(core) -> errors.SimulatorError:
         p = max(live_phase[core.block_idx], 0)
@@ -176,6 +219,13 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
             return failure
         return None
 
+    def worker(segment, next_core, outcomes) -> None:
+        # cores are taken in index order from a shared counter (next() on itertools.count is atomic)
+        for i in next_core:
+            if i >= block_dim:
+                return
+            outcomes[i] = run_core(segment, i)
+
     start = time.perf_counter()
     for s, segment in enumerate(segments):
         if s > 0:
@@ -183,10 +233,14 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                 core.state[CNT_SYNC_ALL] += 1
         if not segment:
             continue
+        outcomes: list = [None] * block_dim
         if threads == 1:
-            outcomes = [run_core(segment, i) for i in range(block_dim)]
+            worker(segment, itertools.count(), outcomes)
         else:
-            outcomes = list(_pool(threads).map(partial(run_core, segment), range(block_dim)))
+            next_core = itertools.count()
+            futures = [_pool().submit(worker, segment, next_core, outcomes) for _ in range(threads)]
+            for f in futures:
+                f.result()
         for core, failure in zip(cores, outcomes, strict=True):
             if failure is not None:
                 raise errors.SimulatorError(f"{type(failure).__name__} inside the kernel: {failure}",
@@ -209,4 +263,4 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
         ub_capacity_bytes=chip.ub_size, ub_plan=tuple(table), ub_plan_bytes=max(p.used_bytes for p in pipe_plans),
         cores=tuple(CoreReport.from_counters(c.block_idx, counters(c)) for c in cores), wall_time_s=wall,
-        threads=threads)
+        threads=threads, compile_time_s=compile_s)

@@ -111,8 +111,12 @@ def format_table(rows, capacity_bytes: int, marker_row: int | None = None) -> st
 
 
 def plan_pipe(buffers: Sequence[UbBuffer], capacity_bytes: int, *, op: str | None = None,
-              tiling_key: int | None = None) -> PipePlan:
-    """Lay out InitBuffer calls in order; raise UBOverflowError if the plan exceeds the UB."""
+              tiling_key: int | None = None, pipe: str | None = None, advice: str = "") -> PipePlan:
+    """Lay out InitBuffer calls in order; raise UBOverflowError if the plan exceeds the UB.
+
+    `pipe` names the TPipe in messages; `advice` (the operator's knobs that shrink the plan) ends the
+    UBOverflowError's detail.
+    """
     offsets, cursor = [], 0
     for buf in buffers:
         if buf.kind not in _KINDS:
@@ -126,11 +130,16 @@ def plan_pipe(buffers: Sequence[UbBuffer], capacity_bytes: int, *, op: str | Non
     if cursor > capacity_bytes:
         rows = plan.table()
         first_bad = next(i for i, r in enumerate(rows) if r[5] > capacity_bytes)
+        which = f"TPipe '{pipe}'" if pipe else "the kernel's TPipe"
+        detail = format_table(rows, capacity_bytes, first_bad)
+        if advice:
+            detail += "\n" + advice
         raise UBOverflowError(
-            f"the kernel's buffers need {cursor} bytes of UB but the core has {capacity_bytes} "
-            f"('{rows[first_bad][0]}' ends at byte {rows[first_bad][5]})",
-            table=rows, capacity_bytes=capacity_bytes, op=op, tiling_key=tiling_key, call="TPipe::InitBuffer",
-            detail=format_table(rows, capacity_bytes, first_bad))
+            f"{which} needs {cursor} bytes of UB for its {len(rows)} InitBuffer calls but the core has "
+            f"{capacity_bytes} ({cursor - capacity_bytes} bytes over; '{rows[first_bad][0]}' ends at byte "
+            f"{rows[first_bad][5]})",
+            table=rows, capacity_bytes=capacity_bytes, needed_bytes=cursor, pipe=pipe, op=op, tiling_key=tiling_key,
+            call="TPipe::InitBuffer", detail=detail)
     total = sum(b.count for b in buffers)
     if total > MAX_PIPE_BUFFERS:
         raise QueueError(f"{total} buffers exceed the {MAX_PIPE_BUFFERS} one TPipe can manage",

@@ -43,7 +43,11 @@ class CoreReport:
 
 @dataclass(frozen=True)
 class RunReport:
-    """Everything one kernel launch did, per core; `total` sums the cores."""
+    """Everything one kernel launch did, per core; `total` sums the cores.
+
+    `wall_time_s` is the time the cores ran (simulated kernel only); `compile_time_s` is the time spent
+    compiling or loading the kernel's stages before that (large on a cold numba cache only).
+    """
     op: str
     kernel: str
     tiling_key: int | None
@@ -55,6 +59,7 @@ class RunReport:
     cores: tuple[CoreReport, ...] = ()
     wall_time_s: float = 0.0
     threads: int = 1
+    compile_time_s: float = 0.0
     extra: dict = field(default_factory=dict)
 
     @property
@@ -82,6 +87,8 @@ class RunReport:
             f"  V    {t.vec_elem_ops:>14,d} element-ops in {t.vec_instr:,d} instr   "
             f"S {t.scalar_gm_reads:,d} GM reads, {t.scalar_ub_ops:,d} UB ops",
             f"  sync {t.events:,d} events, {t.pipe_barriers:,d} pipe barriers, {t.sync_all} SyncAll",
-            f"  wall {self.wall_time_s * 1e3:.2f} ms on {self.threads} threads",
+            f"  wall {self.wall_time_s * 1e3:.2f} ms on {self.threads} threads"
+            + (f" (+{self.compile_time_s:.1f} s before it to compile or load the kernels)"
+               if self.compile_time_s >= 0.05 else ""),
         ]
         return "\n".join(lines)
