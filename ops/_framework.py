@@ -1,45 +1,23 @@
-"""Pieces every operator's aclnn layer shares: argument checks with the real status codes,
-OpDef dtype-column matching, and the executor that launches the kernel.
+"""Pieces every operator's aclnn layer shares: OpDef dtype-column matching, GM tensors for the
+kernels, and the executor that carries phase one's work to phase two and launches the kernel.
+Argument checks live in _validate.py.
 """
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ascend_sim import Kernel, RunReport, launch
+from ascend_sim import Kernel, OutOfBoundsError, RunReport, launch, stage_calls
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import dt_of, gm_view
 from tiling.common import TilingResult, dtype_name
 from tiling.status import ParamInvalidError, ParamNullptrError
 
-
-def require(name: str, t) -> None:
-    """161001 when a required tensor / output / attribute is missing."""
-    if t is None:
-        raise ParamNullptrError(f"{name} is required but is None")
-
-
-def as_input(name: str, t):
-    """An input tensor as a C-contiguous numpy array (aclnn's AutoContiguous); None stays None."""
-    if t is None:
-        return None
-    if not isinstance(t, np.ndarray):
-        raise ParamInvalidError(f"{name} must be a numpy array, got {type(t).__name__}")
-    return np.ascontiguousarray(t)
-
-
-def as_output(name: str, t):
-    """An output tensor: a C-contiguous numpy array the kernel writes in place."""
-    if t is None:
-        return None
-    if not isinstance(t, np.ndarray):
-        raise ParamInvalidError(f"{name} must be a numpy array, got {type(t).__name__}")
-    if not t.flags.c_contiguous or not t.flags.writeable:
-        raise ParamInvalidError(f"{name} must be a writeable C-contiguous array (outputs do not support "
-                                "non-contiguous tensors)")
-    return t
+from ._validate import as_input, as_output, byte_count, check_no_alias, require  # noqa: F401 (re-exported)
 
 
 def match_dtype_columns(op: str, named: Sequence[tuple[str, Any]], columns: Sequence[Sequence[Any]]) -> int:
@@ -68,6 +46,42 @@ def dtype_code(array, default: int) -> int:
     return default if array is None else dt_of(array.dtype)
 
 
+@dataclass(frozen=True)
+class IndexLink:
+    """GM tensor `target` is addressed at element `index * scale + (0 .. scale-1)`, `index` read from the
+    index tensor `source`: lets an out-of-bounds access be traced to the bad index value.
+
+    Attributes:
+        source: name of the index tensor (a key of Executor.tensors).
+        target: name of the addressed GM tensor (as in the kernel's gm_names).
+        scale: elements of `target` per index step (a row length, an expert count).
+        rows: valid index values are [0, rows).
+    """
+    source: str
+    target: str
+    scale: int
+    rows: int
+
+
+def trace_index(error: OutOfBoundsError, links, tensors: dict) -> OutOfBoundsError:
+    """`error` extended by the index element whose value produced its GM address, when one explains it."""
+    if error.tensor is None or error.byte_range is None:
+        return error
+    for link in links:
+        target, index = tensors.get(link.target), tensors.get(link.source)
+        if link.target != error.tensor or target is None or index is None or link.scale <= 0 or not index.size:
+            continue
+        row = (error.byte_range[0] // target.itemsize) // link.scale
+        flat = index.reshape(-1)
+        hits = np.flatnonzero(flat == row)
+        if not hits.size:     # an address past the row's end: any out-of-range value is the culprit
+            hits = np.flatnonzero((flat < 0) | (flat >= link.rows))
+        if hits.size:
+            k = int(hits[0])
+            return error.with_index_source(link.source, k, int(flat[k]), f"[0, {link.rows})")
+    return error
+
+
 @dataclass
 class Executor:
     """aclOpExecutor: what phase one prepared for phase two.
@@ -76,6 +90,13 @@ class Executor:
         op: operator name.
         tiling: the TilingResult (`executor.tiling`).
         report: the RunReport of the last run (`executor.report`), None before the first run.
+        api: the aclnn function that may run it (e.g. "aclnnMoeTokenPermuteV2"); set by `for_api`.
+        ub_advice: what shrinks this operator's UB plan, appended to a UBOverflowError.
+        tensors: the validated inputs and outputs by name (the workspace must not overlap them).
+        ub_plan: the buffers of the TPipes the kernel builds, when it builds fewer than the tiling plans.
+        index_links: IndexLinks that trace an out-of-bounds GM access to the index value behind it.
+        bind_workspace: for kernels that keep data in the workspace, `(args, workspace, workspace_size) -> args`
+            with the workspace's bytes bound into the kernel arguments.
     """
     op: str
     tiling: TilingResult
@@ -84,32 +105,79 @@ class Executor:
     gm_names: tuple[str, ...]
     report: RunReport | None = None
     extra: dict = field(default_factory=dict)
+    api: str = ""
+    ub_advice: str = ""
+    tensors: dict = field(default_factory=dict)
+    ub_plan: tuple | None = None
+    index_links: tuple = ()
+    bind_workspace: Callable | None = None
 
     @property
     def workspace_size(self) -> int:
         return self.tiling.workspace_size
 
-    def run(self, threads: int | None = None) -> RunReport | None:
+    def launch_args(self, workspace: np.ndarray | None) -> tuple:
+        """The kernel's arguments with `workspace` (the caller's bytes) bound where the kernel keeps data."""
+        if self.bind_workspace is None:
+            return self.args
+        if workspace is None:
+            raise ParamNullptrError(f"{self.op} keeps data in its workspace: run it through the second aclnn "
+                                    "phase with a workspace of the size the first phase returned")
+        return self.bind_workspace(self.args, workspace, self.workspace_size)
+
+    def stage_calls(self) -> list:
+        """Every (stage, args) a run would make (a stand-in workspace bound): what to compile ahead of it."""
+        if self.kernel is None:
+            return []
+        stand_in = np.empty(self.workspace_size, dtype=np.uint8) if self.bind_workspace is not None else None
+        return stage_calls(self.kernel, self.launch_args(stand_in))
+
+    def run(self, workspace: np.ndarray | None = None, threads: int | None = None) -> RunReport | None:
         if self.kernel is None:  # nothing to launch (empty tensors)
             return None
-        if "bind_workspace" in self.extra:
-            if self.extra.get("workspace") is None:
-                raise ParamNullptrError(f"{self.op} keeps data in its workspace: run it through the second aclnn "
-                                        "phase with a workspace of the size the first phase returned")
-            self.extra["bind_workspace"](self, self.extra["workspace"])
-        self.report = launch(self.kernel, block_dim=self.tiling.block_dim, plan=self.tiling.ub_plan, args=self.args,
-                             chip=self.tiling.soc, gm_names=self.gm_names, tiling_key=self.tiling.tiling_key,
-                             threads=threads)
+        args = self.launch_args(workspace)
+        plan = self.tiling.ub_plan if self.ub_plan is None else self.ub_plan
+        try:
+            self.report = launch(self.kernel, block_dim=self.tiling.block_dim, plan=plan, args=args,
+                                 chip=self.tiling.soc, gm_names=self.gm_names, tiling_key=self.tiling.tiling_key,
+                                 threads=threads, ub_advice=self.ub_advice, on_compile=compile_listener())
+        except OutOfBoundsError as e:
+            raise trace_index(e, self.index_links, self.tensors) from None
         return self.report
 
 
-def run_executor(workspace, workspace_size: int, executor: Executor | None, stream=None) -> None:
-    """Phase two of an aclnn call: check the workspace, launch the kernel, fill the outputs."""
+_COMPILE_LISTENER = threading.local()
+
+
+def compile_listener():
+    """The function this thread's launches report compilation to (see `listening_to_compiles`)."""
+    return getattr(_COMPILE_LISTENER, "fn", None)
+
+
+@contextmanager
+def listening_to_compiles(fn):
+    """Within the block, every launch from this thread calls fn("start" | "done", stage, seconds) for each
+    kernel stage it must compile first (front ends use it to say that a first run is compiling)."""
+    before = compile_listener()
+    _COMPILE_LISTENER.fn = fn
+    try:
+        yield
+    finally:
+        _COMPILE_LISTENER.fn = before
+
+
+def run_executor(api: str, workspace, workspace_size: int, executor: Executor | None, stream=None) -> None:
+    """Phase two of the aclnn call `api`: check the executor and the workspace, launch the kernel, fill the
+    outputs."""
     if executor is None:
         raise ParamNullptrError("executor is required but is None")
     if not isinstance(executor, Executor):
-        raise ParamInvalidError(f"executor must come from the matching _get_workspace_size call, got "
+        raise ParamInvalidError(f"executor must come from the matching {api}GetWorkspaceSize call, got "
                                 f"{type(executor).__name__}")
+    if executor.api != api:
+        raise ParamInvalidError(f"this executor was made by {executor.api}GetWorkspaceSize; run it with {executor.api}, "
+                                f"not {api}")
+    workspace_size = byte_count("workspace_size", workspace_size)
     if workspace_size < executor.workspace_size:
         raise ParamInvalidError(f"workspace_size {workspace_size} is smaller than the {executor.workspace_size} "
                                 "bytes the first phase asked for")
@@ -120,5 +188,5 @@ def run_executor(workspace, workspace_size: int, executor: Executor | None, stre
             raise ParamInvalidError(f"workspace must be an array of at least {executor.workspace_size} bytes")
         if not workspace.flags.writeable or not workspace.flags.c_contiguous:
             raise ParamInvalidError("workspace must be a writeable C-contiguous array (the kernel writes it)")
-    executor.extra["workspace"] = workspace
-    executor.run()
+        check_no_alias(executor.tensors, {"workspace": workspace})
+    executor.run(workspace)

@@ -14,7 +14,7 @@ from . import unpermute_with_routing_map_grad as _uwrm_grad
 moe_token_permute_get_workspace_size = _permute.get_workspace_size
 moe_token_permute = _permute.run
 moe_token_permute_v2_get_workspace_size = _permute.get_workspace_size_v2
-moe_token_permute_v2 = _permute.run
+moe_token_permute_v2 = _permute.run_v2
 moe_token_unpermute_with_routing_map_grad_get_workspace_size = _uwrm_grad.get_workspace_size
 moe_token_unpermute_with_routing_map_grad = _uwrm_grad.run
 

@@ -12,6 +12,10 @@ from typing import Any, NamedTuple, Sequence
 import ml_dtypes
 import numpy as np
 
+from ascend_sim.dtypes import dt_of
+
+from .status import ParamInvalidError
+
 _DTYPE_ALIASES = {
     "bf16": ml_dtypes.bfloat16, "bfloat16": ml_dtypes.bfloat16,
     "fp16": np.float16, "float16": np.float16, "half": np.float16,
@@ -35,16 +39,62 @@ def dtype_name(dtype) -> str:
     return as_dtype(dtype).name
 
 
-class TensorDesc(NamedTuple):
-    """Shape and dtype of a tensor without its data (lets huge shapes be tiled without allocating)."""
+_INT64_MAX = 2 ** 63 - 1
+
+
+def _checked_shape(shape) -> tuple:
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise ParamInvalidError(f"a tensor shape must be a sequence of whole numbers, got {shape!r}")
+    dims = tuple(shape)
+    for i, d in enumerate(dims):
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
+            raise ParamInvalidError(f"dimension {i} of shape {dims!r} is {d!r}; dimensions must be whole numbers")
+        if not 0 <= d <= _INT64_MAX:
+            raise ParamInvalidError(f"dimension {i} of shape {dims!r} is {d}; dimensions must be in [0, 2**63)")
+    return tuple(int(d) for d in dims)
+
+
+def _checked_dtype(dtype) -> np.dtype:
+    try:
+        dt = as_dtype(dtype)
+    except TypeError:
+        raise ParamInvalidError(f"{dtype!r} is not a dtype (use a numpy / ml_dtypes dtype or a name such as "
+                                "'bf16', 'fp16', 'fp32', 'int8', 'int32', 'int64', 'bool')") from None
+    try:
+        dt_of(dt)
+    except ValueError:
+        raise ParamInvalidError(f"dtype {dt} is not a tensor type the operators know") from None
+    return dt
+
+
+class _TensorDescFields(NamedTuple):
     shape: tuple
     dtype: Any
 
+
+class TensorDesc(_TensorDescFields):
+    """Shape and dtype of a tensor without its data (lets huge shapes be tiled without allocating).
+
+    `shape` is a sequence of whole numbers >= 0 (any size up to int64); `dtype` a numpy / ml_dtypes
+    dtype or a name ("bf16", "fp16", "int32", ...) of a type the operators know. Anything else raises
+    ParamInvalidError (161002) naming the bad dimension or dtype.
+    """
+    __slots__ = ()
+
+    def __new__(cls, shape, dtype):
+        return super().__new__(cls, _checked_shape(shape), _checked_dtype(dtype))
+
     @classmethod
     def of(cls, t) -> "TensorDesc | None":
-        if t is None:
-            return None
-        return cls(tuple(int(d) for d in t.shape), as_dtype(t.dtype))
+        """The description of anything with `.shape` and `.dtype` (None stays None)."""
+        if t is None or isinstance(t, TensorDesc):
+            return t
+        try:
+            shape, dtype = t.shape, t.dtype
+        except AttributeError:
+            raise ParamInvalidError(f"expected a tensor (an array or a TensorDesc with .shape and .dtype), got "
+                                    f"{type(t).__name__}") from None
+        return cls(shape, dtype)
 
     @property
     def ndim(self) -> int:

@@ -8,8 +8,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from ascend_sim.errors import ConfigError
+
 LIB_API_WORKSPACE_BYTES = 16 * 1024 * 1024   # GetLibApiWorkSpaceSize() on these chips
 UB_RESERVED_BYTES = 256                      # ini ub_size - GetCoreMemSize(UB)
+
+# Custom-profile limits. Real UBs are 192-248 KiB and real chips have at most 64 vector cores; the
+# bounds leave room to study much larger machines while refusing values that would only exhaust the
+# host: every simulated core of a launch holds a UB-sized byte array (its LocalTensors may be views
+# anywhere in it), so a launch on all cores needs aiv_num * ub_size bytes of host memory.
+MIN_UB_BYTES = UB_RESERVED_BYTES + 32        # tiling must see at least one 32-byte block
+MAX_UB_BYTES = 16 * 1024 * 1024
+MAX_AIV_NUM = 4096
+HOST_UB_BUDGET_BYTES = 4 * 1024 ** 3
+
+
+class ProfileError(ConfigError):
+    """A chip profile that cannot be simulated: unknown name, or a UB size / core count that is not a
+    whole number in range, or that would need more host memory than the simulator allows."""
+
+
+def _whole(name: str, value, low: int, high: int, unit: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ProfileError(f"{name} must be a whole number of {unit}, got {value!r} ({type(value).__name__})")
+    if not low <= value <= high:
+        raise ProfileError(f"{name} must be between {low:,} and {high:,} {unit}, got {value:,}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -50,24 +76,46 @@ PROFILES = {
 _ALIASES = {"910b": "ascend910b", "910_93": "ascend910_93", "950": "ascend950"}
 
 
+def check_profile(soc: SocProfile) -> SocProfile:
+    """`soc` itself if the simulator can run it; ProfileError naming the bad field otherwise.
+
+    Applies to every profile, also one a user builds with `dataclasses.replace` or SocProfile(...).
+    """
+    if not isinstance(soc, SocProfile):
+        raise ProfileError(f"soc must be a profile name or a SocProfile, got {type(soc).__name__}")
+    _whole("ub_size", soc.ub_size, MIN_UB_BYTES, MAX_UB_BYTES, "bytes")
+    _whole("aiv_num", soc.aiv_num, 1, MAX_AIV_NUM, "vector cores")
+    _whole("max_block_count", soc.max_block_count, 1, 65535, "blocks")
+    if soc.npu_arch not in (2201, 3510):
+        raise ProfileError(f"npu_arch must be 2201 (910B / 910_93) or 3510 (950), got {soc.npu_arch!r}")
+    host = soc.aiv_num * soc.ub_size
+    if host > HOST_UB_BUDGET_BYTES:
+        raise ProfileError(
+            f"aiv_num {soc.aiv_num:,} x ub_size {soc.ub_size:,} B needs {host / 1024 ** 3:.1f} GiB of host memory "
+            f"for the simulated Unified Buffers of a full launch; at most {HOST_UB_BUDGET_BYTES // 1024 ** 3} GiB "
+            "is allowed: lower aiv_num or ub_size")
+    return soc
+
+
 def get_soc(name="ascend910b", *, ub_size: int | None = None, aiv_num: int | None = None) -> SocProfile:
     """A chip profile by name (case-insensitive; "910b", "910_93", "950" also accepted), or a
-    SocProfile as is; `ub_size` / `aiv_num` override the profile's values (custom profile)."""
+    SocProfile as is; `ub_size` (bytes per vector core) / `aiv_num` (vector cores) override the
+    profile's values (custom profile). Raises ProfileError (a ValueError) for an unknown name, a
+    value that is not a whole number, outside [MIN_UB_BYTES, MAX_UB_BYTES] / [1, MAX_AIV_NUM], or
+    beyond the host-memory budget."""
     if isinstance(name, SocProfile):
         soc = name
-    else:
-        key = str(name).strip().lower()
+    elif isinstance(name, str):
+        key = name.strip().lower()
         key = _ALIASES.get(key, key)
         if key not in PROFILES:
-            raise ValueError(f"unknown SoC {name!r}; known: {', '.join(PROFILES)} (or 910b, 910_93, 950)")
+            raise ProfileError(f"unknown SoC {name!r}; known: {', '.join(PROFILES)} (or 910b, 910_93, 950)")
         soc = PROFILES[key]
+    else:
+        raise ProfileError(f"soc must be a profile name or a SocProfile, got {type(name).__name__}")
     if ub_size is not None or aiv_num is not None:
-        ub = soc.ub_size if ub_size is None else int(ub_size)
-        cores = soc.aiv_num if aiv_num is None else int(aiv_num)
-        if ub <= UB_RESERVED_BYTES:
-            raise ValueError(f"ub_size must exceed {UB_RESERVED_BYTES} bytes, got {ub}")
-        if cores < 1:
-            raise ValueError(f"aiv_num must be at least 1, got {cores}")
+        ub = soc.ub_size if ub_size is None else _whole("ub_size", ub_size, MIN_UB_BYTES, MAX_UB_BYTES, "bytes")
+        cores = soc.aiv_num if aiv_num is None else _whole("aiv_num", aiv_num, 1, MAX_AIV_NUM, "vector cores")
         suffix = "".join(f"+{k}={v}" for k, v in (("ub", ub_size), ("aiv", aiv_num)) if v is not None)
         soc = replace(soc, name=f"{soc.name}{suffix}", ub_size=ub, aiv_num=cores)
-    return soc
+    return check_profile(soc)

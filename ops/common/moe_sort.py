@@ -31,6 +31,18 @@ from ops.common import int_math
 SortGm = namedtuple("SortGm", ["keys", "out", "workspace"])
 """The GM a sort touches: keys (int32 / int64), the int32 result, the float32 ping-pong workspace."""
 
+
+def sort_gm(keys, out, workspace) -> SortGm:
+    """The SortGm of one sort. The keys are only read, so they are always handed over read-only: a sort of
+    an operator input (read-only) and a sort of a buffer the kernel wrote earlier (in place: keys is out)
+    then share one compiled stage."""
+    data = keys.data
+    if data.flags.writeable:
+        data = data.view()
+        data.flags.writeable = False
+    return SortGm(keys._replace(data=data), out, workspace)
+
+
 MIN_FP32 = -3.4e38
 ONE_REPEAT_SORT_NUM = 32
 MAX_MRGSORT_LIST = 4

@@ -19,7 +19,6 @@ V1 structure there: topK <= 512 and fewer than 16777215 slots (561002), and expe
 """
 from __future__ import annotations
 
-import operator
 from collections import namedtuple
 
 import ml_dtypes
@@ -32,8 +31,9 @@ from tiling.moe_token_permute import (FIELDS, LIB_API_WORKSPACE, QUANT_MXFP4_E2M
                                       moe_token_permute as _tiling)
 from tiling.status import InnerNullptrError, ParamInvalidError
 
-from .._framework import Executor, as_input, as_output, gm_tensor, match_dtype_columns, require, run_executor
-from .kernel import KERNELS, QUANT_KERNELS, GmTensors, Template
+from .._framework import Executor, gm_tensor, match_dtype_columns, run_executor
+from .._validate import as_input, as_output, check_no_alias, flag, int_attr, require
+from .kernel import KERNELS, QUANT_KERNELS, SORT_ONLY_KERNELS, GmTensors, Template
 
 OP = "MoeTokenPermute"
 # named after the C++ struct; the class must be importable under its own name for numba's disk cache
@@ -76,16 +76,6 @@ def _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, q
                                 f"{scale_out.dtype}")
 
 
-def _as_int(name: str, value) -> int:
-    """An int64 attribute: Python / NumPy integers only (no silent truncation of 3.7 or "3")."""
-    if isinstance(value, (bool, np.bool_)):
-        raise ParamInvalidError(f"{name} must be an integer, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ParamInvalidError(f"{name} must be an integer, got {value!r}") from None
-
-
 def _quant_shapes(quant_mode: int, m: int, hidden: int):
     if quant_mode == QUANT_MXFP4_E2M1:
         return (m, hidden // 2), (m, -(-hidden // 64), 2)
@@ -94,6 +84,9 @@ def _quant_shapes(quant_mode: int, m: int, hidden: int):
 
 def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out, sorted_out, scale_out, soc,
            v2: bool, mx_scale_rule: str):
+    check_no_alias({"tokens": tokens, "indices": indices},
+                   {"permute_tokens_out": permute_out, "sorted_indices_out": sorted_out,
+                    "expanded_scale_out": scale_out})
     regbase = soc.is_regbase
     if not regbase:
         quant_mode = QUANT_NONE      # A2/A3 run V1: quant_mode is ignored, as on the real chips
@@ -133,7 +126,7 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
         if scale_out.shape != s_shape:
             raise ParamInvalidError(f"expanded_scale_out must have shape {s_shape} for quant_mode {quant_mode}, "
                                     f"got {scale_out.shape}")
-    result = _tiling(tokens, indices, num_out_tokens, bool(padded_mode), quant_mode, soc=soc,
+    result = _tiling(tokens, indices, num_out_tokens, padded_mode, quant_mode, soc=soc,
                      permute_tokens_out=None if quant_mode != QUANT_NONE else permute_out,
                      sorted_indices_out=sorted_out)
     total = result.fields["n"] * result.fields["top_k"]
@@ -144,34 +137,42 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
                    gm_tensor(permute_out if quant else None, 6, np.uint8))
     tmpl = Template(dt_of(tokens.dtype), 1 if result.tiling_key > 4 else 0, quant_mode,
                     1 if mx_scale_rule == "round_scale" else 0)
-    empty = total == 0 or result.fields["cols"] == 0
-    kernels = QUANT_KERNELS if quant_mode != QUANT_NONE else KERNELS
-    executor = Executor(OP, result, None if empty else kernels[result.tiling_key],
-                        (MoeTokenPermuteTilingData(*result.fields.values()), gm, tmpl),
+    kernel, plan = None, None
+    if total > 0 and result.fields["cols"] == 0:
+        # no row bytes to move, but sortedIndices is still the inverse permutation: run the sorts only
+        kernel = SORT_ONLY_KERNELS[result.tiling_key]
+        plan = tuple(r for r in result.ub_plan if r.pipe != "MoeindexCopyPipe")
+    elif total > 0:
+        kernel = (QUANT_KERNELS if quant_mode != QUANT_NONE else KERNELS)[result.tiling_key]
+    executor = Executor(OP, result, kernel, (MoeTokenPermuteTilingData(*result.fields.values()), gm, tmpl),
                         ("tokens", "indices", "permute_tokens", "sorted_indices", "workspace", "expanded_scale",
-         "permute_tokens"))
-    executor.extra["bind_workspace"] = _bind_workspace
+                         "permute_tokens"),
+                        api="aclnnMoeTokenPermuteV2" if v2 else "aclnnMoeTokenPermute", ub_plan=plan,
+                        tensors=dict(tokens=tokens, indices=indices, permute_tokens_out=permute_out,
+                                     sorted_indices_out=sorted_out, expanded_scale_out=scale_out),
+                        bind_workspace=_bind_workspace)
     return result.workspace_size, executor
 
 
-def _bind_workspace(executor: Executor, workspace: np.ndarray) -> None:
+def _bind_workspace(args: tuple, workspace: np.ndarray, workspace_size: int) -> tuple:
     """The kernel's user workspace (after the 16 MiB system workspace) as float32 GM."""
-    td, gm, tmpl = executor.args
-    user = workspace.reshape(-1).view(np.uint8)[LIB_API_WORKSPACE: executor.workspace_size]
+    td, gm, tmpl = args
+    user = workspace.reshape(-1).view(np.uint8)[LIB_API_WORKSPACE: workspace_size]
     ws = gm_tensor(user[: user.size - user.size % 4].view(np.float32), 4, np.float32)
-    executor.args = (td, gm._replace(workspace=ws), tmpl)
+    return td, gm._replace(workspace=ws), tmpl
 
 
 def get_workspace_size(tokens, indices, num_out_tokens=0, padded_mode=False, permute_tokens_out=None,
                        sorted_indices_out=None, *, soc="ascend910b"):
     """aclnnMoeTokenPermuteGetWorkspaceSize -> (workspace_size, executor)."""
     soc = get_soc(soc)
+    padded_mode = flag("padded_mode", padded_mode)
     if soc.is_regbase and padded_mode:      # the regbase V1 path tests paddedMode before anything else
         raise ParamInvalidError("padded_mode = true is not supported (only false)")
     for name, t in (("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_tokens_out),
                     ("sorted_indices_out", sorted_indices_out)):
         require(name, t)
-    return _build(as_input("tokens", tokens), as_input("indices", indices), _as_int("num_out_tokens", num_out_tokens),
+    return _build(as_input("tokens", tokens), as_input("indices", indices), int_attr("num_out_tokens", num_out_tokens),
                   padded_mode, QUANT_NONE, as_output("permute_tokens_out", permute_tokens_out),
                   as_output("sorted_indices_out", sorted_indices_out), None, soc, False, "floor")
 
@@ -189,8 +190,9 @@ def get_workspace_size_v2(tokens, indices, num_out_tokens=0, padded_mode=False, 
     for name, t in (("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_tokens_out),
                     ("sorted_indices_out", sorted_indices_out), ("expanded_scale_out", expanded_scale_out)):
         require(name, t)
-    quant_mode = _as_int("quant_mode", quant_mode)
-    num_out_tokens = _as_int("num_out_tokens", num_out_tokens)
+    quant_mode = int_attr("quant_mode", quant_mode)
+    num_out_tokens = int_attr("num_out_tokens", num_out_tokens)
+    padded_mode = flag("padded_mode", padded_mode)
     if soc.is_regbase:
         if padded_mode:
             raise ParamInvalidError("padded_mode = true is not supported (only false)")
@@ -203,19 +205,24 @@ def get_workspace_size_v2(tokens, indices, num_out_tokens=0, padded_mode=False, 
 
 
 def run(workspace, workspace_size, executor, stream=None) -> None:
-    """aclnnMoeTokenPermute / aclnnMoeTokenPermuteV2: launch the kernel; outputs are filled in place (the sorts
-    keep their ping-pong lists in the workspace)."""
-    run_executor(workspace, workspace_size, executor, stream)
+    """aclnnMoeTokenPermute: launch the kernel; outputs are filled in place (the sorts keep their ping-pong
+    lists in the workspace)."""
+    run_executor("aclnnMoeTokenPermute", workspace, workspace_size, executor, stream)
+
+
+def run_v2(workspace, workspace_size, executor, stream=None) -> None:
+    """aclnnMoeTokenPermuteV2: as `run`, for an executor of get_workspace_size_v2."""
+    run_executor("aclnnMoeTokenPermuteV2", workspace, workspace_size, executor, stream)
 
 
 def allocate_outputs(tokens, indices, num_out_tokens=0, quant_mode=-1, *, soc="ascend910b"):
     """Zeroed (permute_tokens_out, sorted_indices_out, expanded_scale_out) of the shapes and dtypes the
     op writes for these inputs (see moe_token_permute)."""
     soc = get_soc(soc)
-    t, idx = np.asarray(tokens), np.asarray(indices)
+    t, idx = as_input("tokens", tokens), as_input("indices", indices)
     total = int(np.prod(idx.shape)) if idx.ndim in (1, 2) else 0
-    m = effective_num_out_tokens(int(num_out_tokens), total)
-    quant = int(quant_mode) if soc.is_regbase else QUANT_NONE
+    m = effective_num_out_tokens(int_attr("num_out_tokens", num_out_tokens), total)
+    quant = int_attr("quant_mode", quant_mode) if soc.is_regbase else QUANT_NONE
     if quant in (QUANT_MXFP8_E5M2, QUANT_MXFP8_E4M3FN, QUANT_MXFP4_E2M1) and t.ndim == 2:
         data_shape, s_shape = _quant_shapes(quant, m, t.shape[1])
         out_dtype = {QUANT_MXFP8_E5M2: _E5M2, QUANT_MXFP8_E4M3FN: _E4M3, QUANT_MXFP4_E2M1: _U8}[quant]
@@ -241,5 +248,5 @@ def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quan
     outs = allocate_outputs(tokens, indices, num_out_tokens, quant_mode, soc=soc)
     size, executor = get_workspace_size_v2(tokens, indices, num_out_tokens, padded_mode, quant_mode, *outs,
                                            soc=soc, mx_scale_rule=mx_scale_rule)
-    run(np.empty(size, dtype=np.uint8), size, executor)
+    run_v2(np.empty(size, dtype=np.uint8), size, executor)
     return outs

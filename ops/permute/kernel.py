@@ -258,12 +258,12 @@ def index_copy_split_d(c, td, gm, tmpl):
 # --- the kernel entry: TILING_KEY_IS dispatch ---------------------------------------------------------
 def _sort1_args(td, gm, tmpl):
     """Sort #1: the expert ids, into sortedIndices."""
-    return td, moe_sort.SortGm(gm.indices, gm.sorted_indices, gm.workspace)
+    return td, moe_sort.sort_gm(gm.indices, gm.sorted_indices, gm.workspace)
 
 
 def _sort2_args(td, gm, tmpl):
     """Sort #2: sortedIndices in place (it inverts the first permutation)."""
-    return td, moe_sort.SortGm(gm.sorted_indices, gm.sorted_indices, gm.workspace)
+    return td, moe_sort.sort_gm(gm.sorted_indices, gm.sorted_indices, gm.workspace)
 
 
 def _copy_args(td, gm, tmpl):
@@ -271,7 +271,9 @@ def _copy_args(td, gm, tmpl):
     return td, gm._replace(indices=gm.sorted_indices), tmpl
 
 
-def _kernel(key: int, quant: bool) -> Kernel:
+def _kernel(key: int, quant: bool, with_index_copy: bool = True) -> Kernel:
+    """The kernel of tilingKey `key`; without `with_index_copy` only the two sorts run (hidden size 0: the index
+    copy would move no bytes, but sortedIndices is still the inverse permutation)."""
     base = (key - 1) % 4 + 1
     multi_core = base in (2, 4)
     split_d = base in (3, 4)
@@ -280,13 +282,16 @@ def _kernel(key: int, quant: bool) -> Kernel:
     name = "MoeindexCopySpiltDOp" if split_d else "MoeindexCopyOp"
     sort_name = "MoeSortMultiCore" if multi_core else "MoeSortOneCore"
     mx = " + MX quant" if quant else ""
-    return Kernel(OP, f"{sort_name} x2 + {name}<{'true' if key > 4 else 'false'}>{mx}", (
-        moe_sort.sort_phase("sortPipe", multi_core, _sort1_args),
-        moe_sort.sort_phase("sortPipe2", multi_core, _sort2_args),
-        PipePhase("MoeindexCopyPipe", copy_buffers, (copy_stage,), _copy_args),
-    ))
+    sorts = (moe_sort.sort_phase("sortPipe", multi_core, _sort1_args),
+             moe_sort.sort_phase("sortPipe2", multi_core, _sort2_args))
+    if not with_index_copy:
+        return Kernel(OP, f"{sort_name} x2", sorts)
+    return Kernel(OP, f"{sort_name} x2 + {name}<{'true' if key > 4 else 'false'}>{mx}",
+                  sorts + (PipePhase("MoeindexCopyPipe", copy_buffers, (copy_stage,), _copy_args),))
 
 
 KERNELS = {key: _kernel(key, False) for key in range(1, 9)}
 QUANT_KERNELS = {key: _kernel(key, True) for key in range(1, 9)}
 """The simulated Ascend 950 kernels of V2 with quant_mode 2 / 3 / 9 (the same keys, MX buffers added)."""
+SORT_ONLY_KERNELS = {key: _kernel(key, False, with_index_copy=False) for key in range(1, 9)}
+"""Hidden size 0: the two sorts of each key, no index copy."""

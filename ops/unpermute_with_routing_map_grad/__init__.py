@@ -20,11 +20,12 @@ from tiling.moe_token_unpermute_with_routing_map_grad import FIELDS, moe_token_u
     _tiling
 from tiling.status import ParamNullptrError, TilingError
 
-from .._framework import (Executor, as_input, as_output, dtype_code, gm_tensor, match_dtype_columns, require,
-                          run_executor)
+from .._framework import Executor, IndexLink, dtype_code, gm_tensor, match_dtype_columns, run_executor
+from .._validate import as_input, as_output, check_no_alias, flag, int_list, require
 from .kernel import KERNELS, GmTensors, Template
 
 OP = "MoeTokenUnpermuteWithRoutingMapGrad"
+API = "aclnnMoeTokenUnpermuteWithRoutingMapGrad"
 # named after the C++ struct; the class must be importable under its own name for numba's disk cache
 MoeTokenUnpermuteWithRoutingMapGradTilingData = namedtuple("MoeTokenUnpermuteWithRoutingMapGradTilingData", FIELDS)
 TilingData = MoeTokenUnpermuteWithRoutingMapGradTilingData
@@ -69,6 +70,8 @@ def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, rout
                        probs_grad_out=None, *, soc="ascend910b"):
     """aclnnMoeTokenUnpermuteWithRoutingMapGradGetWorkspaceSize -> (workspace_size, executor)."""
     soc = get_soc(soc)
+    drop_and_pad = flag("drop_and_pad", drop_and_pad)
+    restore_shape = int_list("restore_shape", restore_shape)
     require("unpermuted_tokens_grad", unpermuted_tokens_grad)
     require("out_index", out_index)
     require("permute_token_id", permute_token_id)
@@ -81,12 +84,14 @@ def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, rout
     pr = as_input("probs", probs)
     out_grad = as_output("permuted_tokens_grad_out", permuted_tokens_grad_out)
     out_probs_grad = as_output("probs_grad_out", probs_grad_out)
-    match_dtype_columns(OP, list(zip(_INPUT_NAMES, (g, o, i, rm, p, pr, out_grad, out_probs_grad))), DTYPE_COLUMNS)
+    tensors = dict(zip(_INPUT_NAMES, (g, o, i, rm, p, pr, out_grad, out_probs_grad)))
+    check_no_alias({n: tensors[n] for n in _INPUT_NAMES[:6]}, {n: tensors[n] for n in _INPUT_NAMES[6:]})
+    match_dtype_columns(OP, list(tensors.items()), DTYPE_COLUMNS)
     if pr is not None and out_probs_grad is None:
         raise ParamNullptrError("probs_grad_out is required when probs is given (the kernel writes the probs "
                                 "gradient through it)")
 
-    result = _tiling(g, o, i, rm, p, pr, bool(drop_and_pad), restore_shape, soc=soc)
+    result = _tiling(g, o, i, rm, p, pr, drop_and_pad, restore_shape, soc=soc)
     _check_shapes(g, o, rm, p, pr, out_grad, out_probs_grad)
 
     token_t = dtype_code(g, DT_FLOAT)
@@ -97,13 +102,35 @@ def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, rout
                    gm_tensor(out_probs_grad, 7, absent))
     tmpl = Template(token_t, dtype_code(pr, token_t), 1 if soc.is_regbase else 0)
     td = TilingData(*result.fields.values())
-    executor = Executor(OP, result, KERNELS[result.tiling_key], (td, gm, tmpl), _INPUT_NAMES)
+    n, h = g.shape
+    rows, experts = out_grad.shape[0], pr.shape[1] if pr is not None else 0
+    links = (IndexLink("out_index", "permuted_tokens_grad", h, rows), IndexLink("out_index", "permuted_tokens", h, rows),
+             IndexLink("permute_token_id", "unpermuted_tokens_grad", h, n),
+             IndexLink("permute_token_id", "probs", experts, n), IndexLink("permute_token_id", "probs_grad", experts, n))
+    executor = Executor(OP, result, KERNELS[result.tiling_key], (td, gm, tmpl), _INPUT_NAMES, api=API,
+                        tensors=tensors, ub_advice=_ub_advice(result), index_links=links)
     return result.workspace_size, executor
+
+
+def _ub_advice(result) -> str:
+    """What shrinks this op's UB plan (appended to a UBOverflowError)."""
+    f = result.fields
+    lines = [f"The plan is sized by the tiling: hidden pieces of {f['hidden_size_align']} elements, up to "
+             f"{max(f['row_id_map_each_core'], f['row_id_map_tail_core'])} slots per core."]
+    if result.tiling_key == 101:
+        lines.append("tilingKey 101 (bf16 gradients, fp32 probs) is a known quirk of the real op: its tiling budgets "
+                     "the probs-gradient buffer in the 2-byte gradient type while the kernel allocates it in fp32. "
+                     "To fit: pass bf16 probs (key 1), spread fewer tokens per core (fewer tokens or more cores), or "
+                     "use a smaller hidden size.")
+    else:
+        lines.append("To fit: fewer tokens per core (fewer tokens or more cores), a smaller hidden size, or a larger "
+                     "ub_size in a custom profile (tiling.get_soc(..., ub_size=...)).")
+    return "\n".join(lines)
 
 
 def run(workspace, workspace_size, executor, stream=None) -> None:
     """aclnnMoeTokenUnpermuteWithRoutingMapGrad: launch the kernel; the outputs are filled in place."""
-    run_executor(workspace, workspace_size, executor, stream)
+    run_executor(API, workspace, workspace_size, executor, stream)
 
 
 def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
@@ -116,11 +143,12 @@ def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index,
     """
     require("unpermuted_tokens_grad", unpermuted_tokens_grad)
     require("out_index", out_index)
-    g, o = np.asarray(unpermuted_tokens_grad), np.asarray(out_index)
+    g, o = as_input("unpermuted_tokens_grad", unpermuted_tokens_grad), as_input("out_index", out_index)
+    probs = as_input("probs", probs)
     m = o.shape[0] if o.ndim >= 1 else 0
     h = g.shape[1] if g.ndim == 2 else 0
     out_grad = np.zeros((m, h), dtype=g.dtype)
-    out_probs_grad = None if probs is None else np.zeros(np.shape(probs), dtype=np.asarray(probs).dtype)
+    out_probs_grad = None if probs is None else np.zeros(probs.shape, dtype=probs.dtype)
     size, executor = get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, routing_map,
                                         permuted_tokens, probs, drop_and_pad, restore_shape, out_grad,
                                         out_probs_grad, soc=soc)

@@ -499,6 +499,5 @@ def test_fault_inside_the_merge_loops_ends_the_run():
     o = _outs(tokens, indices)
     size, executor = _v1(tokens, indices, o)
     assert executor.tiling.tiling_key == 2
-    executor.extra["workspace"] = np.zeros(LIB_API_WORKSPACE + 16384, np.uint8)
     with pytest.raises(OutOfBoundsError, match="workspace"):
-        executor.run()
+        executor.run(np.zeros(LIB_API_WORKSPACE + 16384, np.uint8))

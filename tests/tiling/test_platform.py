@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numpy as np
 
 import pytest
 
@@ -37,3 +38,39 @@ def test_overrides_make_a_custom_profile():
 def test_bad_profiles_are_rejected(kwargs):
     with pytest.raises(ValueError):
         get_soc(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    (dict(ub_size=65536.7), "whole number"),
+    (dict(ub_size=65536.0), "whole number"),
+    (dict(aiv_num=2.9), "whole number"),
+    (dict(aiv_num=True), "whole number"),
+    (dict(ub_size="65536"), "whole number"),
+    (dict(ub_size=-1), "between"),
+    (dict(ub_size=287), "between"),
+    (dict(ub_size=2 ** 40), "between"),
+    (dict(aiv_num=-3), "between"),
+    (dict(aiv_num=10 ** 9), "between"),
+    (dict(ub_size=16 * 1024 * 1024, aiv_num=4096), "host memory"),
+], ids=lambda v: repr(v) if not isinstance(v, str) else v)
+def test_custom_profile_values_are_checked(kwargs, fragment):
+    from tiling.platform import ProfileError
+    with pytest.raises(ProfileError, match=fragment):
+        get_soc("910b", **kwargs)
+
+
+def test_profile_limits_are_inclusive():
+    from tiling.platform import HOST_UB_BUDGET_BYTES, MAX_AIV_NUM, MAX_UB_BYTES, MIN_UB_BYTES
+    assert get_soc("910b", ub_size=MIN_UB_BYTES).ub_size_for_tiling == 32
+    assert get_soc("910b", ub_size=MAX_UB_BYTES, aiv_num=HOST_UB_BUDGET_BYTES // MAX_UB_BYTES).ub_size == MAX_UB_BYTES
+    assert get_soc("910b", aiv_num=MAX_AIV_NUM).aiv_num == MAX_AIV_NUM
+    assert get_soc("910b", ub_size=np.int64(65536), aiv_num=np.int32(8)).ub_size == 65536
+
+
+def test_hand_built_profiles_are_checked_too():
+    from tiling.platform import ProfileError
+    bad = dataclasses.replace(get_soc("910b"), ub_size=1.5)
+    with pytest.raises(ProfileError, match="ub_size"):
+        get_soc(bad)
+    with pytest.raises(ProfileError, match="profile name or a SocProfile"):
+        get_soc(910)
