@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from .common import ceil_div, tdiv
+from .status import TilingError
 
 VBS_FIELDS = (
     "need_core_num", "per_core_elements", "per_core_loops", "per_core_per_loop_elements",
@@ -27,6 +28,22 @@ UB_BYTES_PER_ELEMENT = 32        # 8 (in queue) + 4 (index) + 8 (out queue) + 8 
 def sort_loop_max_element(ub_bytes: int, aiv_num: int) -> int:
     """Keys one VBS loop sorts: AlignDown((UB - aivNum * 32) / 32, 32)."""
     return tdiv(tdiv(ub_bytes - aiv_num * 32, UB_BYTES_PER_ELEMENT), SORT32_ALIGN_ELEMENT) * SORT32_ALIGN_ELEMENT
+
+
+def checked_sort_loop_max_element(op: str, ub_bytes: int, aiv_num: int, total_length: int) -> int:
+    """sort_loop_max_element, or TilingError when the keys need more than one loop and a loop holds no key.
+
+    The real tiling goes on with a loop of 0 (or fewer) keys: it takes log(0) for the core count and gives
+    the kernel zero sort loops, so the keys would never be sorted. A UB that small fails here instead."""
+    loop_max = sort_loop_max_element(ub_bytes, aiv_num)
+    if total_length > loop_max and loop_max <= 0:
+        reserved = aiv_num * 32
+        raise TilingError(
+            f"{op} tiling: UB of {ub_bytes} bytes has no room for one sort loop: after the per-core blocks "
+            f"({aiv_num} x 32 = {reserved} bytes) {max(ub_bytes - reserved, 0)} bytes are left, and a loop of "
+            f"{SORT32_ALIGN_ELEMENT} keys needs {SORT32_ALIGN_ELEMENT * UB_BYTES_PER_ELEMENT} "
+            f"({UB_BYTES_PER_ELEMENT} bytes per key); {total_length} keys are to be sorted")
+    return loop_max
 
 
 def vms_ws_parity(loops: int) -> int:
@@ -55,6 +72,10 @@ def vbs_tiling(total_length: int, sort_loop_max: int, core_clamp: int) -> tuple[
                  last_core_elements=total_length, last_core_loops=1, last_core_per_loop_elements=total_length,
                  last_core_last_loop_elements=total_length)
         return ONE_CORE_MODE, f
+    if sort_loop_max <= 0:
+        # callers check the UB first (checked_sort_loop_max_element); never split keys into empty loops
+        raise TilingError(f"sort tiling: a sort loop holds {sort_loop_max} keys but {total_length} keys need "
+                          "more than one loop")
     need = ceil_div(total_length, sort_loop_max)
     need = min(int(math.pow(4, _ceil_log4(need))), core_clamp)
     per_core = tdiv(total_length, need)

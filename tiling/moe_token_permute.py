@@ -13,12 +13,14 @@ kernel is this one (plus MX quantisation, see ops/permute), tiled by the same ru
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
 from .common import TensorDesc, TilingResult, align_up, ceil_div, struct_fields, tdiv, tmod
-from .moe_sort import (SORT_OUT_ONE_LOOP_MAX, VBS_FIELDS, sort_loop_max_element, vbs_tiling,
+from .moe_sort import (SORT_OUT_ONE_LOOP_MAX, VBS_FIELDS, checked_sort_loop_max_element, vbs_tiling,
                        vms_middle_need_core_num)
 from .platform import get_soc
 from .status import TilingError
@@ -53,10 +55,26 @@ QUANT_NONE = -1
 QUANT_MXFP8_E5M2 = 2
 QUANT_MXFP8_E4M3FN = 3
 QUANT_MXFP4_E2M1 = 9
+INT64_MAX = 2 ** 63 - 1
 
 
 def _fail(message: str):
     raise TilingError(f"{OP} tiling: {message}")
+
+
+def _check_shape(name: str, t: TensorDesc | None) -> None:
+    """The tiling reads shapes as int64 gert::Shape dims: none may be negative, and the tensor's bytes (and
+    those of one dim-0 row) must be countable in int64: a larger tensor cannot exist, and its cols and
+    row-byte figures would wrap."""
+    if t is None:
+        _fail(f"{name} has no shape")
+    if any(d < 0 for d in t.shape):
+        _fail(f"{name} has a negative dim (shape {t.shape})")
+    itemsize = np.dtype(t.dtype).itemsize
+    row_bytes = math.prod(t.shape[1:]) * itemsize
+    for what, nbytes in (("", math.prod(t.shape) * itemsize), (" per dim-0 row", row_bytes)):
+        if nbytes > INT64_MAX:
+            _fail(f"{name} of shape {t.shape} would hold {nbytes} bytes{what}, more than int64 can count")
 
 
 def effective_num_out_tokens(num_out_tokens: int, total_length: int) -> int:
@@ -112,6 +130,14 @@ def _index_copy(f: dict, n: int, top_k: int, cols: int, token_bytes: int, ub: in
         once_tokens = tdiv(MAX_INDICES_NUM, top_k)
         once_indices = once_tokens * top_k
         once_move = tdiv(tdiv(tdiv(ub_left, BUFFER_NUM), DATA_MOVE_ALIGN) * DATA_MOVE_ALIGN, token_bytes)
+        if once_move < 0:
+            # below the fixed indices buffer the real tiling computes a negative piece (and a negative
+            # copyInQueue); a piece of 0 elements (the UB holds the indices but not two 512-byte blocks)
+            # is its figure and stays
+            _fail(f"UB of {ub} bytes leaves no room for one hidden piece after the fixed buffers "
+                  f"({MAX_INDICES_NUM * INT32_DTYPE_SIZE} bytes of indices): a piece is whole "
+                  f"{DATA_MOVE_ALIGN}-byte blocks of {token_bytes}-byte elements, double-buffered, so it needs "
+                  f"{BUFFER_NUM * max(DATA_MOVE_ALIGN, align_up(token_bytes, DATA_MOVE_ALIGN))} bytes more")
         if quant_mode != QUANT_NONE:
             step = tdiv(DATA_MOVE_ALIGN, token_bytes)
             while once_move > step and (BUFFER_NUM * once_move * token_bytes
@@ -186,13 +212,19 @@ def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quan
 
     tokens (N, ...) and indices (N, K) or (N,): anything with .shape and .dtype (or TensorDesc).
     The output descriptions default to the inferred shapes; give them to reproduce the tiling's
-    output-shape checks. Raises TilingError exactly where the real tiling returns GRAPH_FAILED.
+    output-shape checks. Raises TilingError exactly where the real tiling returns GRAPH_FAILED, and where
+    a UB too small would make the real tiling go on with a sort loop of no keys or a negative split-D piece
+    (or shapes no int64 tensor can have); a piece or batch of 0 that the real tiling computes stays.
     """
     soc = get_soc(soc)
     t, idx = TensorDesc.of(tokens), TensorDesc.of(indices)
     if padded_mode:
         _fail("padded_mode = true is not supported (only false)")
-    cols = int(np.prod(t.shape[1:], dtype=np.int64)) if t.ndim > 1 else 1
+    _check_shape("tokens", t)
+    _check_shape("indices", idx)
+    if t.ndim < 1:
+        _fail(f"tokens must have at least 1 dim (dim 0 is the token count), but got shape {t.shape}")
+    cols = math.prod(t.shape[1:])
     if idx.ndim not in (1, 2):
         _fail(f"the dim number of indices should be 2 or 1, but got {idx.ndim} (shape {idx.shape})")
     if t.dim(0) != idx.dim(0):
@@ -208,13 +240,15 @@ def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quan
     m = effective_num_out_tokens(int(num_out_tokens), total)
     out_t = TensorDesc.of(permute_tokens_out) or TensorDesc((m, *t.shape[1:]), t.dtype)
     out_s = TensorDesc.of(sorted_indices_out) or TensorDesc((total,), np.int32)
+    _check_shape("permute_tokens_out", out_t)
+    _check_shape("sorted_indices_out", out_s)
     if out_t.ndim < 2:
         _fail(f"the dim number of output permute_tokens should be greater than 1, but got {out_t.ndim}")
     if out_s.ndim != 1:
         _fail(f"output sorted_indices should be 1-D, but got shape {out_s.shape}")
     if out_s.dim(0) != total:
         _fail(f"the size of output sorted_indices should be {total}, but got {out_s.dim(0)}")
-    out_cols = int(np.prod(out_t.shape[1:], dtype=np.int64))
+    out_cols = math.prod(out_t.shape[1:])
     if out_cols != cols:
         _fail(f"the hidden size of output permute_tokens should be {cols}, but got {out_cols}")
     if out_t.dim(0) != m:
@@ -225,7 +259,7 @@ def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quan
     f = struct_fields(FIELDS)
     f.update(core_num=aiv_num, n=n, cols=cols, top_k=top_k,
              cols_align=ceil_div(cols, tdiv(ONE_BLOCK_BYTE, token_bytes)) * tdiv(ONE_BLOCK_BYTE, token_bytes))
-    mode, vbs = vbs_tiling(total, sort_loop_max_element(ub, aiv_num), aiv_num)
+    mode, vbs = vbs_tiling(total, checked_sort_loop_max_element(OP, ub, aiv_num, total), aiv_num)
     f.update({f"vbs_{k}": v for k, v in vbs.items()})
     f["vms_middle_need_core_num"] = vms_middle_need_core_num(vbs["need_core_num"])
     f["sort_out_one_loop_max_elements"] = SORT_OUT_ONE_LOOP_MAX
