@@ -179,8 +179,9 @@ def _pad_ub_to_gm(c, dst, src, params):
     ub0 = ub_aligned_offset(c, src, call)
     if ub0 < 0:
         return
+    # each UB block is read as whole 32-byte blocks (only blockLen bytes reach GM): the last one too
     row_stride = _align32(blen) + sstride * 32
-    ub_need = (n - 1) * row_stride + blen
+    ub_need = (n - 1) * row_stride + _align32(blen)
     if ub_need > src.nbytes:
         fault(c, F_UB_OOB, call, ub0, ub_need, src.nbytes)
         return
