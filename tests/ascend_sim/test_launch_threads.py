@@ -109,3 +109,16 @@ def test_stages_are_compiled_before_the_cores_start():
     launch(kernel, block_dim=1, plan=(tbuf("buf", 64),), args=(asc.GlobalTensor(src, 0, 0),
            asc.GlobalTensor(dst, 1, 0), order), chip=get_soc("910b"), on_compile=lambda *e: events.append(e))
     assert events == []     # nothing left to compile: no "compiling" message for a warm kernel
+
+
+def test_kernel_cache_stamp_covers_every_inlined_module():
+    """numba stamps a cached stage with its own file only; ours adds every module it can inline."""
+    from ascend_sim._jit import source_stamp, stamped_modules
+    import ops  # noqa: F401 - defines the kernels
+    closure = stamped_modules("ops.permute.kernel")
+    for name in ("ops.permute.kernel", "ops.common.moe_sort", "ops.common.mx_quant", "ascend_sim.datacopy",
+                 "ascend_sim.queue", "ascend_sim.vector", "ascend_sim.sort", "ascend_sim.vf", "ascend_sim.dtypes"):
+        assert name in closure, name
+    assert not any(n.startswith(("ops.cli", "ops.permute.golden", "tiling")) for n in closure)
+    assert len(source_stamp("ops.permute.kernel")) == 16
+    assert source_stamp("ops.permute.kernel") != source_stamp("ops.unpermute_with_routing_map_grad.kernel")
