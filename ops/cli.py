@@ -1,16 +1,20 @@
 """ascend-sim command line: `demo`, `tiling OP ...`, `run OP ...`.
 
-    ascend-sim demo [--soc ascend910b]
+    ascend-sim demo [--soc ascend910b] [--ub-size B] [--cores N]
     ascend-sim run moe_token_permute --tokens 4096 --hidden 7168 --experts 256 --topk 8 --soc ascend950 --quant-mode 3
     ascend-sim tiling moe_token_unpermute_with_routing_map_grad --tokens 4096 --hidden 7168 --experts 256 --topk 8
     ascend-sim run moe_token_unpermute_with_routing_map_grad --tokens 512 --hidden 4096 --experts 64 --capacity 64 \
-        --drop-and-pad --probs-dtype fp32
+        --drop-and-pad --probs-dtype fp32 --per-core --json
 
-Errors print one line (the aclnn status for operator errors) and exit non-zero, without a traceback.
+Every error is one line on stderr and a non-zero exit (2: a bad flag; 1: the operator or the
+simulator refused the case, or the result did not match the golden), never a traceback.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -18,14 +22,16 @@ from typing import Callable
 
 import numpy as np
 
-import ops
-from ascend_sim import SimulatorError
+from ascend_sim import ConfigError, SimulatorError, UBOverflowError, cache_state, stage_signature
+from ascend_sim._jit import ensure_compiled
 from tiling import get_soc
 from tiling import moe_token_permute as tiling_permute
 from tiling import moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
 from tiling.common import TensorDesc, as_dtype
+from tiling.status import AclnnError
 
 from . import permute as permute_op
+from ._framework import listening_to_compiles
 from .permute import examples as permute_examples
 from .permute import golden as permute_golden
 from .unpermute_with_routing_map_grad import examples as uwrm_grad_examples
@@ -38,21 +44,29 @@ class CliError(Exception):
     """A bad flag or value: printed as one line, exit status 2."""
 
 
+# --- operators ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class OpAdapter:
-    """How the CLI builds inputs, tiles, runs and checks one operator."""
+    """How the CLI builds inputs, tiles, runs and checks one operator.
+
+    `flags` are the operator-specific flags (argparse dests) it reads; any other operator-specific flag
+    given on the command line is reported as not applying to it.
+    """
     descs: Callable[[argparse.Namespace], dict]
     make_inputs: Callable[[argparse.Namespace], dict]
     tiling: Callable[..., object]
     get_workspace_size: Callable[..., tuple]
     run: Callable[..., None]
-    outputs: Callable[[dict], tuple]
+    outputs: Callable[[dict, object], tuple]
     golden: Callable[[dict, object], tuple]
+    flags: frozenset
 
 
 def _uwrm_grad_rows(a: argparse.Namespace) -> int:
     if a.drop_and_pad and a.capacity is None:
-        raise CliError("--drop-and-pad needs --capacity")
+        raise CliError("--drop-and-pad needs --capacity (slots per expert)")
+    if not a.drop_and_pad and a.capacity is not None:
+        raise CliError("--capacity applies with --drop-and-pad only; without it give --topk")
     if not a.drop_and_pad and a.topk is None:
         raise CliError("without --drop-and-pad, --topk is required")
     return a.experts * a.capacity if a.drop_and_pad else a.tokens * a.topk
@@ -62,13 +76,14 @@ def _uwrm_grad_descs(a: argparse.Namespace) -> dict:
     """Tensor descriptions in aclnn order, straight from the flags (any shape, no data)."""
     m = _uwrm_grad_rows(a)
     probs = not a.no_probs
-    d = dict(unpermuted_tokens_grad=TensorDesc((a.tokens, a.hidden), as_dtype(a.dtype)),
-             out_index=TensorDesc((m,), np.int32), permute_token_id=TensorDesc((m,), np.int32),
-             routing_map=TensorDesc((a.tokens, a.experts), as_dtype(a.routing_map_dtype)) if probs else None,
-             permuted_tokens=TensorDesc((m, a.hidden), as_dtype(a.dtype)) if probs else None,
-             probs=TensorDesc((a.tokens, a.experts), as_dtype(a.probs_dtype or a.dtype)) if probs else None,
-             drop_and_pad=a.drop_and_pad)
-    return d
+    dtype = as_dtype(a.dtype)
+    return dict(unpermuted_tokens_grad=TensorDesc((a.tokens, a.hidden), dtype),
+                out_index=TensorDesc((m,), np.int32), permute_token_id=TensorDesc((m,), np.int32),
+                routing_map=TensorDesc((a.tokens, a.experts), as_dtype(a.routing_map_dtype or "bool"))
+                if probs else None,
+                permuted_tokens=TensorDesc((m, a.hidden), dtype) if probs else None,
+                probs=TensorDesc((a.tokens, a.experts), as_dtype(a.probs_dtype or a.dtype)) if probs else None,
+                drop_and_pad=a.drop_and_pad)
 
 
 def _uwrm_grad_inputs(a: argparse.Namespace) -> dict:
@@ -80,7 +95,7 @@ def _uwrm_grad_inputs(a: argparse.Namespace) -> dict:
         raise CliError(f"--capacity must be in [1, --tokens={a.tokens}] to build a routing, got {a.capacity}")
     return uwrm_grad_examples.make_inputs(a.tokens, a.hidden, a.experts, topk=a.topk, capacity=a.capacity,
                                           dtype=a.dtype, probs_dtype=a.probs_dtype, drop_and_pad=pad,
-                                          with_probs=not a.no_probs, routing_map_dtype=a.routing_map_dtype,
+                                          with_probs=not a.no_probs, routing_map_dtype=a.routing_map_dtype or "bool",
                                           seed=a.seed)
 
 
@@ -92,8 +107,6 @@ def _uwrm_grad_outputs(args: dict, soc) -> tuple:
 
 
 def _permute_check(a: argparse.Namespace) -> None:
-    if a.drop_and_pad or a.capacity is not None:
-        raise CliError("moe_token_permute has no drop-and-pad mode (--drop-and-pad / --capacity)")
     if a.topk is None:
         raise CliError("moe_token_permute needs --topk")
 
@@ -101,16 +114,20 @@ def _permute_check(a: argparse.Namespace) -> None:
 def _permute_descs(a: argparse.Namespace) -> dict:
     _permute_check(a)
     return dict(tokens=TensorDesc((a.tokens, a.hidden), as_dtype(a.dtype)),
-                indices=TensorDesc((a.tokens, a.topk), as_dtype(a.indices_dtype)),
-                num_out_tokens=a.num_out_tokens, padded_mode=False, quant_mode=a.quant_mode)
+                indices=TensorDesc((a.tokens, a.topk), as_dtype(a.indices_dtype or "int32")),
+                num_out_tokens=a.num_out_tokens or 0, padded_mode=False, quant_mode=_quant_mode(a))
+
+
+def _quant_mode(a: argparse.Namespace) -> int:
+    return -1 if a.quant_mode is None else a.quant_mode
 
 
 def _permute_inputs(a: argparse.Namespace) -> dict:
     _permute_check(a)
     tokens, indices = permute_examples.make_inputs(a.tokens, a.hidden, a.experts, topk=a.topk, dtype=a.dtype,
-                                                   indices_dtype=a.indices_dtype, seed=a.seed)
-    return dict(tokens=tokens, indices=indices, num_out_tokens=a.num_out_tokens, padded_mode=False,
-                quant_mode=a.quant_mode, mx_scale_rule=a.mx_scale_rule)
+                                                   indices_dtype=a.indices_dtype or "int32", seed=a.seed)
+    return dict(tokens=tokens, indices=indices, num_out_tokens=a.num_out_tokens or 0, padded_mode=False,
+                quant_mode=_quant_mode(a), mx_scale_rule=a.mx_scale_rule or "floor")
 
 
 def _permute_tiling(args: dict, soc):
@@ -141,9 +158,10 @@ OPS = {
         make_inputs=_permute_inputs,
         tiling=_permute_tiling,
         get_workspace_size=_permute_workspace,
-        run=permute_op.run,
+        run=permute_op.run_v2,
         outputs=_permute_outputs,
         golden=_permute_golden,
+        flags=frozenset({"indices_dtype", "num_out_tokens", "quant_mode", "mx_scale_rule"}),
     ),
     "moe_token_unpermute_with_routing_map_grad": OpAdapter(
         descs=_uwrm_grad_descs,
@@ -154,8 +172,10 @@ OPS = {
         outputs=_uwrm_grad_outputs,
         golden=lambda args, tiling: uwrm_grad_golden.golden(*args.values(),
                                                             hidden_piece=tiling.fields["hidden_size_align"]),
+        flags=frozenset({"capacity", "drop_and_pad", "no_probs", "probs_dtype", "routing_map_dtype"}),
     ),
 }
+OP_SPECIFIC_FLAGS = frozenset().union(*(o.flags for o in OPS.values()))
 
 
 def _op(name: str) -> OpAdapter:
@@ -165,29 +185,35 @@ def _op(name: str) -> OpAdapter:
     return OPS[key]
 
 
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _check_flags_apply(a: argparse.Namespace, adapter: OpAdapter, soc) -> None:
+    """Flags given for another operator, or that the chosen chip would ignore, are errors, not no-ops."""
+    stray = sorted(d for d in OP_SPECIFIC_FLAGS - adapter.flags if getattr(a, d, None) not in (None, False))
+    if stray:
+        own = ", ".join(sorted(_flag(d) for d in adapter.flags))
+        raise CliError(f"{', '.join(_flag(d) for d in stray)} does not apply to {a.op} (its own flags: {own})")
+    if getattr(a, "quant_mode", None) not in (None, -1) and not soc.is_regbase:
+        raise CliError(f"--quant-mode {a.quant_mode} quantises on ascend950 only; {soc.name} runs V1 and the real op "
+                       "ignores quant_mode there: drop the flag or pass --soc ascend950")
+    if getattr(a, "mx_scale_rule", None) is not None and _quant_mode(a) not in (2, 3):
+        raise CliError("--mx-scale-rule applies to MXFP8 quantisation only (--quant-mode 2 or 3 on ascend950)")
+
+
 def _soc(a):
     try:
         return get_soc(a.soc, ub_size=a.ub_size, aiv_num=a.cores)
-    except ValueError as e:
+    except ConfigError as e:
         raise CliError(str(e)) from None
 
 
-def _check_dtypes(a):
-    for flag in ("dtype", "probs_dtype", "routing_map_dtype", "indices_dtype"):
-        value = getattr(a, flag)
-        if value is None:
-            continue
-        try:
-            as_dtype(value)
-        except TypeError:
-            raise CliError(f"--{flag.replace('_', '-')}: unknown dtype {value!r} (try bf16, fp16, fp32, bool, int8)") \
-                from None
-
-
-def _fmt_bytes(n: int) -> str:
+# --- running and printing ---------------------------------------------------------------------------
+def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return f"{n} B"
 
@@ -198,25 +224,35 @@ def _same_bits(a, b) -> bool:
     return a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
-def run_op(adapter: OpAdapter, args: dict, soc, *, check: bool = True) -> dict:
-    """Tile, run both aclnn phases, compare with the golden; returns the facts the CLI prints."""
+def prepare_op(adapter: OpAdapter, args: dict, soc):
+    """Tiling, outputs and the aclnn executor of one case (phase one; nothing runs)."""
     tiling_result = adapter.tiling(args, soc)
     outs = adapter.outputs(args, soc)
     size, executor = adapter.get_workspace_size(args, outs, soc)
-    start = time.perf_counter()
+    return tiling_result, outs, size, executor
+
+
+def run_op(adapter: OpAdapter, args: dict, soc, *, check: bool = True) -> dict:
+    """Tile, run both aclnn phases, compare with the golden; returns the facts the CLI prints."""
+    tiling_result, outs, size, executor = prepare_op(adapter, args, soc)
     adapter.run(np.empty(size, dtype=np.uint8), size, executor)
-    wall = time.perf_counter() - start
-    facts = dict(tiling=tiling_result, report=executor.report, wall=wall, outputs=outs)
+    facts = dict(tiling=tiling_result, report=executor.report, outputs=outs)
     if check:
         want = adapter.golden(args, tiling_result)
         facts["exact"] = all(_same_bits(o, w) for o, w in zip(outs, want))
     return facts
 
 
+def _gm_rate(rep) -> str:
+    if rep is None or not rep.wall_time_s:
+        return "no kernel ran (empty tensors)"
+    total = rep.total
+    gbs = (total.mte2_bytes + total.mte3_bytes) / rep.wall_time_s / 1e9
+    return f"kernel {rep.wall_time_s * 1e3:.1f} ms on {rep.threads} threads = {gbs:.2f} GB/s of GM traffic"
+
+
 def _print_run(facts, label: str = "") -> None:
     rep, t = facts["report"], facts["tiling"]
-    total = rep.total
-    gbs = (total.mte2_bytes + total.mte3_bytes) / rep.wall_time_s / 1e9 if rep.wall_time_s else 0.0
     check = {True: "bit-exact vs golden", False: "MISMATCH vs golden", None: "not checked"}[facts.get("exact")]
     print(f"{label}tilingKey {t.tiling_key}, block_dim {t.block_dim}, UB plan {t.ub_plan_bytes} of "
           f"{t.soc.ub_size} B in {len(t.ub_plan)} buffers")
@@ -225,12 +261,97 @@ def _print_run(facts, label: str = "") -> None:
         pipes.setdefault(r[6] if len(r) > 6 else "pipe", []).append(f"{r[0]} {r[2]}x{r[1]}")
     for pipe, rows in pipes.items():
         print("    " + (f"[{pipe}] " if len(pipes) > 1 else "") + ", ".join(rows))
-    print(f"    MTE2 {_fmt_bytes(total.mte2_bytes)}  MTE3 {_fmt_bytes(total.mte3_bytes)}  "
-          f"V {total.vec_elem_ops:,} elem-ops  S {total.scalar_gm_reads:,} GM reads  "
-          f"events {total.events:,}")
-    print(f"    kernel {rep.wall_time_s * 1e3:.1f} ms on {rep.threads} threads = {gbs:.2f} GB/s of GM traffic; {check}")
+    if rep is not None:
+        total = rep.total
+        print(f"    MTE2 {_fmt_bytes(total.mte2_bytes)}  MTE3 {_fmt_bytes(total.mte3_bytes)}  "
+              f"V {total.vec_elem_ops:,} elem-ops  S {total.scalar_gm_reads:,} GM reads  "
+              f"events {total.events:,}  SyncAll {total.sync_all // max(rep.block_dim, 1)}")
+    compiled = f" (+{rep.compile_time_s:.1f} s compile/load, not counted)" if rep and rep.compile_time_s >= 0.5 else ""
+    print(f"    {_gm_rate(rep)}{compiled}; {check}")
 
 
+def _print_per_core(rep) -> None:
+    if rep is None:
+        return
+    print(f"  per core ({rep.block_dim} blocks):")
+    print(f"  {'core':>5} {'MTE2 bytes':>14} {'MTE2 instr':>10} {'MTE3 bytes':>14} {'MTE3 instr':>10} "
+          f"{'V elem-ops':>13} {'V instr':>9} {'S GM rd':>8} {'events':>8} {'UB hwm':>8}")
+    for c in rep.cores:
+        print(f"  {c.block_idx:>5} {c.mte2_bytes:>14,} {c.mte2_instr:>10,} {c.mte3_bytes:>14,} {c.mte3_instr:>10,} "
+              f"{c.vec_elem_ops:>13,} {c.vec_instr:>9,} {c.scalar_gm_reads:>8,} {c.events:>8,} {c.ub_hwm_bytes:>8,}")
+
+
+def _soc_json(soc) -> dict:
+    return dict(name=soc.name, aiv_num=soc.aiv_num, ub_size=soc.ub_size, ub_size_for_tiling=soc.ub_size_for_tiling,
+                npu_arch=soc.npu_arch)
+
+
+def _tiling_json(op: str, t) -> dict:
+    return dict(op=op, soc=_soc_json(t.soc), tiling_key=t.tiling_key, block_dim=t.block_dim,
+                workspace_size=t.workspace_size, schedule_mode=t.schedule_mode, fields=dict(t.fields),
+                ub_plan=[dict(zip(("name", "bytes", "count", "kind", "position", "depth", "pipe"), row))
+                         for row in t.ub_plan],
+                ub_plan_bytes=t.ub_plan_bytes, ub_fits=t.ub_fits)
+
+
+def _core_json(c) -> dict:
+    return {k: v for k, v in vars(c).items()}
+
+
+def _report_json(rep, per_core: bool) -> dict | None:
+    if rep is None:
+        return None
+    out = dict(kernel=rep.kernel, wall_time_s=rep.wall_time_s, compile_time_s=rep.compile_time_s,
+               threads=rep.threads, ub_plan_bytes=rep.ub_plan_bytes, total=_core_json(rep.total))
+    out["total"].pop("block_idx")
+    if per_core:
+        out["cores"] = [_core_json(c) for c in rep.cores]
+    return out
+
+
+class CompileProgress:
+    """Prints, on stderr, that a first run is compiling kernel stages and how long each took."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream = stream
+        self.count = 0
+        self.seconds = 0.0
+
+    def __call__(self, event: str, stage: str, seconds: float) -> None:
+        if event == "start":
+            self.count += 1
+            print(f"  compiling kernel stage {stage} ...", end="", file=self.stream, flush=True)
+        else:
+            self.seconds += seconds
+            print(f" {seconds:.1f} s", file=self.stream, flush=True)
+
+
+# Rough cold-compile cost of one kernel stage on a 2-core machine, for the first-run estimate only.
+SECONDS_PER_COLD_STAGE = 4.0
+
+
+def cold_stages(executors) -> list:
+    """The distinct (stage, signature) pairs of these executors that neither memory nor the disk cache holds."""
+    cold, seen = [], set()
+    for ex in executors:
+        for stage, args in ex.stage_calls():
+            sig = stage_signature(stage, args)
+            if (stage, sig) not in seen:
+                seen.add((stage, sig))
+                if cache_state(stage, sig) == "cold":
+                    cold.append((stage, args))
+    return cold
+
+
+def _announce_compile(cold: list, stream=sys.stderr) -> None:
+    if cold:
+        estimate = len(cold) * SECONDS_PER_COLD_STAGE
+        print(f"First run: compiling {len(cold)} kernel stages with numba (about {estimate:.0f} s on 2 cores; cached "
+              "on disk, later runs start in seconds). Compile time is not counted as kernel time.", file=stream,
+              flush=True)
+
+
+# --- demo ---------------------------------------------------------------------------------------------
 UWRM_GRAD_DEMO = [
     # (label, flags)
     ("key 0   no probs", dict(topk=8)),
@@ -254,72 +375,202 @@ PERMUTE_DEMO = [
 ]
 
 
-def _demo_uwrm_grad(soc) -> bool:
+@dataclass(frozen=True)
+class DemoCase:
+    op: str
+    label: str
+    soc: object
+    args: dict
+    shape: str
+
+
+def demo_cases(soc, ub_size: int | None = None, aiv_num: int | None = None) -> list[DemoCase]:
+    """Every demo case with its inputs (built-in shapes; the chip profile from the flags unless marked, and
+    the custom UB size / core count applied to the marked profiles too)."""
+    cases = []
     tokens, hidden, experts = 512, 4096, 64
-    print(f"MoeTokenUnpermuteWithRoutingMapGrad on {soc.name} ({soc.aiv_num} AIV, UB {soc.ub_size} B): "
-          f"tokens {tokens}, hidden {hidden}, experts {experts}, bf16")
-    adapter = OPS["moe_token_unpermute_with_routing_map_grad"]
-    ok = True
     for label, case in UWRM_GRAD_DEMO:
         args = uwrm_grad_examples.make_inputs(tokens, hidden, experts, topk=case.get("topk"),
                                               capacity=case.get("capacity"), dtype="bf16",
                                               probs_dtype=case.get("probs_dtype"),
                                               drop_and_pad=case.get("drop_and_pad", False),
                                               with_probs=case.get("with_probs", False), seed=1)
-        facts = run_op(adapter, args, soc)
-        ok &= facts["exact"]
-        _print_run(facts, f"  {label:<44} ")
-    return ok
-
-
-def _demo_permute(soc) -> bool:
-    print(f"MoeTokenPermute (V2): experts 64, bf16 tokens, int32 ids; on {soc.name} unless marked")
-    adapter = OPS["moe_token_permute"]
-    ok = True
-    for label, where, tokens, hidden, top_k, num_out, quant in PERMUTE_DEMO:
-        case_soc = get_soc(where) if where else soc
-        x, idx = permute_examples.make_inputs(tokens, hidden, 64, topk=top_k, seed=2)
+        cases.append(DemoCase("moe_token_unpermute_with_routing_map_grad", label, soc, args,
+                              f"{tokens}x{hidden} E{experts}"))
+    for label, where, n, h, top_k, num_out, quant in PERMUTE_DEMO:
+        case_soc = soc if where is None else get_soc(where, ub_size=ub_size, aiv_num=aiv_num)
+        x, idx = permute_examples.make_inputs(n, h, 64, topk=top_k, seed=2)
         args = dict(tokens=x, indices=idx, num_out_tokens=num_out, padded_mode=False, quant_mode=quant)
-        facts = run_op(adapter, args, case_soc)
-        ok &= facts["exact"]
-        shape = f"{tokens}x{hidden} topK {top_k}" + (f" keep {num_out}" if num_out else "") + \
+        shape = f"{n}x{h} topK {top_k}" + (f" keep {num_out}" if num_out else "") + \
             (f" [{case_soc.name}]" if where else "")
-        _print_run(facts, f"  {label:<37} {shape:<33} ")
-    return ok
+        cases.append(DemoCase("moe_token_permute", label, case_soc, args, shape))
+    return cases
+
+
+def _case_error(e: Exception) -> str:
+    if isinstance(e, UBOverflowError):
+        return f"UB: plan needs {e.needed_bytes} B of {e.capacity_bytes} B"
+    if isinstance(e, AclnnError):
+        return f"{type(e).__name__} [{e.status}]: {e.message.splitlines()[0]}"
+    if isinstance(e, SimulatorError):
+        return f"{type(e).__name__}: {e.summary}"
+    return f"{type(e).__name__}: {e}"
+
+
+def _prepare_case(case: DemoCase):
+    return prepare_op(OPS[case.op], case.args, case.soc)
+
+
+def _prepared_executors(cases: list[DemoCase]) -> list:
+    executors = []
+    for case in cases:
+        try:
+            executors.append(_prepare_case(case)[3])
+        except (AclnnError, SimulatorError):
+            pass        # reported when the case runs
+    return executors
+
+
+def _share(executors, part: int, parts: int) -> list:
+    """Part `part` of `parts` of every (stage, args) the executors launch, split by operator: an operator's
+    stages share most of their device functions, which each process would otherwise compile again. Operators
+    go to the least-loaded part by stage count, largest first; the split depends on the cases only, not on
+    the cache, so both processes compute the same one."""
+    per_op: dict = {}
+    for ex in executors:
+        calls = per_op.setdefault(ex.op, {})
+        for stage, args in ex.stage_calls():
+            calls.setdefault((stage, stage_signature(stage, args)), (stage, args))
+    loads, mine = [0] * parts, []
+    for op, calls in sorted(per_op.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        target = loads.index(min(loads))
+        loads[target] += len(calls)
+        if target == part:
+            mine += calls.values()
+    return mine
 
 
 def cmd_demo(a) -> int:
     soc = _soc(a)
+    cases = demo_cases(soc, a.ub_size, a.cores)
+    if a.compile_part is not None:      # the second process of a cold demo
+        ensure_compiled(_share(_prepared_executors(cases), *a.compile_part))
+        return 0
     start = time.perf_counter()
-    ok = _demo_uwrm_grad(soc)
-    print()
-    ok &= _demo_permute(soc)
-    print(f"{'all cases bit-exact' if ok else 'MISMATCH'} in {time.perf_counter() - start:.1f} s")
+    executors = _prepared_executors(cases)
+    cold = cold_stages(executors)
+    _announce_compile(cold)
+    progress = CompileProgress()
+    if len(cold) > 2 and _usable_cpus() > 1:
+        _compile_in_two_processes(a, executors, progress)
+    results = []
+    with listening_to_compiles(progress):
+        op_shown = None
+        for case in cases:
+            if case.op != op_shown:
+                op_shown = case.op
+                print(f"{'' if not results else chr(10)}{_demo_title(case, soc)}")
+            try:
+                facts = run_op(OPS[case.op], case.args, case.soc)
+                status = "bit-exact" if facts["exact"] else "MISMATCH vs golden"
+                _print_run(facts, f"  {case.label:<44} {case.shape:<26} ")
+                results.append((case, facts["exact"], status, facts["tiling"].tiling_key))
+            except (AclnnError, SimulatorError) as e:
+                print(f"  {case.label:<44} {case.shape:<26} FAILED: {_case_error(e)}")
+                results.append((case, False, _case_error(e), None))
+    _print_demo_table(results)
+    ok = all(r[1] for r in results)
+    passed = sum(1 for r in results if r[1])
+    print(f"{'all cases bit-exact' if ok else f'{passed} of {len(results)} cases passed'} in "
+          f"{time.perf_counter() - start:.1f} s" + (f" ({progress.seconds:.1f} s of it compiling)"
+                                                     if progress.count else ""))
     return 0 if ok else 1
 
 
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:      # not on every platform
+        return os.cpu_count() or 1
+
+
+def _demo_title(case: DemoCase, soc) -> str:
+    if case.op == "moe_token_permute":
+        return f"MoeTokenPermute (V2): experts 64, bf16 tokens, int32 ids; on {soc.name} unless marked"
+    return (f"MoeTokenUnpermuteWithRoutingMapGrad on {soc.name} ({soc.aiv_num} AIV, UB {soc.ub_size} B): bf16, "
+            "tokens x hidden, E experts")
+
+
+def _print_demo_table(results) -> None:
+    print()
+    print(f"{'operator':<42} {'case':<44} {'key':>4}  result")
+    for case, ok, status, key in results:
+        print(f"{case.op:<42} {case.label:<44} {'-' if key is None else key:>4}  {'PASS' if ok else 'FAIL'}  "
+              f"{status}")
+
+
+def _compile_in_two_processes(a, executors: list, progress: CompileProgress) -> None:
+    """Cold cache on a multi-core machine: a second process compiles half the stages while this one compiles the
+    other half; numba's disk cache hands the worker's half to this process."""
+    argv = [sys.executable, "-m", "ops.cli", "demo", "--soc", a.soc, "--compile-part", "1/2"]
+    if a.ub_size:
+        argv += ["--ub-size", str(a.ub_size)]
+    if a.cores:
+        argv += ["--cores", str(a.cores)]
+    start = time.perf_counter()
+    worker = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        with listening_to_compiles(progress):
+            ensure_compiled(_share(executors, 0, 2), progress)
+    finally:
+        _, err = worker.communicate()
+    if worker.returncode != 0:
+        print(f"  (the compile worker failed, its stages compile here: {err.strip().splitlines()[-1:]})",
+              file=sys.stderr)
+    print(f"  compiled in {time.perf_counter() - start:.1f} s in two processes", file=sys.stderr, flush=True)
+
+
+# --- tiling and run -------------------------------------------------------------------------------------
 def cmd_tiling(a) -> int:
     adapter = _op(a.op)
     soc = _soc(a)
-    _check_dtypes(a)
+    _check_flags_apply(a, adapter, soc)
     result = adapter.tiling(adapter.descs(a), soc)
-    print(f"{a.op} on {soc.name} ({soc.aiv_num} AIV, UB {soc.ub_size} B, tiling sees {soc.ub_size_for_tiling} B)")
-    print(result)
+    if a.json:
+        print(json.dumps(_tiling_json(a.op, result), indent=2))
+    else:
+        print(f"{a.op} on {soc.name} ({soc.aiv_num} AIV, UB {soc.ub_size} B, tiling sees {soc.ub_size_for_tiling} B)")
+        print(result)
+    if not result.ub_fits:
+        print(f"ascend-sim: the UB plan needs {result.ub_plan_bytes} bytes but {soc.name} has {soc.ub_size}: the kernel "
+              "would fail in TPipe::InitBuffer (UBOverflowError)", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_run(a) -> int:
     adapter = _op(a.op)
     soc = _soc(a)
-    _check_dtypes(a)
+    _check_flags_apply(a, adapter, soc)
     args = adapter.make_inputs(a)
-    facts = run_op(adapter, args, soc, check=not a.no_check)
-    print(f"{a.op} on {soc.name}")
-    _print_run(facts, "  ")
-    print(facts["report"])
+    _, _, _, executor = prepare_op(adapter, args, soc)
+    cold = cold_stages([executor])
+    if not a.json:
+        _announce_compile(cold)
+    with listening_to_compiles(CompileProgress() if not a.json else None):
+        facts = run_op(adapter, args, soc, check=not a.no_check)
+    if a.json:
+        print(json.dumps(dict(tiling=_tiling_json(a.op, facts["tiling"]),
+                              report=_report_json(facts["report"], a.per_core), exact=facts.get("exact")), indent=2))
+    else:
+        print(f"{a.op} on {soc.name}")
+        _print_run(facts, "  ")
+        if a.per_core:
+            _print_per_core(facts["report"])
     return 0 if facts.get("exact", True) else 1
 
 
+# --- parser -----------------------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise CliError(f"{message} (see `{self.prog} --help`)")
@@ -329,46 +580,81 @@ def _positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
 
 
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _part(text: str) -> tuple[int, int]:
+    k, _, n = text.partition("/")
+    return int(k), int(n)
+
+
+SOC_HELP = "chip profile: ascend910b (default), ascend910_93, ascend950 (or 910b, 910_93, 950)"
+
+
+def _add_chip_flags(p) -> None:
+    p.add_argument("--soc", default="ascend910b", help=SOC_HELP)
+    p.add_argument("--ub-size", type=_positive, metavar="BYTES",
+                   help="custom profile: UB bytes per vector core (288 .. 16777216; stock 196608 / 253952)")
+    p.add_argument("--cores", type=_positive, metavar="N",
+                   help="custom profile: vector cores, the largest block dim (1 .. 4096; stock 48 / 64)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="ascend-sim", description="CPU simulator of CANN's MoE token permute/unpermute kernels")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    demo = sub.add_parser("demo", help="run every mode of the op on built-in MoE shapes and check them")
-    demo.add_argument("--soc", default="ascend910b")
-    demo.add_argument("--ub-size", type=_positive)
-    demo.add_argument("--cores", type=_positive)
-    for name, helptext in (("tiling", "print the tiling (no run)"), ("run", "run, check against the golden, report")):
+    parser = _Parser(prog="ascend-sim", description="CPU simulator of CANN's MoE token permute/unpermute kernels. "
+                     "Environment: ASCEND_SIM_THREADS = worker threads for the simulated cores (default: CPU count).")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{demo,tiling,run}")
+    demo = sub.add_parser("demo", help="run every mode of every operator on built-in MoE shapes and check them")
+    _add_chip_flags(demo)
+    demo.add_argument("--compile-part", type=_part, help=argparse.SUPPRESS)
+    ops_list = ", ".join(OPS)
+    for name, helptext in (("tiling", "print the tiling and UB plan (no run); exit 1 if the plan does not fit"),
+                           ("run", "run one case, check it against the golden, report the per-pipe work")):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("op", help=f"operator: {', '.join(OPS)}")
-        p.add_argument("--tokens", type=_positive, required=True)
-        p.add_argument("--hidden", type=_positive, required=True)
-        p.add_argument("--experts", type=_positive, required=True)
+        p.add_argument("op", metavar="OP", help=f"operator: {ops_list}")
+        p.add_argument("--tokens", type=_positive, required=True, help="tokens N (rows of the token tensor)")
+        p.add_argument("--hidden", type=_positive, required=True, help="hidden size H")
+        p.add_argument("--experts", type=_positive, required=True, help="experts E")
         group = p.add_mutually_exclusive_group()
-        group.add_argument("--topk", type=_positive)
-        group.add_argument("--capacity", type=_positive)
-        p.add_argument("--dtype", default="bf16")
-        p.add_argument("--probs-dtype")
-        p.add_argument("--routing-map-dtype", default="bool")
-        p.add_argument("--drop-and-pad", action="store_true")
-        p.add_argument("--no-probs", action="store_true")
-        p.add_argument("--soc", default="ascend910b")
-        p.add_argument("--ub-size", type=_positive, help="override the profile's UB bytes per core")
-        p.add_argument("--cores", type=_positive, help="override the profile's vector-core count")
-        p.add_argument("--indices-dtype", default="int32", help="moe_token_permute: int32 or int64 expert ids")
-        p.add_argument("--num-out-tokens", type=int, default=0,
-                       help="moe_token_permute: rows kept (0 all, negative counts from the end)")
-        p.add_argument("--quant-mode", type=int, default=-1,
-                       help="moe_token_permute on ascend950: 2 MXFP8 E5M2, 3 MXFP8 E4M3FN, 9 MXFP4 E2M1")
-        p.add_argument("--mx-scale-rule", choices=("floor", "round_scale"), default="floor",
-                       help="MXFP8 scale rule: OCP floor (default) or the master-branch kernel's round scale")
-        p.add_argument("--seed", type=int, default=0)
+        group.add_argument("--topk", type=_positive, help="experts per token (every op without --drop-and-pad)")
+        group.add_argument("--capacity", type=_positive,
+                           help="moe_token_unpermute_with_routing_map_grad with --drop-and-pad: slots per expert")
+        p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32", "int8"),
+                       help="token / gradient dtype: bf16 (default), fp16, fp32; int8 for moe_token_permute only")
+        p.add_argument("--probs-dtype", choices=("bf16", "fp16", "fp32"),
+                       help="moe_token_unpermute_with_routing_map_grad: probs dtype bf16, fp16 or fp32 (default: "
+                            "--dtype; fp32 probs with bf16 gradients is tilingKey 101/111)")
+        p.add_argument("--routing-map-dtype", choices=("bool", "int8"),
+                       help="moe_token_unpermute_with_routing_map_grad: routing map dtype bool (default) or int8")
+        p.add_argument("--drop-and-pad", action="store_true",
+                       help="moe_token_unpermute_with_routing_map_grad: drop-and-pad layout (needs --capacity)")
+        p.add_argument("--no-probs", action="store_true",
+                       help="moe_token_unpermute_with_routing_map_grad: without probs (tilingKey 0 / 10)")
+        p.add_argument("--indices-dtype", choices=("int32", "int64"),
+                       help="moe_token_permute: expert-id dtype int32 (default) or int64")
+        p.add_argument("--num-out-tokens", type=_integer, metavar="M",
+                       help="moe_token_permute: rows kept (0 = all, default; negative counts from the end)")
+        p.add_argument("--quant-mode", type=_integer, choices=(-1, 2, 3, 9),
+                       help="moe_token_permute on ascend950: -1 none (default), 2 MXFP8 E5M2, 3 MXFP8 E4M3FN, "
+                            "9 MXFP4 E2M1")
+        p.add_argument("--mx-scale-rule", choices=("floor", "round_scale"),
+                       help="moe_token_permute with --quant-mode 2/3: MXFP8 scale rule, OCP floor (default) or the "
+                            "master-branch kernel's round_scale")
+        _add_chip_flags(p)
+        p.add_argument("--seed", type=_integer, default=0, help="random seed of the generated inputs (default 0)")
+        p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         if name == "run":
             p.add_argument("--no-check", action="store_true", help="skip the golden comparison")
+            p.add_argument("--per-core", action="store_true", help="also show every core's counters")
     return parser
 
 
@@ -379,15 +665,27 @@ def main(argv=None) -> int:
     except CliError as e:
         print(f"ascend-sim: error: {e}", file=sys.stderr)
         return 2
-    except ops.AclnnError as e:
-        print(f"ascend-sim: {type(e).__name__} {e}", file=sys.stderr)
+    except ConfigError as e:
+        print(f"ascend-sim: error: {e}", file=sys.stderr)
+        return 2
+    except AclnnError as e:
+        print(f"ascend-sim: {type(e).__name__} {e}".splitlines()[0], file=sys.stderr)
         return 1
     except SimulatorError as e:
+        if e.detail:        # the allocation table and what to change: on stdout, so stderr stays one line
+            print(e.detail)
         print(f"ascend-sim: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
-        detail = getattr(e, "detail", "")
-        if detail:
-            print(detail, file=sys.stderr)
         return 1
+    except BrokenPipeError:     # the reader (e.g. `| head`) went away: nothing left to say
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's exit flush quiet
+        return 0
+    except KeyboardInterrupt:
+        print("ascend-sim: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - the CLI promises one line, never a traceback
+        print(f"ascend-sim: internal error ({type(e).__name__}): {str(e).splitlines()[0] if str(e) else ''} "
+              "- please report it with the command line", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

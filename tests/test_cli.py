@@ -57,9 +57,9 @@ def test_tiling_permute_prints_every_tpipe(capsys):
     (["tiling", OP, "--tokens", "8", "--hidden", "8", "--experts", "4", "--capacity", "9", "--drop-and-pad"], 1,
      "capacity"),
     (["run", "moe_token_permute", "--tokens", "8", "--hidden", "8", "--experts", "4", "--capacity", "2"], 2,
-     "drop-and-pad"),
+     "--capacity does not apply to moe_token_permute"),
     (["run", "moe_token_permute", "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "2", "--soc", "950",
-      "--quant-mode", "4"], 1, "161002"),
+      "--quant-mode", "4"], 2, "invalid choice"),
     (["run", "moe_token_permute", "--tokens", "8", "--hidden", "8", "--experts", "4"], 2, "--topk"),
     (["tiling", "moe_token_permute", "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "513"], 1,
      "561002"),
@@ -76,3 +76,87 @@ def test_errors_are_one_line(argv, status, fragment, capsys):
     err = capsys.readouterr().err
     assert rc == status
     assert fragment in err and len(err.strip().splitlines()) == 1, err
+
+
+def _subparsers():
+    from ops.cli import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub.choices
+
+
+@pytest.mark.parametrize("command", ["demo", "tiling", "run"])
+def test_every_flag_has_help_listing_its_values(command):
+    for action in _subparsers()[command]._actions:
+        if action.help == "==SUPPRESS==" or action.dest == "help":
+            continue
+        assert action.help, (command, action.dest)
+        for choice in action.choices or ():
+            assert str(choice) in action.help, (command, action.dest, choice)
+
+
+def test_tiling_json_is_one_object_with_the_real_fields(capsys):
+    import json
+    rc = main(["tiling", OP, "--tokens", "30", "--hidden", "8", "--experts", "8", "--topk", "1", "--probs-dtype",
+               "fp32", "--cores", "40", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["tiling_key"] == 101 and doc["block_dim"] == 40 and doc["ub_fits"] is True
+    assert doc["fields"]["total_ub_size"] == 196352 and doc["soc"]["aiv_num"] == 40
+    assert [r["name"] for r in doc["ub_plan"]][-1] == "probGradTBuf"
+
+
+def test_run_json_and_per_core(capsys):
+    import json
+    argv = ["run", "moe_token_permute", "--tokens", "64", "--hidden", "32", "--experts", "8", "--topk", "2"]
+    assert main(argv + ["--json", "--per-core"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    cores = doc["report"]["cores"]
+    assert doc["exact"] is True and len(cores) == doc["tiling"]["block_dim"] == 48
+    # MTE3: 128 rows of 32 bf16 out of the index copy, plus 128 int32 results written by each of the two sorts
+    assert sum(c["mte3_bytes"] for c in cores) == doc["report"]["total"]["mte3_bytes"] == 128 * 32 * 2 + 2 * 128 * 4
+    assert main(argv + ["--per-core"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("tilingKey") == 1 and "per core (48 blocks)" in out
+    assert len([line for line in out.splitlines() if line.strip().split(" ")[0].isdigit()]) == 48
+
+
+def test_tiling_exits_non_zero_when_the_plan_does_not_fit(capsys):
+    # the documented key-101 quirk on a stock 910B: 15000 tokens x hidden 8192 with fp32 probs
+    rc = main(["tiling", OP, "--tokens", "15000", "--hidden", "8192", "--experts", "8", "--topk", "2",
+               "--probs-dtype", "fp32"])
+    captured = capsys.readouterr()
+    assert rc == 1 and "DOES NOT FIT" in captured.out
+    assert len(captured.err.strip().splitlines()) == 1 and "UBOverflowError" in captured.err
+
+
+def test_demo_goes_on_past_failing_cases_and_tabulates_them(capsys):
+    rc = main(["demo", "--ub-size", "65536"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    table = out[out.index("operator  "):].splitlines()[1:14]
+    assert len(table) == 13 and all(" PASS " in row or " FAIL " in row for row in table)
+    assert any(" PASS " in row for row in table) and any(" FAIL " in row for row in table)
+    assert "cases passed" in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("argv,env,fragment", [
+    (["tiling", OP, "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "2", "--cores", "100000"], None,
+     "aiv_num"),
+    (["tiling", OP, "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "2", "--ub-size", "65536.7"], None,
+     "positive integer"),
+    (["run", OP, "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "2"], "two", "ASCEND_SIM_THREADS"),
+    (["run", OP, "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "2", "--indices-dtype", "int64"], None,
+     "--indices-dtype does not apply"),
+    (["run", "moe_token_permute", "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "2",
+      "--mx-scale-rule", "floor"], None, "--mx-scale-rule applies to MXFP8"),
+    (["tiling", "moe_token_permute", "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "2",
+      "--quant-mode", "2"], None, "quantises on ascend950 only"),
+    (["run", OP, "--tokens", "8", "--hidden", "8", "--experts", "4", "--capacity", "2"], None,
+     "--capacity applies with --drop-and-pad"),
+])
+def test_settings_errors_are_one_line(argv, env, fragment, capsys, monkeypatch):
+    if env is not None:
+        monkeypatch.setenv("ASCEND_SIM_THREADS", env)
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
