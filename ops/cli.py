@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -312,22 +311,23 @@ def _report_json(rep, per_core: bool) -> dict | None:
 class CompileProgress:
     """Prints, on stderr, that a first run is compiling kernel stages and how long each took."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream = stream
+    def __init__(self):
         self.count = 0
         self.seconds = 0.0
 
     def __call__(self, event: str, stage: str, seconds: float) -> None:
         if event == "start":
             self.count += 1
-            print(f"  compiling kernel stage {stage} ...", end="", file=self.stream, flush=True)
+            print(f"  compiling kernel stage {stage} ...", end="", file=sys.stderr, flush=True)
         else:
             self.seconds += seconds
-            print(f" {seconds:.1f} s", file=self.stream, flush=True)
+            print(f" {seconds:.1f} s", file=sys.stderr, flush=True)
 
 
-# Rough cold-compile cost of one kernel stage on a 2-core machine, for the first-run estimate only.
-SECONDS_PER_COLD_STAGE = 4.0
+# Cold-compile cost of one kernel stage, measured on the 2-core CI machine (92 s for the demo's 15 stages in
+# one process); two processes on two cores finish about 1.5 times sooner. For the first-run estimate only.
+SECONDS_PER_COLD_STAGE = 6.0
+TWO_PROCESS_SPEEDUP = 1.5
 
 
 def cold_stages(executors) -> list:
@@ -343,12 +343,13 @@ def cold_stages(executors) -> list:
     return cold
 
 
-def _announce_compile(cold: list, stream=sys.stderr) -> None:
+def _announce_compile(cold: list, processes: int = 1) -> None:
     if cold:
-        estimate = len(cold) * SECONDS_PER_COLD_STAGE
-        print(f"First run: compiling {len(cold)} kernel stages with numba (about {estimate:.0f} s on 2 cores; cached "
-              "on disk, later runs start in seconds). Compile time is not counted as kernel time.", file=stream,
-              flush=True)
+        estimate = len(cold) * SECONDS_PER_COLD_STAGE / (TWO_PROCESS_SPEEDUP if processes > 1 else 1.0)
+        where = "in two processes" if processes > 1 else "in one process"
+        print(f"First run: compiling {len(cold)} kernel stages with numba {where} (about {estimate:.0f} s on a 2-core "
+              "machine; cached on disk, so later runs start in seconds). Compile time is not counted as kernel "
+              "time.", file=sys.stderr, flush=True)
 
 
 # --- demo ---------------------------------------------------------------------------------------------
@@ -384,9 +385,10 @@ class DemoCase:
     shape: str
 
 
-def demo_cases(soc, ub_size: int | None = None, aiv_num: int | None = None) -> list[DemoCase]:
+def demo_cases(soc, ub_size: int | None = None, aiv_num: int | None = None, values: bool = True) -> list[DemoCase]:
     """Every demo case with its inputs (built-in shapes; the chip profile from the flags unless marked, and
-    the custom UB size / core count applied to the marked profiles too)."""
+    the custom UB size / core count applied to the marked profiles too). values=False: the large float
+    tensors stay zero (enough to tile and compile the cases, at no cost)."""
     cases = []
     tokens, hidden, experts = 512, 4096, 64
     for label, case in UWRM_GRAD_DEMO:
@@ -394,7 +396,7 @@ def demo_cases(soc, ub_size: int | None = None, aiv_num: int | None = None) -> l
                                               capacity=case.get("capacity"), dtype="bf16",
                                               probs_dtype=case.get("probs_dtype"),
                                               drop_and_pad=case.get("drop_and_pad", False),
-                                              with_probs=case.get("with_probs", False), seed=1)
+                                              with_probs=case.get("with_probs", False), seed=1, values=values)
         cases.append(DemoCase("moe_token_unpermute_with_routing_map_grad", label, soc, args,
                               f"{tokens}x{hidden} E{experts}"))
     for label, where, n, h, top_k, num_out, quant in PERMUTE_DEMO:
@@ -425,59 +427,78 @@ def _prepared_executors(cases: list[DemoCase]) -> list:
     executors = []
     for case in cases:
         try:
-            executors.append(_prepare_case(case)[3])
+            executor = _prepare_case(case)[3]
         except (AclnnError, SimulatorError):
-            pass        # reported when the case runs
+            continue        # reported when the case runs
+        executor.extra["case"] = case
+        executors.append(executor)
     return executors
 
 
-def _share(executors, part: int, parts: int) -> list:
-    """Part `part` of `parts` of every (stage, args) the executors launch, split by operator: an operator's
-    stages share most of their device functions, which each process would otherwise compile again. Operators
-    go to the least-loaded part by stage count, largest first; the split depends on the cases only, not on
-    the cache, so both processes compute the same one."""
+def _compile_tickets(executors) -> list[list]:
+    """The demo's stages as tickets for two compiling processes: one ticket per stage function (all its
+    signatures: two processes saving entries of one function into numba's cache index could drop one), the
+    operator with the most tickets first, the other operators after it in reverse. One process takes tickets
+    from the front, the other from the back, so each starts on its own operator, shares that operator's
+    device functions, and only the last tickets are taken from the other end."""
     per_op: dict = {}
     for ex in executors:
-        calls = per_op.setdefault(ex.op, {})
+        tickets = per_op.setdefault(ex.op, {})
         for stage, args in ex.stage_calls():
-            calls.setdefault((stage, stage_signature(stage, args)), (stage, args))
-    loads, mine = [0] * parts, []
-    for op, calls in sorted(per_op.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        target = loads.index(min(loads))
-        loads[target] += len(calls)
-        if target == part:
-            mine += calls.values()
-    return mine
+            tickets.setdefault(stage, {}).setdefault(stage_signature(stage, args), (stage, args))
+    ops_by_size = sorted(per_op, key=lambda op: (-len(per_op[op]), op))
+    ordered = [list(t.values()) for op in ops_by_size[:1] for t in per_op[op].values()]
+    rest = [list(t.values()) for op in ops_by_size[1:] for t in per_op[op].values()]
+    return ordered + rest[::-1]
+
+
+def _take_tickets(tickets, bounds, from_front: bool, on_compile=None) -> None:
+    """Compile tickets until none is left; `bounds` is a shared [front, back] array with a lock."""
+    while True:
+        with bounds.get_lock():
+            if bounds[0] > bounds[1]:
+                return
+            k = bounds[0] if from_front else bounds[1]
+            bounds[0 if from_front else 1] += 1 if from_front else -1
+        ensure_compiled(tickets[k], on_compile)
+
+
+def _compile_worker(tickets, bounds) -> None:
+    try:
+        _take_tickets(tickets, bounds, from_front=False)
+    except BaseException:       # noqa: BLE001 - the parent compiles whatever is left; never a traceback here
+        os._exit(1)
 
 
 def cmd_demo(a) -> int:
     soc = _soc(a)
-    cases = demo_cases(soc, a.ub_size, a.cores)
-    if a.compile_part is not None:      # the second process of a cold demo
-        ensure_compiled(_share(_prepared_executors(cases), *a.compile_part))
-        return 0
     start = time.perf_counter()
+    # shapes first: what to compile is known before the large inputs are drawn, so a cold run's second
+    # compiling process starts at once
+    shapes = _prepared_executors(demo_cases(soc, a.ub_size, a.cores, values=False))
+    cold = cold_stages(shapes)
+    worker = _start_compile_worker(shapes) if len(cold) > 2 and _usable_cpus() > 1 else None
+    _announce_compile(cold, 2 if worker else 1)
+    cases = demo_cases(soc, a.ub_size, a.cores)
     executors = _prepared_executors(cases)
-    cold = cold_stages(executors)
-    _announce_compile(cold)
     progress = CompileProgress()
-    if len(cold) > 2 and _usable_cpus() > 1:
-        _compile_in_two_processes(a, executors, progress)
-    results = []
+    if worker is not None:
+        tickets, bounds, process = worker
+        with listening_to_compiles(progress):
+            _take_tickets(tickets, bounds, True, progress)
+    results: dict = {}
+    deferred = []
     with listening_to_compiles(progress):
-        op_shown = None
-        for case in cases:
-            if case.op != op_shown:
-                op_shown = case.op
-                print(f"{'' if not results else chr(10)}{_demo_title(case, soc)}")
-            try:
-                facts = run_op(OPS[case.op], case.args, case.soc)
-                status = "bit-exact" if facts["exact"] else "MISMATCH vs golden"
-                _print_run(facts, f"  {case.label:<44} {case.shape:<26} ")
-                results.append((case, facts["exact"], status, facts["tiling"].tiling_key))
-            except (AclnnError, SimulatorError) as e:
-                print(f"  {case.label:<44} {case.shape:<26} FAILED: {_case_error(e)}")
-                results.append((case, False, _case_error(e), None))
+        for k, case in enumerate(cases):
+            if worker is not None and worker[2].is_alive() and not _compiled_here(executors, case):
+                deferred.append(k)      # its stages are still being compiled by the other process
+                continue
+            results[k] = _run_demo_case(case, soc, results)
+        if worker is not None:
+            worker[2].join()
+        for k in deferred:
+            results[k] = _run_demo_case(cases[k], soc, results)
+    results = [results[k] for k in range(len(cases))]
     _print_demo_table(results)
     ok = all(r[1] for r in results)
     passed = sum(1 for r in results if r[1])
@@ -485,6 +506,39 @@ def cmd_demo(a) -> int:
           f"{time.perf_counter() - start:.1f} s" + (f" ({progress.seconds:.1f} s of it compiling)"
                                                      if progress.count else ""))
     return 0 if ok else 1
+
+
+def _run_demo_case(case: DemoCase, soc, done: dict):
+    if not any(r[0].op == case.op for r in done.values()):
+        print(f"{chr(10) if done else ''}{_demo_title(case, soc)}")
+    try:
+        facts = run_op(OPS[case.op], case.args, case.soc)
+        _print_run(facts, f"  {case.label:<44} {case.shape:<26} ")
+        return case, facts["exact"], "bit-exact" if facts["exact"] else "MISMATCH vs golden", facts["tiling"].tiling_key
+    except (AclnnError, SimulatorError) as e:
+        print(f"  {case.label:<44} {case.shape:<26} FAILED: {_case_error(e)}")
+        return case, False, _case_error(e), None
+
+
+def _compiled_here(executors, case: DemoCase) -> bool:
+    """Whether every stage of this case's executor is compiled in this process already."""
+    ex = next((e for e in executors if e.extra.get("case") is case), None)
+    return ex is not None and all(stage_signature(s, a) in s.overloads for s, a in ex.stage_calls())
+
+
+def _start_compile_worker(executors):
+    """A forked process that compiles tickets from the back while this one compiles from the front (cold cache,
+    more than one CPU); numba's disk cache hands its stages to this process. None where fork is unavailable."""
+    import multiprocessing
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:
+        return None
+    tickets = _compile_tickets(executors)
+    bounds = ctx.Array("i", [0, len(tickets) - 1])
+    process = ctx.Process(target=_compile_worker, args=(tickets, bounds), daemon=True)
+    process.start()
+    return tickets, bounds, process
 
 
 def _usable_cpus() -> int:
@@ -507,27 +561,6 @@ def _print_demo_table(results) -> None:
     for case, ok, status, key in results:
         print(f"{case.op:<42} {case.label:<44} {'-' if key is None else key:>4}  {'PASS' if ok else 'FAIL'}  "
               f"{status}")
-
-
-def _compile_in_two_processes(a, executors: list, progress: CompileProgress) -> None:
-    """Cold cache on a multi-core machine: a second process compiles half the stages while this one compiles the
-    other half; numba's disk cache hands the worker's half to this process."""
-    argv = [sys.executable, "-m", "ops.cli", "demo", "--soc", a.soc, "--compile-part", "1/2"]
-    if a.ub_size:
-        argv += ["--ub-size", str(a.ub_size)]
-    if a.cores:
-        argv += ["--cores", str(a.cores)]
-    start = time.perf_counter()
-    worker = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        with listening_to_compiles(progress):
-            ensure_compiled(_share(executors, 0, 2), progress)
-    finally:
-        _, err = worker.communicate()
-    if worker.returncode != 0:
-        print(f"  (the compile worker failed, its stages compile here: {err.strip().splitlines()[-1:]})",
-              file=sys.stderr)
-    print(f"  compiled in {time.perf_counter() - start:.1f} s in two processes", file=sys.stderr, flush=True)
 
 
 # --- tiling and run -------------------------------------------------------------------------------------
@@ -593,11 +626,6 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
-def _part(text: str) -> tuple[int, int]:
-    k, _, n = text.partition("/")
-    return int(k), int(n)
-
-
 SOC_HELP = "chip profile: ascend910b (default), ascend910_93, ascend950 (or 910b, 910_93, 950)"
 
 
@@ -615,7 +643,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{demo,tiling,run}")
     demo = sub.add_parser("demo", help="run every mode of every operator on built-in MoE shapes and check them")
     _add_chip_flags(demo)
-    demo.add_argument("--compile-part", type=_part, help=argparse.SUPPRESS)
     ops_list = ", ".join(OPS)
     for name, helptext in (("tiling", "print the tiling and UB plan (no run); exit 1 if the plan does not fit"),
                            ("run", "run one case, check it against the golden, report the per-pipe work")):

@@ -160,3 +160,25 @@ def test_settings_errors_are_one_line(argv, env, fragment, capsys, monkeypatch):
     rc = main(argv)
     err = capsys.readouterr().err
     assert rc == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_cold_demo_compile_tickets_are_split_between_two_ends(monkeypatch):
+    """Two processes take stage tickets from opposite ends of one list until they meet: every ticket is
+    compiled exactly once, each process starts on its own operator."""
+    import multiprocessing
+
+    from ops import cli
+    from tiling import get_soc
+    executors = cli._prepared_executors(cli.demo_cases(get_soc("910b"), values=False))
+    tickets = cli._compile_tickets(executors)
+    stages = [t[0][0] for t in tickets]
+    assert len(set(stages)) == len(stages)                        # one ticket per stage function
+    assert all(len({id(s) for s, _ in t}) == 1 for t in tickets)  # all signatures of a stage stay together
+    ops_of = {s: ex.op for ex in executors for s, _ in ex.stage_calls()}
+    assert ops_of[stages[0]] != ops_of[stages[-1]]                # the two ends start on different operators
+    taken = []
+    monkeypatch.setattr(cli, "ensure_compiled", lambda calls, on_compile=None: taken.append(calls[0][0]))
+    bounds = multiprocessing.get_context("fork").Array("i", [0, len(tickets) - 1])
+    cli._take_tickets(tickets, bounds, from_front=False)          # the other process took everything
+    cli._take_tickets(tickets, bounds, from_front=True)           # nothing left for this one
+    assert taken == stages[::-1]
