@@ -4,7 +4,7 @@
   as an overload rather than an @njit dispatcher: a dispatcher compiles a fresh copy for every
   distinct literal argument (each `set_flag(c, V_MTE2, 4)` call site would be its own function),
   an overload types arguments as plain ints first, so each device function compiles once per
-  real signature. The kernels that call them are cached on disk as a whole.
+  real signature and process. The kernels that call them are cached on disk as a whole.
 * `global_aicore`: a kernel stage entry (`__global__ __aicore__`): an @njit dispatcher the
   launcher calls from its threads; cached on disk, GIL released.
 
@@ -36,17 +36,34 @@ from typing import Callable, Iterable
 from numba import njit
 from numba.core import config as numba_config
 from numba.core.compiler_lock import global_compiler_lock
-from numba.extending import register_jitable
+from numba.extending import overload
 
 from ._memory import borrow
 
-DEVICE_JIT_OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
-# device functions are only ever called from numba code: no Python or C-callable wrappers to build
-_DEVICE_ONLY = dict(DEVICE_JIT_OPTIONS, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+STAGE_JIT_OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
+# Device functions are only ever called from numba code: no Python or C-callable wrappers to build.
+# The @overload implementations of the AscendC calls are not cached on disk (numba would stamp them with
+# their own file only); aicore functions are, under a name that carries source_stamp (see aicore).
+DEVICE_JIT_OPTIONS = dict(STAGE_JIT_OPTIONS, cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+_CACHED_DEVICE_OPTIONS = dict(DEVICE_JIT_OPTIONS, cache=True)
 
 
 def aicore(fn):
-    return register_jitable(**_DEVICE_ONLY)(fn)
+    """Register `fn` as a device function (what register_jitable does), compiled from a copy whose
+    qualified name carries the source stamp of fn's module: numba names the disk-cache entry after it and
+    stamps it with fn's file only, so an edit of anything it may inline from another module starts a new
+    entry instead of loading stale code. Cached device code lets a second process reuse what the first
+    compiled."""
+    impl = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    impl.__kwdefaults__ = fn.__kwdefaults__
+    impl.__qualname__ = f"{fn.__qualname__}__{source_stamp(fn.__module__)}"
+    impl.__module__ = fn.__module__
+
+    @overload(fn, jit_options=_CACHED_DEVICE_OPTIONS, strict=False)
+    def _typed(*args, **kwargs):
+        return impl
+
+    return fn
 
 
 def global_aicore(fn):
@@ -75,7 +92,7 @@ def global_aicore(fn):
     entry.__qualname__ = f"{fn.__module__.replace('.', '_')}__{fn.__qualname__}"
     entry.__doc__ = fn.__doc__
     entry.__module__ = fn.__module__
-    return njit(**DEVICE_JIT_OPTIONS)(entry)
+    return njit(**STAGE_JIT_OPTIONS)(entry)
 
 
 _STAMPS: dict[str, str] = {}

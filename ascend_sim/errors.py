@@ -12,6 +12,18 @@ class ConfigError(ValueError):
     profile's UB size or core count. Raised before anything is compiled or launched."""
 
 
+def whole_number(name: str, value, low: int, high: int, unit: str, error=ConfigError) -> int:
+    """`value` as an int if it is a whole number (Python or NumPy integer, not a bool) in [low, high];
+    otherwise `error` with a message naming the setting, the range and the unit."""
+    if isinstance(value, bool) or not hasattr(value, "__index__") or hasattr(value, "dtype") and \
+            value.dtype.kind == "b":
+        raise error(f"{name} must be a whole number of {unit}, got {value!r} ({type(value).__name__})")
+    value = value.__index__()
+    if not low <= value <= high:
+        raise error(f"{name} must be between {low:,} and {high:,} {unit}, got {value:,}")
+    return value
+
+
 class SimulatorError(Exception):
     """A kernel broke a rule of the machine model.
 

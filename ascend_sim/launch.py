@@ -59,14 +59,6 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
-def _positive_threads(value, source: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise errors.ConfigError(f"{source} must be a whole number of worker threads, got {value!r}")
-    if not 1 <= value <= MAX_THREADS:
-        raise errors.ConfigError(f"{source} must be between 1 and {MAX_THREADS}, got {value}")
-    return int(value)
-
-
 def default_threads() -> int:
     """Worker threads for simulated cores: $ASCEND_SIM_THREADS, else the machine's CPU count.
 
@@ -79,13 +71,14 @@ def default_threads() -> int:
         except ValueError:
             raise errors.ConfigError(f"{THREADS_ENV} must be a whole number of worker threads, got {env!r}") \
                 from None
-        return _positive_threads(value, THREADS_ENV)
+        return errors.whole_number(THREADS_ENV, value, 1, MAX_THREADS, "worker threads")
     return max(1, min(os.cpu_count() or 1, MAX_THREADS))
 
 
 def resolve_threads(threads) -> int:
     """The worker-thread count of a launch: `threads` if given (validated), else default_threads()."""
-    return default_threads() if threads is None else _positive_threads(threads, "threads")
+    return default_threads() if threads is None else errors.whole_number("threads", threads, 1, MAX_THREADS,
+                                                                          "worker threads")
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,6 @@ class Executor:
     args: tuple
     gm_names: tuple[str, ...]
     report: RunReport | None = None
-    extra: dict = field(default_factory=dict)
     api: str = ""
     ub_advice: str = ""
     tensors: dict = field(default_factory=dict)

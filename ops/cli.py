@@ -423,15 +423,14 @@ def _prepare_case(case: DemoCase):
     return prepare_op(OPS[case.op], case.args, case.soc)
 
 
-def _prepared_executors(cases: list[DemoCase]) -> list:
-    executors = []
-    for case in cases:
+def _prepared_executors(cases: list[DemoCase]) -> dict:
+    """{case index: aclnn executor} of the cases whose first phase succeeds (the others fail when run)."""
+    executors = {}
+    for k, case in enumerate(cases):
         try:
-            executor = _prepare_case(case)[3]
+            executors[k] = _prepare_case(case)[3]
         except (AclnnError, SimulatorError):
             continue        # reported when the case runs
-        executor.extra["case"] = case
-        executors.append(executor)
     return executors
 
 
@@ -475,7 +474,7 @@ def cmd_demo(a) -> int:
     start = time.perf_counter()
     # shapes first: what to compile is known before the large inputs are drawn, so a cold run's second
     # compiling process starts at once
-    shapes = _prepared_executors(demo_cases(soc, a.ub_size, a.cores, values=False))
+    shapes = list(_prepared_executors(demo_cases(soc, a.ub_size, a.cores, values=False)).values())
     cold = cold_stages(shapes)
     worker = _start_compile_worker(shapes) if len(cold) > 2 and _usable_cpus() > 1 else None
     _announce_compile(cold, 2 if worker else 1)
@@ -490,7 +489,7 @@ def cmd_demo(a) -> int:
     deferred = []
     with listening_to_compiles(progress):
         for k, case in enumerate(cases):
-            if worker is not None and worker[2].is_alive() and not _compiled_here(executors, case):
+            if worker is not None and worker[2].is_alive() and not _compiled_here(executors.get(k)):
                 deferred.append(k)      # its stages are still being compiled by the other process
                 continue
             results[k] = _run_demo_case(case, soc, results)
@@ -520,10 +519,9 @@ def _run_demo_case(case: DemoCase, soc, done: dict):
         return case, False, _case_error(e), None
 
 
-def _compiled_here(executors, case: DemoCase) -> bool:
-    """Whether every stage of this case's executor is compiled in this process already."""
-    ex = next((e for e in executors if e.extra.get("case") is case), None)
-    return ex is not None and all(stage_signature(s, a) in s.overloads for s, a in ex.stage_calls())
+def _compiled_here(executor) -> bool:
+    """Whether every stage of this executor is compiled in this process already."""
+    return executor is not None and all(stage_signature(s, a) in s.overloads for s, a in executor.stage_calls())
 
 
 def _start_compile_worker(executors):

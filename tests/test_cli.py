@@ -169,7 +169,7 @@ def test_cold_demo_compile_tickets_are_split_between_two_ends(monkeypatch):
 
     from ops import cli
     from tiling import get_soc
-    executors = cli._prepared_executors(cli.demo_cases(get_soc("910b"), values=False))
+    executors = list(cli._prepared_executors(cli.demo_cases(get_soc("910b"), values=False)).values())
     tickets = cli._compile_tickets(executors)
     stages = [t[0][0] for t in tickets]
     assert len(set(stages)) == len(stages)                        # one ticket per stage function

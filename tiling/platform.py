@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np
-
-from ascend_sim.errors import ConfigError
+from ascend_sim.errors import ConfigError, whole_number
 
 LIB_API_WORKSPACE_BYTES = 16 * 1024 * 1024   # GetLibApiWorkSpaceSize() on these chips
 UB_RESERVED_BYTES = 256                      # ini ub_size - GetCoreMemSize(UB)
@@ -31,11 +29,7 @@ class ProfileError(ConfigError):
 
 
 def _whole(name: str, value, low: int, high: int, unit: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ProfileError(f"{name} must be a whole number of {unit}, got {value!r} ({type(value).__name__})")
-    if not low <= value <= high:
-        raise ProfileError(f"{name} must be between {low:,} and {high:,} {unit}, got {value:,}")
-    return int(value)
+    return whole_number(name, value, low, high, unit, ProfileError)
 
 
 @dataclass(frozen=True)
