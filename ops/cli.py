@@ -324,9 +324,11 @@ class CompileProgress:
             print(f" {seconds:.1f} s", file=sys.stderr, flush=True)
 
 
-# Cold-compile cost of one kernel stage, measured on the 2-core CI machine (92 s for the demo's 15 stages in
-# one process); two processes on two cores finish about 1.5 times sooner. For the first-run estimate only.
-SECONDS_PER_COLD_STAGE = 6.0
+# Cold-compile costs on the 2-core CI machine at -O2, for the first-run estimate only: the first stage of a
+# kernel module also compiles the device functions it inlines (about 12 s more), every stage about 4 s (the
+# demo's 15 stages from 3 modules: 92 s in one process); two processes finish about 1.5 times sooner.
+SECONDS_PER_COLD_MODULE = 12.0
+SECONDS_PER_COLD_STAGE = 4.0
 TWO_PROCESS_SPEEDUP = 1.5
 
 
@@ -345,7 +347,9 @@ def cold_stages(executors) -> list:
 
 def _announce_compile(cold: list, processes: int = 1) -> None:
     if cold:
-        estimate = len(cold) * SECONDS_PER_COLD_STAGE / (TWO_PROCESS_SPEEDUP if processes > 1 else 1.0)
+        modules = {stage.py_func.__module__ for stage, _ in cold}
+        estimate = (len(modules) * SECONDS_PER_COLD_MODULE + len(cold) * SECONDS_PER_COLD_STAGE) / \
+            (TWO_PROCESS_SPEEDUP if processes > 1 else 1.0)
         where = "in two processes" if processes > 1 else "in one process"
         print(f"First run: compiling {len(cold)} kernel stages with numba {where} (about {estimate:.0f} s on a 2-core "
               "machine; cached on disk, so later runs start in seconds). Compile time is not counted as kernel "
