@@ -330,6 +330,7 @@ class CompileProgress:
 SECONDS_PER_COLD_MODULE = 12.0
 SECONDS_PER_COLD_STAGE = 4.0
 TWO_PROCESS_SPEEDUP = 1.5
+COMPILE_WORKER_TIMEOUT_S = 900
 
 
 def cold_stages(executors) -> list:
@@ -498,7 +499,9 @@ def cmd_demo(a) -> int:
                 continue
             results[k] = _run_demo_case(case, soc, results)
         if worker is not None:
-            worker[2].join()
+            worker[2].join(timeout=COMPILE_WORKER_TIMEOUT_S)
+            if worker[2].is_alive():    # never seen; its stages then compile here, on first use
+                worker[2].terminate()
         for k in deferred:
             results[k] = _run_demo_case(cases[k], soc, results)
     results = [results[k] for k in range(len(cases))]
