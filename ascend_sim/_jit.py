@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import sys
-import threading
 import time
 import types
 from contextlib import contextmanager
@@ -167,9 +166,6 @@ def cache_state(stage, signature: tuple) -> str:
         return "cold"
 
 
-_COMPILE_LOCK = threading.Lock()   # one stage compiles at a time (numba holds a global lock anyway)
-
-
 def ensure_compiled(calls: Iterable[tuple], on_compile: Callable | None = None) -> float:
     """Compile (or load from the disk cache) every `(stage, args)` before a launch times its cores.
 
@@ -185,7 +181,7 @@ def ensure_compiled(calls: Iterable[tuple], on_compile: Callable | None = None) 
             continue
         seen.add((stage, sig))
         start = time.perf_counter()
-        with _COMPILE_LOCK, _kernel_opt_level():
+        with _kernel_opt_level():
             cold = cache_state(stage, sig) == "cold"
             if cold and on_compile is not None:
                 on_compile("start", stage.__name__, 0.0)

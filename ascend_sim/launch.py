@@ -145,8 +145,12 @@ def _segments(kernel: Kernel, args: tuple) -> list[list[tuple[int, Callable, tup
 def stage_calls(kernel: Kernel, args: tuple) -> list[tuple[Callable, tuple]]:
     """Every (stage, call arguments) a launch of `kernel` with `args` makes, with a stand-in core: what
     ensure_compiled needs to compile a kernel without running it (the types do not depend on the core)."""
+    return _stage_calls(_segments(kernel, args))
+
+
+def _stage_calls(segments) -> list[tuple[Callable, tuple]]:
     core = make_core(0, 1, 32, 1, 1, 0)
-    return [(stage, (core, *stage_args)) for segment in _segments(kernel, args) for _, stage, stage_args in segment]
+    return [(stage, (core, *stage_args)) for segment in segments for _, stage, stage_args in segment]
 
 
 def _group_plan(kernel: Kernel, plan: Sequence[UbBuffer]) -> list[list[UbBuffer]]:
@@ -176,8 +180,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     """
     where = dict(op=kernel.op, tiling_key=tiling_key)
     threads = resolve_threads(threads)
-    if isinstance(block_dim, (bool, np.bool_)) or not isinstance(block_dim, (int, np.integer)) or block_dim < 1:
-        raise errors.SimulatorError(f"block_dim {block_dim!r} must be a whole number of at least 1", **where)
+    block_dim = errors.whole_number("block_dim", block_dim, 1, 2 ** 31 - 1, "blocks",
+                                    lambda message: errors.SimulatorError(message, **where))
     pipe_plans = [plan_pipe(rows, chip.ub_size, advice=ub_advice, pipe=phase.pipe, **where)
                   for phase, rows in zip(kernel.phases, _group_plan(kernel, plan))]
     tables = [p.queue_table() for p in pipe_plans]
@@ -191,7 +195,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
              for i in range(block_dim)]
     live_phase = [-1] * block_dim
     threads = min(threads, block_dim)
-    compile_s = ensure_compiled(stage_calls(kernel, args), on_compile)
+    compile_s = ensure_compiled(_stage_calls(segments), on_compile)
 
     def fault_error(core) -> errors.SimulatorError:
         p = max(live_phase[core.block_idx], 0)

@@ -17,7 +17,7 @@ from ascend_sim.dtypes import dt_of, gm_view
 from tiling.common import TilingResult, dtype_name
 from tiling.status import ParamInvalidError, ParamNullptrError
 
-from ._validate import as_input, as_output, byte_count, check_no_alias, require  # noqa: F401 (re-exported)
+from ._validate import byte_count, check_no_alias
 
 
 def match_dtype_columns(op: str, named: Sequence[tuple[str, Any]], columns: Sequence[Sequence[Any]]) -> int:
@@ -90,7 +90,7 @@ class Executor:
         op: operator name.
         tiling: the TilingResult (`executor.tiling`).
         report: the RunReport of the last run (`executor.report`), None before the first run.
-        api: the aclnn function that may run it (e.g. "aclnnMoeTokenPermuteV2"); set by `for_api`.
+        api: the aclnn function that may run it (e.g. "aclnnMoeTokenPermuteV2"); run_executor checks it.
         ub_advice: what shrinks this operator's UB plan, appended to a UBOverflowError.
         tensors: the validated inputs and outputs by name (the workspace must not overlap them).
         ub_plan: the buffers of the TPipes the kernel builds, when it builds fewer than the tiling plans.

@@ -12,6 +12,7 @@ simulator refused the case, or the result did not match the golden), never a tra
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -294,7 +295,7 @@ def _tiling_json(op: str, t) -> dict:
 
 
 def _core_json(c) -> dict:
-    return {k: v for k, v in vars(c).items()}
+    return dataclasses.asdict(c)
 
 
 def _report_json(rep, per_core: bool) -> dict | None:

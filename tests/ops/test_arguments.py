@@ -92,9 +92,12 @@ def test_permute_outputs_must_not_alias(which):
     else:
         scale = x.reshape(-1).view(np.float32)[:0]    # empty: never aliases
         perm = np.zeros_like(perm)
-    if which == "expanded_scale_out=tokens":
+    if which == "expanded_scale_out=tokens":     # an empty view of an input never aliases it
         size, ex = aclnn.moe_token_permute_v2_get_workspace_size(x, idx, 0, False, -1, perm, sorted_idx, scale)
         aclnn.moe_token_permute_v2(np.empty(size, np.uint8), size, ex)
+        want_perm, want_sorted = permute_golden.golden(x, idx)
+        assert np.array_equal(sorted_idx, want_sorted) and np.array_equal(perm.view(np.uint16),
+                                                                          want_perm.view(np.uint16))
         return
     with pytest.raises(ParamInvalidError, match="shares memory") as info:
         aclnn.moe_token_permute_v2_get_workspace_size(x, idx, 0, False, -1, perm, sorted_idx, scale)
