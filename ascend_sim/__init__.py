@@ -10,13 +10,13 @@ Kernel code uses `ascend_sim.kernel_api`; hosts use `launch`.
 from .errors import (AlignmentError, ConfigError, ElementTypeError, OutOfBoundsError, ParamRangeError, QueueError, SimulatorError,  # noqa: F401
                      SyncError, UBOverflowError)
 from ._jit import cache_state, ensure_compiled, stage_signature  # noqa: F401
-from .launch import SYNC_ALL, Kernel, PipePhase, default_threads, launch, resolve_threads, stage_calls  # noqa: F401
+from .launch import SYNC_ALL, Branch, Kernel, PipePhase, default_threads, launch, resolve_threads, stage_calls  # noqa: F401
 from .pipe import PipePlan, UbBuffer, plan_pipe  # noqa: F401
 from .report import CoreReport, RunReport  # noqa: F401
 
 __all__ = [
     "ConfigError", "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ElementTypeError", "ParamRangeError",
     "QueueError",
-    "SyncError", "Kernel", "PipePhase", "SYNC_ALL", "launch", "default_threads", "UbBuffer", "PipePlan", "plan_pipe",
+    "SyncError", "Kernel", "PipePhase", "Branch", "SYNC_ALL", "launch", "default_threads", "UbBuffer", "PipePlan", "plan_pipe",
     "RunReport", "CoreReport", "resolve_threads", "stage_calls", "ensure_compiled", "cache_state", "stage_signature",
 ]

@@ -9,8 +9,12 @@ multi-core sort has one merge stage per level), so a phase may give a function t
 returns it. Each core keeps its UB, flags and member variables across stages; a new
 TPipe replaces the queue table and leaves its buffers undefined.
 
-Cores of one segment run on a thread pool (the stages release the GIL); results do not
-depend on the thread count because cores write disjoint GM, as the real kernels do.
+A kernel's `if` on a value it computed earlier (read from GM into a member variable) is a
+`Branch` between phase lists, decided by every core for itself when it gets there; so each
+core runs its own program. Between two barriers the cores run on a thread pool (the stages
+release the GIL); results do not depend on the thread count because cores write disjoint GM,
+as the real kernels do. Cores that reach SyncAll() a different number of times (a deadlock
+on the chip) end the launch with SyncError.
 Before any byte moves, every phase's buffer plan is laid out (UBOverflowError if one does
 not fit). A fault inside a stage becomes the matching SimulatorError naming core, kernel
 and call; after the last stage a flag left set is a SyncError.
@@ -28,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import errors
-from .core import (CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, counters, fault_record, flags,
+from .core import (CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE, counters, fault_record, flags,
                    make_core, start_pipe)
 from .dtypes import dt_name
 from .events import HARD_EVENT_NAMES
@@ -95,25 +99,49 @@ class PipePhase:
         stage_args: optional function of the launch args returning the args this phase's stages take
             (default: the launch args). Handing a stage only the tensors it uses keeps numba from
             compiling it again for every dtype of the tensors it never touches.
+        core_plan: optional `core_plan(block_idx, rows, *launch_args) -> rows`: the InitBuffer rows core
+            `block_idx` builds, given the plan's rows for this TPipe (kernels whose Init sizes buffers from
+            the core's own share, e.g. the last core of a sort). Default: every core builds the plan's rows.
     """
     pipe: str
     buffers: tuple[str, ...]
     schedule: Sequence | Callable[..., Sequence]
     stage_args: Callable[..., tuple] | None = None
+    core_plan: Callable[..., Sequence[UbBuffer]] | None = None
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A data-dependent `if` between TPipes, decided by each core at run time.
+
+    When a core reaches the branch it calls `choose(core, *launch_args)`, which returns the index of the
+    arm to run next; it reads what earlier stages left in the core's member variables (asc.members), as
+    the kernel's own `if` reads a value it computed from GM. Cores may take different arms; a SyncAll()
+    is a barrier for every core whichever arm reached it, and cores that reach different numbers of
+    barriers (a deadlock on the chip) end the launch with SyncError.
+
+    Attributes:
+        name: the condition, for messages (e.g. "actualOutTokens != n * topK").
+        choose: see above; must return an int in [0, len(arms)).
+        arms: each arm a tuple of PipePhases (and nested Branches) run in order.
+    """
+    name: str
+    choose: Callable[..., int]
+    arms: tuple[tuple, ...]
 
 
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel class of an operator: its TPipe phases in order.
+    """One kernel class of an operator: its TPipe phases in order (a Branch chooses among phase lists).
 
     Attributes:
         op: operator name, for messages (e.g. "MoeTokenUnpermuteWithRoutingMapGrad").
         name: kernel class name (e.g. "MoeTokenUnpermuteWithRoutingMapGradProbNoneDropPadFalse").
-        phases: the TPipes the kernel builds one after another.
+        phases: the TPipes the kernel builds one after another, and Branches between them.
     """
     op: str
     name: str
-    phases: tuple[PipePhase, ...]
+    phases: tuple
 
     @classmethod
     def single_pipe(cls, op: str, name: str, stages: Sequence[Callable], buffers: Sequence[str]) -> "Kernel":
@@ -125,37 +153,104 @@ class Kernel:
             schedule.append(stage)
         return cls(op, name, (PipePhase("pipe", tuple(buffers), tuple(schedule)),))
 
+    def all_phases(self) -> list[PipePhase]:
+        """Every PipePhase of the kernel, those inside branch arms included, in order of appearance."""
+        return _flat_phases(self.phases)
 
-def _segments(kernel: Kernel, args: tuple) -> list[list[tuple[int, Callable, tuple]]]:
-    """The launch as segments of (phase, stage, stage args), split at every SyncAll."""
-    segments: list[list] = [[]]
-    for p, phase in enumerate(kernel.phases):
-        schedule = phase.schedule(*args) if callable(phase.schedule) else phase.schedule
-        phase_args = tuple(phase.stage_args(*args)) if phase.stage_args is not None else tuple(args)
-        for item in schedule:
-            if isinstance(item, str) and item == SYNC_ALL:
-                segments.append([])
-            elif isinstance(item, tuple):
-                segments[-1].append((p, item[0], phase_args + tuple(item[1:])))
-            else:
-                segments[-1].append((p, item, phase_args))
-    return segments
+
+def member(core, slot: int) -> int:
+    """Member variable `slot` of a core's kernel object (asc.members(c)[slot] inside a stage), read on the
+    host: what a Branch's choose() reads."""
+    return int(core.state[MEMBER_BASE + slot])
+
+
+def _flat_phases(items) -> list[PipePhase]:
+    out: list[PipePhase] = []
+    for item in items:
+        if isinstance(item, Branch):
+            for arm in item.arms:
+                out += _flat_phases(arm)
+        else:
+            out.append(item)
+    return out
+
+
+# Program items: what one core executes, in order. A branch item is replaced by its chosen arm's items
+# when the core reaches it.
+_STAGE, _SYNC, _BRANCH = 0, 1, 2
+
+
+def _program(items, phase_ids: dict, args: tuple, cache: dict) -> list[tuple]:
+    """Items of a phase sequence: (_STAGE, phase id, stage, stage args), (_SYNC,), (_BRANCH, Branch)."""
+    program: list[tuple] = []
+    for item in items:
+        if isinstance(item, Branch):
+            program.append((_BRANCH, item))
+            continue
+        p = phase_ids[id(item)]
+        if p not in cache:
+            schedule = item.schedule(*args) if callable(item.schedule) else item.schedule
+            phase_args = tuple(item.stage_args(*args)) if item.stage_args is not None else tuple(args)
+            steps = []
+            for entry in schedule:
+                if isinstance(entry, str) and entry == SYNC_ALL:
+                    steps.append((_SYNC,))
+                elif isinstance(entry, tuple):
+                    steps.append((_STAGE, p, entry[0], phase_args + tuple(entry[1:])))
+                else:
+                    steps.append((_STAGE, p, entry, phase_args))
+            cache[p] = steps
+        program += cache[p]
+    return program
+
+
+class _Programs:
+    """The launch's program: the top-level items and each branch arm's items, built once per launch."""
+
+    def __init__(self, kernel: Kernel, args: tuple):
+        self.phases = kernel.all_phases()
+        self.phase_ids = {id(ph): i for i, ph in enumerate(self.phases)}
+        self._cache: dict = {}
+        self.args = args
+        self.top = _program(kernel.phases, self.phase_ids, args, self._cache)
+        self._arms: dict = {}
+
+    def arm(self, branch: Branch, index: int) -> list[tuple]:
+        key = (id(branch), index)
+        if key not in self._arms:
+            self._arms[key] = _program(branch.arms[index], self.phase_ids, self.args, self._cache)
+        return self._arms[key]
+
+    def every_item(self) -> list[tuple]:
+        """All stage and sync items of all arms (each once), for compiling ahead and the SyncAll check."""
+        seen, out, todo = set(), [], [self.top]
+        while todo:
+            for item in todo.pop():
+                if item[0] == _BRANCH:
+                    for k in range(len(item[1].arms)):
+                        if (id(item[1]), k) not in seen:
+                            seen.add((id(item[1]), k))
+                            todo.append(self.arm(item[1], k))
+                else:
+                    out.append(item)
+        return out
 
 
 def stage_calls(kernel: Kernel, args: tuple) -> list[tuple[Callable, tuple]]:
-    """Every (stage, call arguments) a launch of `kernel` with `args` makes, with a stand-in core: what
-    ensure_compiled needs to compile a kernel without running it (the types do not depend on the core)."""
-    return _stage_calls(_segments(kernel, args))
+    """Every (stage, call arguments) a launch of `kernel` with `args` may make (all branch arms), with a
+    stand-in core: what ensure_compiled needs to compile a kernel without running it (the types do not
+    depend on the core)."""
+    return _stage_calls(_Programs(kernel, args))
 
 
-def _stage_calls(segments) -> list[tuple[Callable, tuple]]:
+def _stage_calls(programs: _Programs) -> list[tuple[Callable, tuple]]:
     core = make_core(0, 1, 32, 1, 1, 0)
-    return [(stage, (core, *stage_args)) for segment in segments for _, stage, stage_args in segment]
+    return [(item[2], (core, *item[3])) for item in programs.every_item() if item[0] == _STAGE]
 
 
-def _group_plan(kernel: Kernel, plan: Sequence[UbBuffer]) -> list[list[UbBuffer]]:
+def _group_plan(kernel: Kernel, phases: list[PipePhase], plan: Sequence[UbBuffer]) -> list[list[UbBuffer]]:
     groups = []
-    for phase in kernel.phases:
+    for phase in phases:
         rows = [b for b in plan if b.pipe == phase.pipe]
         names = tuple(b.name for b in rows)
         if names != phase.buffers:
@@ -182,69 +277,112 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     threads = resolve_threads(threads)
     block_dim = errors.whole_number("block_dim", block_dim, 1, 2 ** 31 - 1, "blocks",
                                     lambda message: errors.SimulatorError(message, **where))
-    pipe_plans = [plan_pipe(rows, chip.ub_size, advice=ub_advice, pipe=phase.pipe, **where)
-                  for phase, rows in zip(kernel.phases, _group_plan(kernel, plan))]
-    tables = [p.queue_table() for p in pipe_plans]
-    segments = _segments(kernel, args)
-    if len(segments) > 1 and block_dim > chip.aiv_num:
+    programs = _Programs(kernel, args)
+    phases = programs.phases
+    groups = _group_plan(kernel, phases, plan)
+    # every core's InitBuffer rows per TPipe; equal plans are laid out (and checked against the UB) once
+    laid_out: dict = {}
+    core_tables: list[list[np.ndarray]] = []
+    first_plans = []
+    for phase, rows in zip(phases, groups):
+        per_core = []
+        for i in range(block_dim if phase.core_plan is not None else 1):
+            core_rows = tuple(phase.core_plan(i, tuple(rows), *args)) if phase.core_plan is not None else tuple(rows)
+            if core_rows not in laid_out:
+                laid_out[core_rows] = plan_pipe(core_rows, chip.ub_size, advice=ub_advice, pipe=phase.pipe, **where)
+            per_core.append(laid_out[core_rows])
+        first_plans.append(per_core[0])
+        core_tables.append([p.queue_table() for p in per_core])
+    if any(item[0] == _SYNC for item in programs.every_item()) and block_dim > chip.aiv_num:
         raise errors.SyncError(
             f"SyncAll() with {block_dim} blocks on a chip with {chip.aiv_num} vector cores: the blocks would run "
             "in several rounds and the barrier would deadlock", call="SyncAll", **where)
-    slots = max(t.size for t in tables)
+    slots = max((t.size for tables in core_tables for t in tables), default=0)
     cores = [make_core(i, block_dim, chip.ub_size, slots, chip.max_block_count, chip.npu_arch)
              for i in range(block_dim)]
     live_phase = [-1] * block_dim
+    program = [programs.top] * block_dim     # each core's items; a branch splices its chosen arm in
+    pc = [0] * block_dim
     threads = min(threads, block_dim)
-    compile_s = ensure_compiled(_stage_calls(segments), on_compile)
+    compile_s = ensure_compiled(_stage_calls(programs), on_compile)
 
     def fault_error(core) -> errors.SimulatorError:
         p = max(live_phase[core.block_idx], 0)
         return to_error(fault_record(core), core=core.block_idx, op=kernel.op, tiling_key=tiling_key,
                         call_index=int(core.state[FAULT_CALL_INDEX]), gm_names=tuple(gm_names),
-                        queue_names=kernel.phases[p].buffers, event_names=HARD_EVENT_NAMES, dtype_names=dt_name)
+                        queue_names=phases[p].buffers, event_names=HARD_EVENT_NAMES, dtype_names=dt_name)
 
-    def run_core(segment, i: int):
+    def choose_arm(item, i: int) -> int:
+        branch = item[1]
+        arm = branch.choose(cores[i], *args)
+        if isinstance(arm, bool) or not isinstance(arm, (int, np.integer)) or not 0 <= arm < len(branch.arms):
+            raise errors.SimulatorError(f"branch {branch.name!r} chose arm {arm!r}; it has {len(branch.arms)}",
+                                        core=i, call=f"if ({branch.name})", **where)
+        return int(arm)
+
+    def run_core(i: int):
+        """Run core i up to its next SyncAll (returns True) or its end (False); an exception is returned."""
+        core = cores[i]
         try:
-            for p, stage, stage_args in segment:
+            items = program[i]
+            while pc[i] < len(items):
+                item = items[pc[i]]
+                pc[i] += 1
+                if item[0] == _SYNC:
+                    return True
+                if item[0] == _BRANCH:
+                    items = program[i] = programs.arm(item[1], choose_arm(item, i)) + items[pc[i]:]
+                    pc[i] = 0
+                    continue
+                _, p, stage, stage_args = item
                 if live_phase[i] != p:
-                    start_pipe(cores[i], tables[p])
+                    tables = core_tables[p]
+                    start_pipe(core, tables[i] if len(tables) > 1 else tables[0])
                     live_phase[i] = p
-                stage(cores[i], *stage_args)
-                if cores[i].state[ERR_BASE] != 0:
-                    break
+                stage(core, *stage_args)
+                if core.state[ERR_BASE] != 0:
+                    return False
         except Exception as failure:  # noqa: BLE001 - kernels record faults; anything else is a simulator bug
             return failure
-        return None
+        return False
 
-    def worker(segment, next_core, outcomes) -> None:
+    def worker(next_core, outcomes) -> None:
         # cores are taken in index order from a shared counter (next() on itertools.count is atomic)
         for i in next_core:
             if i >= block_dim:
                 return
-            outcomes[i] = run_core(segment, i)
+            outcomes[i] = run_core(i)
 
     start = time.perf_counter()
-    for s, segment in enumerate(segments):
-        if s > 0:
-            for core in cores:
-                core.state[CNT_SYNC_ALL] += 1
-        if not segment:
-            continue
+    barriers = 0
+    while True:
         outcomes: list = [None] * block_dim
         if threads == 1:
-            worker(segment, itertools.count(), outcomes)
+            worker(itertools.count(), outcomes)
         else:
             next_core = itertools.count()
-            futures = [_pool().submit(worker, segment, next_core, outcomes) for _ in range(threads)]
+            futures = [_pool().submit(worker, next_core, outcomes) for _ in range(threads)]
             for f in futures:
                 f.result()
-        for core, failure in zip(cores, outcomes, strict=True):
-            if failure is not None:
-                raise errors.SimulatorError(f"{type(failure).__name__} inside the kernel: {failure}",
+        for core, outcome in zip(cores, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                raise errors.SimulatorError(f"{type(outcome).__name__} inside the kernel: {outcome}",
                                             core=core.block_idx, call=f"after call #{int(core.state[CNT_CALLS])}",
-                                            **where) from failure
+                                            **where) from outcome
             if core.state[ERR_BASE] != 0:
                 raise fault_error(core)
+        waiting = [i for i, o in enumerate(outcomes) if o is True]
+        if not waiting:
+            break
+        if len(waiting) < block_dim:
+            done = [i for i, o in enumerate(outcomes) if o is False]
+            raise errors.SyncError(
+                f"core(s) {_core_list(waiting)} reached SyncAll() #{barriers + 1} but core(s) {_core_list(done)} "
+                f"ended the kernel after {barriers}: on the chip the waiting cores would hang (cores must reach "
+                "SyncAll() the same number of times)", core=waiting[0], call=f"SyncAll #{barriers + 1}", **where)
+        barriers += 1
+        for core in cores:
+            core.state[CNT_SYNC_ALL] += 1
     wall = time.perf_counter() - start
 
     for core in cores:
@@ -255,9 +393,15 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                 f"SetFlag<{HARD_EVENT_NAMES[evt]}>({event_id}) was never waited for: the flag leaks into the next "
                 "kernel on the NPU", core=core.block_idx, call="kernel end", **where)
 
+    pipe_plans = list({id(p): p for p in first_plans}.values())
     table = [row for p in pipe_plans for row in p.table()]
     return RunReport(
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
-        ub_capacity_bytes=chip.ub_size, ub_plan=tuple(table), ub_plan_bytes=max(p.used_bytes for p in pipe_plans),
+        ub_capacity_bytes=chip.ub_size, ub_plan=tuple(table), ub_plan_bytes=max(p.used_bytes for p in laid_out.values()),
         cores=tuple(CoreReport.from_counters(c.block_idx, counters(c)) for c in cores), wall_time_s=wall,
         threads=threads, compile_time_s=compile_s)
+
+
+def _core_list(cores: list[int]) -> str:
+    shown = ", ".join(str(i) for i in cores[:8])
+    return shown + (f", ... ({len(cores)} cores)" if len(cores) > 8 else "")
