@@ -5,6 +5,7 @@ Argument checks live in _validate.py.
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -145,6 +146,135 @@ class Executor:
         return self.report
 
 
+@dataclass(frozen=True)
+class HostStep:
+    """One l0 operator of a composite aclnn that comes from another CANN library (Transpose, Cast, Sort,
+    MaskedScatter, Mul, ZerosLike, ViewCopy, GatherV2 ...): run as NumPy on the host, in the aclnn's order.
+
+    Attributes:
+        name: the l0 call, e.g. "l0op::Sort".
+        run: fills its output arrays in place (they were allocated in phase one).
+    """
+    name: str
+    run: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    """One l0 operator of a composite aclnn whose kernel lives in ops-transformer: a simulated launch.
+
+    Attributes:
+        name: the l0 call, e.g. "l0op::MoeTokenUnpermuteWithRoutingMap".
+        executor: the Executor of that launch (its inputs may be arrays earlier steps fill at run time).
+    """
+    name: str
+    executor: "Executor"
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What one step of a composite run did: `run` is the RunReport of a simulated kernel (None for a host
+    step, or a kernel that had nothing to launch)."""
+    name: str
+    kind: str                   # "kernel" or "host"
+    run: RunReport | None
+    wall_time_s: float
+
+
+@dataclass(frozen=True)
+class CompositeReport:
+    """`executor.report` of a composite aclnn: every step in order. The RunReport-like properties describe
+    the simulated kernels together (the op's own kernel first), so front ends print either kind alike."""
+    op: str
+    steps: tuple[StepReport, ...]
+
+    @property
+    def kernel_runs(self) -> list[RunReport]:
+        return [s.run for s in self.steps if s.run is not None]
+
+    @property
+    def main(self) -> RunReport | None:
+        """The first simulated kernel's RunReport (the operator's own l0 kernel)."""
+        runs = self.kernel_runs
+        return runs[0] if runs else None
+
+    @property
+    def total(self):
+        from ascend_sim.core import COUNTER_NAMES
+        from ascend_sim.report import CoreReport
+        sums = [0] * len(COUNTER_NAMES)
+        for run in self.kernel_runs:
+            t = run.total
+            for i, name in enumerate(COUNTER_NAMES):
+                v = getattr(t, name)
+                sums[i] = max(sums[i], v) if name == "ub_hwm_bytes" else sums[i] + v
+        return CoreReport.from_counters(-1, sums)
+
+    @property
+    def wall_time_s(self) -> float:
+        return sum(s.wall_time_s for s in self.steps)
+
+    @property
+    def compile_time_s(self) -> float:
+        return sum(r.compile_time_s for r in self.kernel_runs)
+
+    def __getattr__(self, name):
+        # block_dim, threads, cores, kernel, ub_plan_bytes ...: those of the op's own kernel
+        if name.startswith("_"):
+            raise AttributeError(name)
+        main = self.main
+        if main is None:
+            raise AttributeError(f"{name}: no simulated kernel ran")
+        return getattr(main, name)
+
+    def __str__(self) -> str:
+        lines = [f"{self.op}: {len(self.steps)} steps"]
+        for k, s in enumerate(self.steps, 1):
+            where = "simulated kernel" if s.kind == "kernel" else "host (NumPy)"
+            lines.append(f"  {k}. {s.name} [{where}] {s.wall_time_s * 1e3:.2f} ms")
+            if s.run is not None:
+                lines += ["     " + line for line in str(s.run).splitlines()]
+        return "\n".join(lines)
+
+
+@dataclass
+class Composite:
+    """aclOpExecutor of a hand-written aclnn that chains several l0 operators.
+
+    Attributes:
+        op: operator name.
+        tiling: the TilingResult of the operator's own l0 kernel (`executor.tiling`).
+        steps: KernelSteps and HostSteps in the aclnn's order.
+        api: the aclnn function that may run it.
+        tensors: the validated inputs and outputs by name (the workspace must not overlap them).
+        report: CompositeReport of the last run.
+        workspace_size: bytes the first phase asks for (the kernels run one after another on it).
+    """
+    op: str
+    tiling: TilingResult | None
+    steps: list
+    api: str = ""
+    tensors: dict = field(default_factory=dict)
+    report: CompositeReport | None = None
+    workspace_size: int = 0
+
+    def stage_calls(self) -> list:
+        return [call for s in self.steps if isinstance(s, KernelStep) for call in s.executor.stage_calls()]
+
+    def run(self, workspace: np.ndarray | None = None, threads: int | None = None) -> CompositeReport:
+        done = []
+        for step in self.steps:
+            start = time.perf_counter()
+            if isinstance(step, KernelStep):
+                run = step.executor.run(workspace, threads)
+                done.append(StepReport(step.name, "kernel", run, time.perf_counter() - start))
+            else:
+                step.run()
+                done.append(StepReport(step.name, "host", None, time.perf_counter() - start))
+        self.report = CompositeReport(self.op, tuple(done))
+        return self.report
+
+
 _COMPILE_LISTENER = threading.local()
 
 
@@ -170,7 +300,7 @@ def run_executor(api: str, workspace, workspace_size: int, executor: Executor | 
     outputs."""
     if executor is None:
         raise ParamNullptrError("executor is required but is None")
-    if not isinstance(executor, Executor):
+    if not isinstance(executor, (Executor, Composite)):
         raise ParamInvalidError(f"executor must come from the matching {api}GetWorkspaceSize call, got "
                                 f"{type(executor).__name__}")
     if executor.api != api:
