@@ -53,6 +53,8 @@ CALL_CONCAT = 44
 CALL_DUPLICATE_MASK = 45
 CALL_VF = 46
 CALL_FETCH_EVENT_ID = 47
+CALL_COMPARE_SCALAR = 60   # masked-select instructions (mask.py)
+CALL_GATHER_MASK = 61
 
 CALL_NAMES = {
     CALL_DATA_COPY_PAD_IN: "DataCopyPad(GM->UB)",
@@ -92,6 +94,8 @@ CALL_NAMES = {
     CALL_DUPLICATE_MASK: "Duplicate(mask)",
     CALL_VF: "vector function (__VEC_SCOPE__)",
     CALL_FETCH_EVENT_ID: "TPipe::FetchEventID",
+    CALL_COMPARE_SCALAR: "CompareScalar",
+    CALL_GATHER_MASK: "GatherMask",
 }
 
 # --- fault codes (fault record word 0) and their arguments -----------------------------------
@@ -116,6 +120,10 @@ F_SCALAR_OOB = 18     # array id (kernel defined), index, size
 F_QUE_KIND = 20       # queue, kind
 F_QUE_INDEX = 21      # queue, buffers of the live TPipe
 F_ELEM_TYPE = 22      # destination element bytes, source element bytes
+F_EVT_EXHAUSTED = 23  # event, ids the event has
+F_COUNT_BYTES = 40    # bytes the count covers, the multiple they must be (mask.py)
+F_UNSUPPORTED = 41    # dtype code, mode, NPU arch: a dtype / mode this chip's instruction lacks
+F_PATTERN_TYPE = 42   # pattern element bytes, data element bytes (GatherMask)
 
 P_BLOCK_COUNT = 1
 P_BLOCK_LEN = 2
@@ -243,5 +251,16 @@ def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, cal
             f"Cast from {dtype_names(a[1])} to {dtype_names(a[0])} does not support round mode {a[2]}", **where)
     if code == F_SCALAR_OOB:
         return errors.OutOfBoundsError(f"index {a[1]} of a {a[2]}-element scalar array (#{a[0]}) is out of range",
+                                       **where)
+    if code == F_COUNT_BYTES:
+        return errors.AlignmentError(
+            f"count covers {a[0]} bytes, not a multiple of {a[1]}: the hardware would silently skip the elements "
+            f"of the last {a[0] % a[1]} bytes (round the count up to whole {a[1]}-byte repeats)", **where)
+    if code == F_UNSUPPORTED:
+        return errors.ElementTypeError(f"{dtype_names(a[0])} data with mode {a[1]} is not supported by this "
+                                       f"instruction on NPU arch {a[2]}", **where)
+    if code == F_PATTERN_TYPE:
+        return errors.ElementTypeError(f"the gather pattern has {a[0]}-byte elements but the data {a[1]}-byte ones; "
+                                       "GatherMask takes a uint16 pattern for 2-byte data, uint32 for 4-byte data",
                                        **where)
     return errors.SimulatorError(f"fault code {code} with arguments {a}", **where)

@@ -18,5 +18,7 @@ from .vector import (CopyRepeatParams, add, adds, as_elem, block_reduce_sum, cas
                      mul, muls, whole_reduce_sum)
 from .sort import arith_progression, concat, duplicate_mask, extract, mrg_sort, sort  # noqa: F401
 from .vf import vf_call, vf_operand  # noqa: F401
+from .mask import (CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE, GatherMaskParams, cast_f32_to_i32,  # noqa: F401
+                   cast_u8_to_half, compare_scalar, gather_mask)
 from .dtypes import (DT_FLOAT4_E2M1, DT_FLOAT8_E4M3FN, DT_FLOAT8_E5M2, bf16_bits_to_f32_bits,  # noqa: F401
                      f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_mini_float_bits)
