@@ -10,7 +10,7 @@ from __future__ import annotations
 from ._jit import aicore
 from .core import CNT_EVENTS, CNT_PIPE_BARRIERS, EVENT_IDS, FLAG_BASE, N_HARD_EVENTS
 from .faults import (CALL_FETCH_EVENT_ID, CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, F_BARRIER_S,
-                     F_EVT_DOUBLE_SET, F_EVT_ID, F_EVT_WAIT_UNSET, fault, issue)
+                     F_EVT_DOUBLE_SET, F_EVT_EXHAUSTED, F_EVT_ID, F_EVT_WAIT_UNSET, fault, issue)
 
 # HardEvent values used by vector kernels (SRC_DST: the DST pipe waits for the SRC pipe).
 MTE2_V = 0
@@ -79,13 +79,17 @@ def wait_flag(c, evt, event_id):
 
 @aicore
 def fetch_event_id(c, evt):
-    """TPipe::FetchEventID(evt): an id whose flag is currently down (the lowest one)."""
+    """TPipe::FetchEventID(evt): an id whose flag is currently down (the lowest one).
+
+    With every id's flag up there is none to give: that is a fault (SyncError), not id 0, whose SetFlag
+    would set a flag that is already set. After a fault it returns 0 (later calls do nothing anyway)."""
     if evt < 0 or evt >= N_HARD_EVENTS:
         fault(c, F_EVT_ID, CALL_FETCH_EVENT_ID, evt, 0)
         return 0
     for i in range(EVENT_IDS):
         if c.state[FLAG_BASE + evt * EVENT_IDS + i] == 0:
             return i
+    fault(c, F_EVT_EXHAUSTED, CALL_FETCH_EVENT_ID, evt, EVENT_IDS)
     return 0
 
 

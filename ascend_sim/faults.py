@@ -244,6 +244,10 @@ def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, cal
     if code == F_EVT_WAIT_UNSET:
         return errors.SyncError(f"WaitFlag<{evt(a[0])}>({a[1]}) with no matching SetFlag (would hang on the NPU)",
                                 **where)
+    if code == F_EVT_EXHAUSTED:
+        return errors.SyncError(f"FetchEventID<{evt(a[0])}>: all {a[1]} event ids have a SetFlag awaiting its "
+                                f"WaitFlag, so no id is free (on the NPU a SetFlag on a reused id is undefined and "
+                                f"can hang); wait for a flag before fetching another id", **where)
     if code == F_BARRIER_S:
         return errors.SyncError("PipeBarrier<PIPE_S> is not allowed", **where)
     if code == F_CAST_PAIR:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from ascend_sim.pipe import UbBuffer
+
 from .common import ceil_div, tdiv
 from .status import TilingError
 
@@ -103,3 +105,32 @@ def vbs_tiling(total_length: int, sort_loop_max: int, core_clamp: int) -> tuple[
 def vms_middle_need_core_num(vbs_need_core_num: int) -> int:
     """Cores of the first VMS-middle merge level: 0 when SortOut alone can merge the VBS lists."""
     return 0 if vbs_need_core_num <= MRG_LIST_NUM else ceil_div(vbs_need_core_num, MRG_LIST_NUM)
+
+
+# --- UB of MoeSortMultiCore::Init -------------------------------------------------------------------------
+MULTI_CORE_BUFFERS = ("sortDataCopyInQueue", "sortDataCopyOutQueue", "indexConcatBuffer", "sortedBuffer")
+
+
+def core_loop_elements(block_idx: int, need_core_num: int, per_core_per_loop_elements: int,
+                       last_core_per_loop_elements: int) -> int:
+    """Keys per VBS loop of core `block_idx` (its Init's sortCoreLoopElements): the last VBS core
+    (block_idx == needCoreNum - 1) sorts its own, smaller or larger share; every other core (idle VBS cores
+    included) takes the per-core figure."""
+    return last_core_per_loop_elements if block_idx == need_core_num - 1 else per_core_per_loop_elements
+
+
+def multi_core_index_num(loop_elements: int, sort_out_one_loop_max: int = SORT_OUT_ONE_LOOP_MAX) -> int:
+    """indexNum of MoeSortMultiCore::Init, in elements: room for the core's loop of keys or for the four
+    SortOut windows of oneLoopMaxElements pairs, whichever is larger, rounded up to 32 keys."""
+    return ceil_div(max(sort_out_one_loop_max * MRG_LIST_NUM, loop_elements), SORT32_ALIGN_ELEMENT) \
+        * SORT32_ALIGN_ELEMENT
+
+
+def multi_core_ub_plan(pipe: str, index_num: int) -> tuple[UbBuffer, ...]:
+    """The four InitBuffer calls of MoeSortMultiCore::Init for `index_num` keys: every one holds index_num
+    8-byte elements (the in-queue int64 keys; the out-queue, indexConcat and sorted buffers 2 x int32)."""
+    nbytes = index_num * 8
+    return (UbBuffer("sortDataCopyInQueue", nbytes, 1, "TQue", "VECIN", 1, pipe),
+            UbBuffer("sortDataCopyOutQueue", nbytes, 1, "TQue", "VECOUT", 1, pipe),
+            UbBuffer("indexConcatBuffer", nbytes, pipe=pipe),
+            UbBuffer("sortedBuffer", nbytes, pipe=pipe))

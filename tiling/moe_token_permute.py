@@ -20,8 +20,8 @@ import numpy as np
 from ascend_sim.pipe import UbBuffer
 
 from .common import TensorDesc, TilingResult, align_up, ceil_div, struct_fields, tdiv, tmod
-from .moe_sort import (SORT_OUT_ONE_LOOP_MAX, VBS_FIELDS, checked_sort_loop_max_element, vbs_tiling,
-                       vms_middle_need_core_num)
+from .moe_sort import (SORT_OUT_ONE_LOOP_MAX, VBS_FIELDS, checked_sort_loop_max_element, core_loop_elements,
+                       multi_core_index_num, multi_core_ub_plan, vbs_tiling, vms_middle_need_core_num)
 from .platform import get_soc
 from .status import TilingError
 
@@ -170,8 +170,14 @@ def _index_copy(f: dict, n: int, top_k: int, cols: int, token_bytes: int, ub: in
     return key
 
 
-def sort_ub_plan(pipe: str, f: dict, multi_core: bool, key_bytes: int) -> tuple[UbBuffer, ...]:
-    """InitBuffer calls of MoeSortOneCore / MoeSortMultiCore for one sort (keys of key_bytes each)."""
+def sort_ub_plan(pipe: str, f: dict, multi_core: bool, key_bytes: int, block_idx: int = 0) -> tuple[UbBuffer, ...]:
+    """InitBuffer calls of MoeSortOneCore / MoeSortMultiCore for one sort, as core `block_idx` makes them.
+
+    The one-core sort sizes its buffers from the whole key count on every core. The multi-core sort's
+    Init sizes them from the core's own loop of keys, so the last VBS core may differ from the others;
+    TilingResult.ub_plan holds core 0's rows and the kernel's PipePhase asks for each core's
+    (ops/common/moe_sort.py). The keys' width does not change the sizes (int64 keys are copied as
+    pairs of int32 into the same 8-byte-per-key in-queue)."""
     if not multi_core:
         tile = align_up(f["vbs_last_core_per_loop_elements"] * 4, 32) // 4     # Align(elements, sizeof(int32))
         sort_num = ceil_div(tile, 32) * 32
@@ -180,12 +186,9 @@ def sort_ub_plan(pipe: str, f: dict, multi_core: bool, key_bytes: int) -> tuple[
                 UbBuffer("indexBuffer", index_bytes, pipe=pipe),
                 UbBuffer("sortDataCopyOutQueue", index_bytes * 2, 1, "TQue", "VECOUT", 1, pipe),
                 UbBuffer("sortedBuffer", index_bytes * 2, pipe=pipe))
-    loop_elems = max(f["vbs_per_core_per_loop_elements"], f["vbs_last_core_per_loop_elements"])
-    index_num = ceil_div(max(SORT_OUT_ONE_LOOP_MAX * 4, loop_elems), 32) * 32
-    return (UbBuffer("sortDataCopyInQueue", index_num * 8, 1, "TQue", "VECIN", 1, pipe),
-            UbBuffer("sortDataCopyOutQueue", index_num * 8, 1, "TQue", "VECOUT", 1, pipe),
-            UbBuffer("indexConcatBuffer", index_num * 8, pipe=pipe),
-            UbBuffer("sortedBuffer", index_num * 8, pipe=pipe))
+    loop_elems = core_loop_elements(block_idx, f["vbs_need_core_num"], f["vbs_per_core_per_loop_elements"],
+                                    f["vbs_last_core_per_loop_elements"])
+    return multi_core_ub_plan(pipe, multi_core_index_num(loop_elems, f["sort_out_one_loop_max_elements"]))
 
 
 def index_copy_ub_plan(f: dict, split_d: bool, quant_mode: int = QUANT_NONE) -> tuple[UbBuffer, ...]:
@@ -215,6 +218,9 @@ def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quan
     output-shape checks. Raises TilingError exactly where the real tiling returns GRAPH_FAILED, and where
     a UB too small would make the real tiling go on with a sort loop of no keys or a negative split-D piece
     (or shapes no int64 tensor can have); a piece or batch of 0 that the real tiling computes stays.
+
+    `ub_plan` lists the InitBuffer calls of core 0. With the multi-core sort the last VBS core sizes its two
+    sort TPipes from its own loop of keys (sort_ub_plan(..., block_idx)); the launch lays out each core's.
     """
     soc = get_soc(soc)
     t, idx = TensorDesc.of(tokens), TensorDesc.of(indices)

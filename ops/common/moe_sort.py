@@ -27,6 +27,7 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
 from ascend_sim._jit import aicore, global_aicore
 from ops.common import int_math
+from tiling.moe_sort import MULTI_CORE_BUFFERS, core_loop_elements, multi_core_index_num
 
 SortGm = namedtuple("SortGm", ["keys", "out", "workspace"])
 """The GM a sort touches: keys (int32 / int64), the int32 result, the float32 ping-pong workspace."""
@@ -60,7 +61,6 @@ MULTI_IN_QUEUE = 0          # sortDataCopyInQueue
 MULTI_OUT_QUEUE = 1         # sortDataCopyOutQueue
 MULTI_INDEX_CONCAT = 2      # indexConcatBuffer: indices, then the fp32 keys
 MULTI_SORTED_BUFFER = 3     # sortedBuffer
-MULTI_CORE_BUFFERS = ("sortDataCopyInQueue", "sortDataCopyOutQueue", "indexConcatBuffer", "sortedBuffer")
 
 # member variables kept across SyncAll (asc.members slots)
 M_SRC_WS_INDEX = 0
@@ -98,6 +98,70 @@ def _pad_last_group(c, keys_fp32, size):
     if duplicate_num > 0:
         mask0 = (np.uint64(0xFFFFFFFFFFFFFFFF) << np.uint64(duplicate_num)) & np.uint64(0xFFFFFFFF)
         asc.duplicate_mask(c, keys_fp32[size - duplicate_num:], np.float32(MIN_FP32), mask0, 0, 1, 1, 8)
+
+
+# --- ArithProgressionSupportInt32 (moe_sort_base.h) -----------------------------------------------------
+BLOCK_NUM_I32 = 8       # int32 lanes of one 32-byte block (ONE_BLK_SIZE / sizeof(int32))
+REPEAT_NUM_I32 = 64     # int32 lanes of one 256-byte repeat (ONE_REPEAT_BYTE_SIZE / sizeof(int32))
+DEFAULT_BLK_NUM = 8     # blocks per repeat
+
+
+@aicore
+def _base_progression(c, dst, first_value, diff_value, count):
+    """GetBaseArithProgressionSupportInt32: dst[i] = first + diff * i for i < count, one scalar SetValue
+    each, computed in int32 (wraps)."""
+    for i in range(count):
+        asc.set_value(c, dst, i, np.int32(first_value + diff_value * i))
+
+
+@aicore
+def arith_progression_support_int32(c, dst, first_value, diff_value, count):
+    """ArithProgressionSupportInt32<int32_t>(dst, first, diff, count): the op's own int32 progression.
+
+    Up to 8 elements it is scalar only. Beyond, the scalar unit writes the first block, an S->V flag hands it
+    to the vector unit, and masked Adds copy it forward with a PipeBarrier<PIPE_V> after each: block by block
+    up to one repeat (64 elements), then repeat by repeat, and a last partial repeat of AlignUp(tail, 8)
+    lanes; so it writes AlignUp(count, 8) elements, not count. The Adds step is static_cast<int32>(float(diff)
+    * lanes). Each masked Adds<int32, false>(dst, src, step, MASK_PLACEHOLDER, 1 repeat, ...) runs one repeat
+    under the mask SetVectorMask set (8, 64 or AlignUp(tail, 8) leading lanes): the same instruction as
+    asc.adds over that many elements. dst is int32 and 32-byte aligned (every Adds operand then is too).
+    """
+    if count <= BLOCK_NUM_I32:
+        _base_progression(c, dst, first_value, diff_value, count)
+        return
+    _base_progression(c, dst, first_value, diff_value, BLOCK_NUM_I32)
+    event_s_v = asc.fetch_event_id(c, asc.S_V)
+    asc.set_flag(c, asc.S_V, event_s_v)
+    asc.wait_flag(c, asc.S_V, event_s_v)
+    block_step = np.int32(np.float32(diff_value) * np.float32(BLOCK_NUM_I32))
+    if count > REPEAT_NUM_I32:
+        # SetVectorMask: one block of lanes; fill the first repeat block by block
+        asc.pipe_barrier(c, asc.PIPE_V)
+        for i in range(DEFAULT_BLK_NUM - 1):
+            asc.adds(c, dst[(i + 1) * BLOCK_NUM_I32:], dst[i * BLOCK_NUM_I32:], block_step, BLOCK_NUM_I32)
+            asc.pipe_barrier(c, asc.PIPE_V)
+        repeat = count // REPEAT_NUM_I32
+        tail = count % REPEAT_NUM_I32
+        repeat_step = np.int32(np.float32(diff_value) * np.float32(REPEAT_NUM_I32))
+        # ResetMask: all 64 lanes; then each repeat from the one before it
+        asc.pipe_barrier(c, asc.PIPE_V)
+        for i in range(repeat - 1):
+            asc.adds(c, dst[(i + 1) * REPEAT_NUM_I32:], dst[i * REPEAT_NUM_I32:], repeat_step, REPEAT_NUM_I32)
+            asc.pipe_barrier(c, asc.PIPE_V)
+        if tail > 0:
+            tail_aligned = int_math.align_up(tail, BLOCK_NUM_I32)
+            # SetVectorMask(tail_aligned)
+            asc.pipe_barrier(c, asc.PIPE_V)
+            asc.adds(c, dst[repeat * REPEAT_NUM_I32:], dst[(repeat - 1) * REPEAT_NUM_I32:], repeat_step,
+                     tail_aligned)
+            asc.pipe_barrier(c, asc.PIPE_V)
+    else:
+        # SetVectorMask: one block of lanes; the remaining blocks of the (single, partial) repeat
+        blocks = int_math.ceil_div(count, BLOCK_NUM_I32)
+        asc.pipe_barrier(c, asc.PIPE_V)
+        for i in range(blocks - 1):
+            asc.adds(c, dst[(i + 1) * BLOCK_NUM_I32:], dst[i * BLOCK_NUM_I32:], block_step, BLOCK_NUM_I32)
+            asc.pipe_barrier(c, asc.PIPE_V)
 
 
 # --- one-core mode (MoeSortOneCore) ---------------------------------------------------------------
@@ -322,8 +386,8 @@ def sort_vbs_process(c, td, keys_gm, ws_gm):
         keys_fp32 = asc.view_as(c, index_concat, asc.ub_f32(c))[index_num:]
         core_keys = asc.gm_at(keys_gm, c.block_idx * td.vbs_per_core_elements)
         sort_num = int_math.ceil_div(loop_elements, ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
-        asc.arith_progression(c, index_local, np.int32(c.block_idx * td.vbs_per_core_elements), np.int32(1),
-                              loop_elements)
+        arith_progression_support_int32(c, index_local, np.int32(c.block_idx * td.vbs_per_core_elements),
+                                        np.int32(1), loop_elements)
         for loop in range(loops - 1):
             _ub_sort(c, td, core_keys, ws_gm, index_local, keys_fp32, loop, loop_elements, sort_num, loop_elements,
                      src_ws)
@@ -430,10 +494,26 @@ def sort_schedule(multi_core: bool, vbs_need_core_num: int) -> list:
     return schedule + [sort_out_stage, SYNC_ALL]
 
 
+def _multi_core_plan(select):
+    """PipePhase.core_plan of a multi-core sort: MoeSortMultiCore::Init sizes all four buffers from its own
+    sortCoreLoopElements, so the last VBS core builds its rows from its own loop of keys."""
+    def core_plan(block_idx, rows, *launch_args):
+        td, _ = select(*launch_args)
+        loop_elements = core_loop_elements(block_idx, td.vbs_need_core_num, td.vbs_per_core_per_loop_elements,
+                                           td.vbs_last_core_per_loop_elements)
+        nbytes = multi_core_index_num(loop_elements, td.sort_out_one_loop_max_elements) * 8
+        return tuple(row._replace(bytes=nbytes) for row in rows)
+    return core_plan
+
+
 def sort_phase(pipe: str, multi_core: bool, select) -> PipePhase:
     """One sort as a TPipe phase; `select(*launch_args)` returns (td, SortGm) for its stages. The stages see
-    only the sort's tensors, so they compile once per key dtype, whatever else the launch carries."""
+    only the sort's tensors, so they compile once per key dtype, whatever else the launch carries. A
+    multi-core sort sizes each core's buffers as its Init does (core_plan); the one-core sort's Init sizes
+    them from the whole key count, the same on every core."""
     def schedule(*launch_args):
         td, _ = select(*launch_args)
         return sort_schedule(multi_core, td.vbs_need_core_num)
-    return PipePhase(pipe, MULTI_CORE_BUFFERS if multi_core else ONE_CORE_BUFFERS, schedule, select)
+    if not multi_core:
+        return PipePhase(pipe, ONE_CORE_BUFFERS, schedule, select)
+    return PipePhase(pipe, MULTI_CORE_BUFFERS, schedule, select, core_plan=_multi_core_plan(select))

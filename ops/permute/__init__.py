@@ -6,14 +6,16 @@ Status codes follow the path each chip takes:
   indices not 1-D/2-D, dim-0 mismatch, topK > 512, 16777215 or more indices, output shapes).
   V2 checks its five tensors for null (161001), then forwards to V1; quant_mode is ignored.
 * ascend950 ("regbase"): explicit checks -> 161001 / 161002 (paddedMode true is 161002 here);
-  V2 accepts quant_mode -1, 2 (MXFP8 E5M2), 3 (MXFP8 E4M3FN), 9 (MXFP4 E2M1) only. V2 routes all
-  tokens * topK slots and slices the first rows of the caller's permute_tokens_out: the row count
+  V2 accepts quant_mode -1, 2 (MXFP8 E5M2), 3 (MXFP8 E4M3FN), 9 (MXFP4 E2M1) only. V2 (and V1 with
+  int8 tokens) routes all tokens * topK slots and slices the first rows of the caller's permute_tokens_out: the row count
   comes from that tensor and numOutTokens is not used (more rows than slots -> 561103).
 
-The real 950 path delegates to MoeInitRoutingV2/V3 (arch35 kernels). The simulator's 950 kernel
-is the V1 kernel (two sorts and the index copy) tiled for the 950 profile, with MX quantisation of
-each source row done in the index copy on the vector pipe (see kernel.py); results are those of
-the real op, tiling figures for 950 are the simulator's. Restrictions that come from running the
+The real 950 paths delegate to arch35 kernels: V2, and V1 with int8 tokens, to MoeInitRoutingV3 (every
+slot routed, the caller's outputs sliced from the full result); V1 with fp16/bf16/fp32 tokens to
+MoeInitRoutingV2 with numOutTokens. The simulator's 950 kernel is the V1 kernel (two sorts and the
+index copy) tiled for the 950 profile, with MX quantisation of each source row done in the index copy
+on the vector pipe (see kernel.py); results are those of the real op, tiling figures for 950 are the
+simulator's. Restrictions that come from running the
 V1 structure there: topK <= 512 and fewer than 16777215 slots (561002), and expert ids outside
 [0, 10240) are sorted like any other id, where the real V3 drops those slots.
 """
@@ -106,9 +108,10 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
     if quant_mode == QUANT_MXFP4_E2M1 and mx_scale_rule != "floor":
         raise ParamInvalidError("mx_scale_rule 'round_scale' exists for MXFP8 only; MXFP4 (quant_mode 9) always "
                                 "uses the floor rule")
-    if v2 and regbase:
-        # the 950 V2 path runs the whole routing and slices the first rows of the caller's output: the
-        # row count comes from permute_tokens_out, numOutTokens is not used
+    if regbase and (v2 or tokens.dtype == _I8):
+        # the 950 V2 path (and V1 with int8 tokens: both go to MoeInitRoutingV3) runs the whole routing and
+        # slices the first rows of the caller's output: the row count comes from permute_tokens_out,
+        # numOutTokens is not used
         total = int(np.prod(indices.shape)) if indices.ndim in (1, 2) else 0
         rows = permute_out.shape[0] if permute_out.ndim else 0
         if rows > total:

@@ -157,6 +157,33 @@ def test_fetch_event_id_of_unknown_event_faults():
     assert info.value.call.startswith("TPipe::FetchEventID")
 
 
+@global_aicore
+def fetch_with_ids_taken(c, evt, taken, out):
+    """Set the flags of ids 0 .. taken-1 of `evt`, fetch an id, then wait for every flag set."""
+    for i in range(taken):
+        asc.set_flag(c, evt, i)
+    out[0] = asc.fetch_event_id(c, evt)
+    for i in range(taken):
+        asc.wait_flag(c, evt, i)
+
+
+@pytest.mark.parametrize("taken", [0, 3, 7], ids=lambda t: f"{t}taken")
+def test_fetch_event_id_gives_the_lowest_free_id(taken):
+    out = np.full(1, -1, np.int64)
+    run([fetch_with_ids_taken], PLAN, asc.S_V, taken, out)
+    assert out[0] == taken
+
+
+def test_fetch_event_id_with_every_id_taken_faults():
+    """All eight flags of S_V are up: there is no id to hand out (id 0's SetFlag would set a set flag)."""
+    out = np.full(1, -1, np.int64)
+    with pytest.raises(SyncError, match="FetchEventID<S_V>: all 8 event ids") as info:
+        run([fetch_with_ids_taken], PLAN, asc.S_V, 8, out)
+    e = info.value
+    assert e.core == 0 and e.op == "TestOp" and e.tiling_key == 7
+    assert e.call.startswith("TPipe::FetchEventID")
+
+
 def test_copy_between_different_element_types_faults_when_executed():
     """A LocalTensor<float> / GlobalTensor<half> pair compiles (it may sit in a branch AscendC drops with
     `if constexpr`) but faults the moment it runs."""

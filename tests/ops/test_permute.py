@@ -12,7 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import ascend_sim.kernel_api as asc
 import ops
+from ascend_sim import Kernel, OutOfBoundsError, UbBuffer, launch
+from ascend_sim._jit import global_aicore
+from ops.common import moe_sort
 from ops.permute import allocate_outputs, get_workspace_size, get_workspace_size_v2
 from ops.permute.examples import make_inputs
 from ops.permute.golden import golden, golden_v2
@@ -120,6 +124,97 @@ def test_sort_paths_reach_their_branches():
     assert f["vbs_need_core_num"] > 16 and f["vms_middle_need_core_num"] > 4
     f = fields("vbs-loops-differ-last-core")
     assert f["vbs_per_core_loops"] != f["vbs_last_core_loops"]
+
+
+# --- ArithProgressionSupportInt32 (the VBS index ramp) -------------------------------------------------------
+@global_aicore
+def _progression_stage(c, first, diff, count, out):
+    dst = asc.tbuf_get(c, 0, asc.ub_i32(c))
+    moe_sort.arith_progression_support_int32(c, dst, np.int32(first), np.int32(diff), count)
+    for i in range(out.size):       # read back directly: no simulated instruction, no counter
+        out[i] = dst[i]
+
+
+# id: (first, diff, count) -> (scalar SetValues, events, PipeBarriers, Adds, Adds lanes, elements written), counted
+# off moe_sort_base.h: <= 8 scalar only; else 8 SetValues + S->V set/wait; <= 64: one barrier after
+# SetVectorMask, then per block an Adds of 8 lanes and a barrier; > 64: that for the 7 blocks of the first
+# repeat, a barrier after ResetMask, per further repeat an Adds of 64 lanes and a barrier, and a partial repeat
+# of AlignUp(tail, 8) lanes framed by two barriers
+PROGRESSIONS = {
+    "count1": ((0, 1, 1), (1, 0, 0, 0, 0, 1)),
+    "count6": ((100, 1, 6), (6, 0, 0, 0, 0, 6)),
+    "one-block": ((100, 1, 8), (8, 0, 0, 0, 0, 8)),
+    "count9": ((100, 1, 9), (8, 2, 2, 1, 8, 16)),
+    "one-repeat": ((6080, 1, 64), (8, 2, 8, 7, 56, 64)),
+    "count65": ((100, 1, 65), (8, 2, 11, 8, 64, 72)),
+    "two-repeats": ((100, 1, 128), (8, 2, 10, 8, 120, 128)),
+    "count201": ((100, 1, 201), (8, 2, 13, 10, 200, 208)),
+    "diff-3-negative": ((7, -3, 100), (8, 2, 11, 8, 96, 104)),
+    "int32-wraps": ((2**31 - 70, 1, 136), (8, 2, 12, 9, 128, 136)),
+}
+POISON_I32 = np.frombuffer(bytes([0xBF, 0x7F] * 2), np.int32)[0]   # never-written UB (ascend_sim.core.POISON)
+
+
+@pytest.mark.parametrize("args,want", PROGRESSIONS.values(), ids=PROGRESSIONS.keys())
+def test_arith_progression_support_int32(args, want):
+    """Values first + diff * i (int32) on AlignUp(count, 8) elements, nothing beyond; the instruction and
+    synchronisation counts of the op's helper."""
+    first, diff, count = args
+    out = np.zeros(224, np.int32)
+    report = _launch_one([_progression_stage], (UbBuffer("indexBuffer", 1024),), first, diff, count, out)
+    c = report.cores[0]
+    scalar, events, barriers, adds, lanes, written = want
+    assert (c.scalar_ub_ops, c.events, c.pipe_barriers, c.vec_instr, c.vec_elem_ops) == \
+        (scalar, events, barriers, adds, lanes)
+    ramp = (first + diff * np.arange(written, dtype=np.int64)).astype(np.int32)     # wraps like int32
+    assert np.array_equal(out[:written], ramp)
+    assert np.all(out[written:] == POISON_I32)
+
+
+def test_arith_progression_past_its_buffer_faults():
+    """65 elements need 72 int32 (AlignUp to 8): the last Adds reaches past a 256-byte buffer and faults
+    before writing."""
+    out = np.zeros(64, np.int32)
+    with pytest.raises(OutOfBoundsError) as info:
+        _launch_one([_progression_stage], (UbBuffer("indexBuffer", 256),), 0, 1, 65, out)
+    assert info.value.call.startswith("Adds")
+
+
+def _launch_one(stages, plan, *args):
+    kernel = Kernel.single_pipe("MoeTokenPermute", "ArithProgressionSupportInt32", stages, [b.name for b in plan])
+    return launch(kernel, block_dim=1, plan=plan, args=args, chip=get_soc("910b"), threads=1)
+
+
+# --- the multi-core sort's per-core UB plan ------------------------------------------------------------------
+# 910b (48 cores, loop max 6080): 20000 slots -> 4 VBS cores of 4992, the last one 5024 keys; 20004 slots ->
+# 4992 + 9 per core rounds up to 5024, the last core keeps 4932 (its buffers: AlignUp(4932, 32) = 4960 keys)
+CORE_PLANS = {  # id: (slots, keys per buffer on cores 0..2, on core 3)
+    "last-core-larger": (20000, 4992, 5024),
+    "last-core-smaller": (20004, 5024, 4960),
+}
+
+
+@pytest.mark.parametrize("slots,first,last", CORE_PLANS.values(), ids=CORE_PLANS.keys())
+def test_multi_core_sort_sizes_each_cores_buffers(slots, first, last):
+    """MoeSortMultiCore::Init sizes its four buffers (8 bytes a key) from the core's own loop of keys: the
+    tiling's plan is core 0's, the phase gives the last VBS core its own; the sort stays bit-exact."""
+    tokens, indices = make_inputs(slots, 0, 64, topk=1, distinct=False, one_dim=True, seed=slots)
+    o = _outs(tokens, indices)
+    size, executor = _v1(tokens, indices, o)
+    f = executor.tiling.fields
+    assert (executor.tiling.tiling_key, f["vbs_need_core_num"]) == (2, 4)
+    plan = [r for r in executor.tiling.ub_plan if r.pipe == "sortPipe"]
+    assert [r.bytes for r in plan] == [first * 8] * 4
+    args = executor.launch_args(np.zeros(size, np.uint8))
+    for phase in executor.kernel.phases:           # both sorts (sortPipe, sortPipe2)
+        rows = tuple(r for r in executor.tiling.ub_plan if r.pipe == phase.pipe)
+        for block_idx, keys in ((0, first), (2, first), (3, last), (40, first)):
+            got = phase.core_plan(block_idx, rows, *args)
+            assert [(r.name, r.bytes, r.count, r.kind) for r in got] == \
+                [(r.name, keys * 8, r.count, r.kind) for r in rows], (phase.pipe, block_idx)
+    aclnn.moe_token_permute(np.zeros(size, np.uint8), size, executor)
+    assert executor.report.ub_plan_bytes == 4 * max(first, last) * 8
+    _assert_same(o[1], golden(tokens, indices)[1], "sorted_indices")
 
 
 def _run(tokens, indices, num_out=0, soc="ascend910b"):

@@ -9,6 +9,7 @@ import pytest
 from tiling import TensorDesc as T
 from tiling import TilingError, get_soc, moe_token_permute as tiling_permute
 from tiling.moe_sort import sort_loop_max_element
+from tiling.moe_token_permute import sort_ub_plan
 
 BF16 = ml_dtypes.bfloat16
 # the host UTs fake an Ascend910B platform with 64 cores and 256 KiB of UB unless a case says otherwise
@@ -189,3 +190,32 @@ def test_sort_pipes_share_the_ub_with_the_copy_pipe():
     pipes = result.ub_pipe_bytes()
     assert set(pipes) == {"sortPipe", "sortPipe2", "MoeindexCopyPipe"}
     assert result.ub_plan_bytes == max(pipes.values()) <= result.soc.ub_size
+
+
+# (slots, VBS cores, keys per buffer on the other cores, on the last VBS core): 910b, loop max 6080
+SORT_CORE_PLANS = {
+    "one-core": (6080, 1, 6080, 6080),                  # AlignUp(6080, 32): one plan on every core
+    "multi-core-small-loops": (8000, 4, 4096, 4096),    # loops of 2000 keys: the 4 SortOut windows decide
+    "last-core-larger": (20000, 4, 4992, 5024),
+    "last-core-smaller": (20004, 4, 5024, 4960),
+}
+
+
+@pytest.mark.parametrize("slots,cores,others,last", SORT_CORE_PLANS.values(), ids=SORT_CORE_PLANS.keys())
+def test_sort_buffers_are_sized_per_core(slots, cores, others, last):
+    """MoeSortMultiCore::Init sizes its four buffers (8 bytes a key) from the core's own loop of keys; the
+    tiling's ub_plan is core 0's. One-core mode sizes from the whole count on every core."""
+    result = tiling_permute(T((slots, 8), BF16), T((slots,), np.int32), soc="910b")
+    f = result.fields
+    assert f["vbs_need_core_num"] == cores
+    multi = result.tiling_key == 2
+    for pipe in ("sortPipe", "sortPipe2"):
+        rows = tuple(r for r in result.ub_plan if r.pipe == pipe)
+        assert rows == sort_ub_plan(pipe, f, multi, 4, block_idx=0)
+        for block_idx in (0, cores - 1, 47):
+            keys = last if block_idx == cores - 1 else others
+            got = sort_ub_plan(pipe, f, multi, 4, block_idx=block_idx)
+            if multi:
+                assert [r.bytes for r in got] == [keys * 8] * 4
+            else:
+                assert [r.bytes for r in got] == [keys * 8, keys * 4, keys * 8, keys * 8]
