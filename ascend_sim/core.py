@@ -6,8 +6,9 @@ call receives it:
 
 * `ub`: the core's Unified Buffer, a uint8 array; a LocalTensor is a typed view of a slice of it,
 * `state`: one int64 array holding, at fixed offsets, the per-pipe counters, the fault record,
-  the chip limits, the hardware event flags, the kernel's member variables (values a kernel
-  object keeps across SyncAll()) and the queue table of the live TPipe,
+  the chip limits, the atomic-add mode (SetAtomicAdd), the hardware event flags, the kernel's
+  member variables (values a kernel object keeps across SyncAll()) and the queue table of the
+  live TPipe,
 * `block_idx` / `block_num`: GetBlockIdx() / GetBlockNum().
 """
 from __future__ import annotations
@@ -51,6 +52,8 @@ ERR_COLS = 8
 CAP_BASE = 24           # chip limits
 CAP_MAX_BLOCK_COUNT = CAP_BASE + 0   # DataCopy(Pad) blockCount upper bound
 CAP_NPU_ARCH = CAP_BASE + 1          # 2201 (910B / 910_93) or 3510 (950)
+ATOMIC_TYPE = CAP_BASE + 2           # 0 after SetAtomicNone(), else 1 + the ge dtype code of SetAtomicAdd<T>()
+ATOMIC_LOCK_TABLE = CAP_BASE + 3     # address of ATOMIC_LOCKS (shared by every core of every launch)
 EVENT_IDS = 8
 N_HARD_EVENTS = 13
 FLAG_BASE = 32          # state[FLAG_BASE + event * EVENT_IDS + id] is 1 while a SetFlag awaits its WaitFlag
@@ -76,14 +79,22 @@ def poison_fill(buf: np.ndarray) -> None:
         buf[buf.size - 1] = POISON_EVEN
 
 
+# Atomic-add copies to GM (SetAtomicAdd) from cores on different host threads are made indivisible with
+# spinlocks over GM address stripes (datacopy.py). The lock words live here, one table for the process:
+# every core's state carries its address, so two launches that share GM (or run at once) share the locks.
+ATOMIC_LOCK_COUNT = 4096
+ATOMIC_LOCKS = np.zeros(ATOMIC_LOCK_COUNT, dtype=np.int32)
+
+
 def make_core(block_idx: int, block_num: int, ub_size: int, queue_slots: int, max_block_count: int,
               npu_arch: int) -> Core:
     """A fresh core: no TPipe yet (the UB is poisoned by start_pipe, before any stage can run), no flags
-    set, counters zero."""
+    set, counters zero, atomic add off."""
     ub = np.empty(ub_size, dtype=np.uint8)
     state = np.zeros(QUE_BASE + queue_slots, dtype=np.int64)
     state[CAP_MAX_BLOCK_COUNT] = max_block_count
     state[CAP_NPU_ARCH] = npu_arch
+    state[ATOMIC_LOCK_TABLE] = ATOMIC_LOCKS.ctypes.data
     return Core(ub, state, block_idx, block_num)
 
 
@@ -107,3 +118,4 @@ def fault_record(core: Core) -> np.ndarray:
 
 def flags(core: Core) -> np.ndarray:
     return core.state[FLAG_BASE:MEMBER_BASE].reshape(N_HARD_EVENTS, EVENT_IDS)
+
