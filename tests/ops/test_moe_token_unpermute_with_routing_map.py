@@ -1,0 +1,271 @@
+"""MoeTokenUnpermuteWithRoutingMap through the aclnn and friendly calls, bit-exact against the independent golden:
+keys 0 / 1 (not padded) and 1000 (padded) over token / probs dtypes (incl. bf16 tokens + fp32 probs), bool and int8
+maps, topK 1..512, -1 and dropped slots, hidden splits and token chunks (small UB profiles), uneven multi-core
+splits, the three chip profiles; every status of the Checks section; the composite's step order; empty inputs;
+a permute -> unpermute round trip; fuzzed bad indices never crash."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ops.unpermute_with_routing_map as uwrm
+from ascend_sim import SimulatorError
+from ops.unpermute_with_routing_map.examples import make_inputs
+from ops.unpermute_with_routing_map.golden import golden
+from tiling import get_soc
+from tiling.status import AclnnError, InnerNullptrError, ParamInvalidError, ParamNullptrError
+
+BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
+DTYPES = {"bf16": ("bf16", None), "fp16": ("fp16", None), "fp32": ("fp32", None), "bf16-fp32probs": ("bf16", "fp32")}
+SMALL = get_soc("ascend910b", aiv_num=4)
+
+
+def _bits(a):
+    return a.view(np.uint8) if a.dtype.itemsize == 1 else a.view(f"u{a.dtype.itemsize}")
+
+
+def _run(args, soc="ascend910b", **kw):
+    outs = uwrm.allocate_outputs(*args.values())
+    outs[1][:] = -7                    # out_index / permute_token_id: untouched when not padded
+    outs[2][:] = -7
+    size, ex = uwrm.get_workspace_size(*args.values(), *outs, soc=soc, **kw)
+    uwrm.run(np.empty(size, dtype=np.uint8), size, ex)
+    return outs, ex
+
+
+def _check(args, outs):
+    want = golden(*args.values(), out_shape=outs[0].shape)
+    assert np.array_equal(_bits(outs[0]), _bits(want[0])), "unpermuted_tokens differ from the golden"
+    if args["padded_mode"]:
+        assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])
+    else:
+        assert (outs[1] == -7).all() and (outs[2] == -7).all(), "out_index / permute_token_id must stay unwritten"
+    if args["probs"] is not None:
+        assert np.array_equal(_bits(outs[3]), _bits(want[3]))
+
+
+# id: make_inputs arguments (tokens, hidden, experts, topk/capacity), soc
+NOT_PAD = {
+    "k2-unaligned-h": (dict(tokens=37, hidden=300, experts=5, topk=2), "ascend910b"),
+    "k1-uneven-4cores": (dict(tokens=37, hidden=64, experts=6, topk=1), SMALL),
+    "k3-910_93": (dict(tokens=20, hidden=48, experts=8, topk=3), "ascend910_93"),
+    "k4-950": (dict(tokens=70, hidden=40, experts=6, topk=4), "ascend950"),
+}
+
+
+@pytest.mark.parametrize("with_probs", [True, False], ids=["probs", "noprobs"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("case", list(NOT_PAD))
+def test_not_padded_matches_golden(case, dtype, with_probs):
+    shape, soc = NOT_PAD[case]
+    if not with_probs and dtype == "bf16-fp32probs":
+        pytest.skip("no probs: the same as bf16")
+    tok, pr = DTYPES[dtype]
+    args = make_inputs(**shape, dtype=tok, probs_dtype=pr, with_probs=with_probs,
+                       routing_map_dtype="int8" if case == "k3-910_93" else "bool", seed=len(case))
+    outs, ex = _run(args, soc)
+    _check(args, outs)
+    assert ex.tiling.tiling_key == (1 if with_probs else 0)
+    assert [s.name for s in ex.report.steps][:2] == ["l0op::MoeTokenUnpermuteWithRoutingMap", "l0op::ViewCopy"]
+
+
+@pytest.mark.parametrize("top_k", [1, 8, 512], ids=lambda k: f"topk{k}")
+def test_topk_range(top_k):
+    args = make_inputs(3, 16, 512, topk=top_k, dtype="bf16", seed=top_k)
+    outs, ex = _run(args, SMALL)
+    _check(args, outs)
+    assert ex.tiling.fields["top_k"] == top_k
+
+
+def test_minus_one_and_dropped_slots_and_zero_probs():
+    """[M26] non-topK rows: -1 slots are skipped (the map keeps topK ones, their probs are 0); slots whose row is
+    >= R (dropped by numOutTokens) are skipped; a zero prob hides a NaN row."""
+    args = make_inputs(30, 72, 6, topk=3, dtype="fp16", seed=3)
+    s = args["sorted_indices"].copy()
+    s[::7] = -1
+    s[:3] = -1                     # token 0 keeps no slot: its row is zero
+    p = args["permuted_tokens"][:80].copy()       # rows 80..89 dropped
+    probs = args["probs"].copy()
+    t, e = np.nonzero(args["routing_map"])
+    probs[t[10], e[10]] = 0
+    p[s[10]] = np.nan if s[10] >= 0 and s[10] < 80 else p[0]
+    args.update(permuted_tokens=p, sorted_indices=s, probs=probs)
+    outs, _ = _run(args, SMALL)
+    _check(args, outs)
+    assert not outs[0][0].any()
+
+
+@pytest.mark.parametrize("ub_size,expect", [
+    (15376, {"hidden_splited_length": 512, "hidden_splited_num": 2, "hidden_splited_remain": 276}),
+    (13776, {"tokens_splited_num": 1, "tokens_splited_remain": 5}),
+], ids=["hidden-split", "token-chunks"])
+def test_small_ub_splits(ub_size, expect):
+    soc = get_soc("ascend910b", aiv_num=2, ub_size=ub_size)
+    h, k = (1300, 3) if "hidden_splited_num" in expect else (40, 80)
+    args = make_inputs(21 if k == 80 else 5, h, 96, topk=k, dtype="bf16", seed=5)
+    outs, ex = _run(args, soc)
+    got = {n: ex.tiling.fields[n] for n in expect}
+    if "tokens_splited_num" in expect:
+        assert ex.tiling.fields["tokens_splited_length"] < ex.tiling.fields["tokens_core_length"], got
+    else:
+        assert got == expect
+    _check(args, outs)
+
+
+# --- padded --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("soc", ["ascend910b", "ascend950"])
+@pytest.mark.parametrize("with_probs", [True, False], ids=["probs", "noprobs"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_padded_matches_golden(dtype, with_probs, soc):
+    if not with_probs and dtype == "bf16-fp32probs":
+        pytest.skip("no probs: the same as bf16")
+    tok, pr = DTYPES[dtype]
+    args = make_inputs(23, 40, 5, capacity=7, dtype=tok, probs_dtype=pr, drop_and_pad=True, with_probs=with_probs,
+                       seed=11)
+    outs, ex = _run(args, soc)
+    _check(args, outs)
+    names = [s.name for s in ex.report.steps]
+    fp32_acc = tok == "fp32" or pr == "fp32"
+    add = "l0op::InplaceIndexAddAiCore" if fp32_acc else "l0op::MoeInplaceIndexAddWithSorted"
+    want = (["l0op::MoeTokenUnpermuteWithRoutingMap", "l0op::Mul"] if with_probs else []) + \
+        ["l0op::ZerosLike"] + (["l0op::Cast"] if pr == "fp32" else []) + ["l0op::Sort", add] + \
+        (["l0op::ViewCopy"] if with_probs else []) + ["l0op::ViewCopy"] * 2 + \
+        (["l0op::Cast"] if pr == "fp32" else []) + ["l0op::ViewCopy"]
+    assert names == want
+    if with_probs:
+        assert ex.tiling.tiling_key == 1000
+
+
+@pytest.mark.parametrize("soc", ["ascend910b", "ascend950"])
+def test_padded_fp32_deterministic_uses_index_add_with_sorted_on_a2_a3_only(soc):
+    args = make_inputs(19, 24, 4, capacity=9, dtype="fp32", drop_and_pad=True, seed=2)
+    outs, ex = _run(args, soc, deterministic=True)
+    _check(args, outs)
+    names = [s.name for s in ex.report.steps]
+    assert ("l0op::MoeInplaceIndexAddWithSorted" in names) == (soc == "ascend910b")
+
+
+def test_padded_pad_kernel_multi_core_front_tail_and_repeat_runs():
+    """E * capacity = 63 probs over 4 cores: 3 front cores of 16, 1 tail core of 15; a second run of the same
+    executor gives the same bits (ZerosLike runs again)."""
+    args = make_inputs(30, 16, 7, capacity=9, dtype="bf16", drop_and_pad=True, seed=4)
+    outs, ex = _run(args, SMALL)
+    f = ex.tiling.fields
+    assert (f["front_core"], f["num_tokens_each_front_core"], f["tail_core"], f["num_tokens_each_tail_core"]) == \
+        (3, 16, 1, 15)
+    _check(args, outs)
+    first = outs[0].copy()
+    uwrm.run(np.empty(ex.workspace_size, dtype=np.uint8), ex.workspace_size, ex)
+    assert np.array_equal(_bits(outs[0]), _bits(first))
+
+
+def test_round_trip_permute_then_unpermute():
+    """Forward permute (NumPy, the routing-map permute's layout) then the simulated unpermute: each token comes back
+    times the sum of its kept probs."""
+    args = make_inputs(40, 32, 8, topk=3, dtype="fp32", seed=8)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((40, 32)).astype(np.float32)
+    _, token_of_row = np.nonzero(args["routing_map"].T)   # expert-major (expert, token) pairs: the forward's rows
+    permuted = x[token_of_row]
+    args["permuted_tokens"] = permuted
+    out = uwrm.moe_token_unpermute_with_routing_map(*args.values(), soc=SMALL)[0]
+    kept = (args["probs"] * args["routing_map"]).sum(axis=1)
+    np.testing.assert_allclose(out, x * kept[:, None], rtol=1e-5, atol=1e-6)
+
+
+# --- statuses ------------------------------------------------------------------------------------------------
+def _args(**over):
+    a = make_inputs(6, 8, 4, topk=2, dtype="bf16", seed=0)
+    a.update(over)
+    return a
+
+
+def _ws(args, outs=None, **kw):
+    outs = uwrm.allocate_outputs(*args.values()) if outs is None else outs
+    return uwrm.get_workspace_size(*args.values(), *outs, **kw)
+
+
+STATUS_CASES = {
+    "null-permuted-tokens": (lambda: _ws(_args(permuted_tokens=None), uwrm.allocate_outputs(
+        np.zeros((12, 8), BF16), np.zeros(12, np.int32), probs=np.zeros((6, 4), BF16))), ParamNullptrError),
+    "null-sorted-indices": (lambda: _ws(_args(sorted_indices=None), uwrm.allocate_outputs(
+        np.zeros((12, 8), BF16), np.zeros(12, np.int32), probs=np.zeros((6, 4), BF16))), ParamNullptrError),
+    "no-probs-no-restore-shape": (lambda: _ws(_args(probs=None, restore_shape=None), uwrm.allocate_outputs(
+        np.zeros((12, 8), BF16), np.zeros(12, np.int32), restore_shape=(6, 8))), ParamNullptrError),
+    "null-unpermuted": (lambda: uwrm.get_workspace_size(*_args().values(), None, None, None, None),
+                        ParamNullptrError),
+    "int8-tokens": (lambda: _ws(_args(permuted_tokens=np.zeros((12, 8), np.int8))), ParamInvalidError),
+    "int64-indices": (lambda: _ws(_args(sorted_indices=np.zeros(12, np.int64))), ParamInvalidError),
+    "fp16-probs-bf16-tokens": (lambda: _ws(_args(probs=np.zeros((6, 4), F16))), ParamInvalidError),
+    "fp32-permute-probs-for-bf16-probs": (
+        lambda: _ws(_args(), (np.zeros((6, 8), BF16), np.zeros(12, np.int32), np.zeros(12, np.int32),
+                              np.zeros(12, F32))), ParamInvalidError),
+    "int64-out-index": (lambda: _ws(_args(), (np.zeros((6, 8), BF16), np.zeros(12, np.int64),
+                                               np.zeros(12, np.int32), np.zeros(12, BF16))), ParamInvalidError),
+    "3d-tokens": (lambda: _ws(_args(permuted_tokens=np.zeros((12, 8, 1), BF16)),
+                              (np.zeros((6, 8), BF16), np.zeros(12, np.int32), np.zeros(12, np.int32),
+                               np.zeros(12, BF16))), ParamInvalidError),
+    "2d-indices": (lambda: _ws(_args(sorted_indices=np.zeros((12, 1), np.int32)),
+                               (np.zeros((6, 8), BF16), np.zeros(12, np.int32), np.zeros(12, np.int32),
+                                np.zeros(12, BF16))), ParamInvalidError),
+    "1d-unpermuted": (lambda: _ws(_args(), (np.zeros(48, BF16), np.zeros(12, np.int32), np.zeros(12, np.int32),
+                                             np.zeros(12, BF16))), ParamInvalidError),
+    "restore-shape-len1-no-probs": (lambda: _ws(_args(probs=None, routing_map=None, restore_shape=(6,)),
+                                                (np.zeros((6, 8), BF16), np.zeros(12, np.int32),
+                                                 np.zeros(12, np.int32), None)), InnerNullptrError),
+    "topk-over-512": (lambda: _ws(_args(permuted_tokens=np.zeros((6 * 513, 8), BF16))), InnerNullptrError),
+    "probs-not-2d": (lambda: _ws(_args(probs=np.zeros(24, BF16), routing_map=np.zeros(24, bool)),
+                                 (np.zeros((24, 8), BF16), np.zeros(12, np.int32), np.zeros(12, np.int32),
+                                  np.zeros(12, BF16))), InnerNullptrError),
+    "unpermuted-shape-mismatch": (lambda: _ws(_args(), (np.zeros((7, 8), BF16), np.zeros(12, np.int32),
+                                                         np.zeros(12, np.int32), np.zeros(12, BF16))),
+                                  InnerNullptrError),
+    "pad-rows-differ-from-indices": (lambda: _ws(_args(padded_mode=True, sorted_indices=np.zeros(8, np.int32)),
+                                                 (np.zeros((6, 8), BF16), np.zeros(8, np.int32),
+                                                  np.zeros(8, np.int32), np.zeros(8, BF16))), InnerNullptrError),
+    "pad-null-out-index": (lambda: _ws(_args(padded_mode=True, sorted_indices=np.zeros(12, np.int32)),
+                                       (np.zeros((6, 8), BF16), None, np.zeros(12, np.int32), np.zeros(12, BF16))),
+                           InnerNullptrError),
+}
+
+
+@pytest.mark.parametrize("case", list(STATUS_CASES))
+def test_statuses(case):
+    fn, error = STATUS_CASES[case]
+    with pytest.raises(error) as e:
+        fn()
+    assert e.value.status == error.status and len(e.value.message) > 20
+
+
+def test_routing_map_dtype_and_shape_only_warn():
+    a = _args(routing_map=_args()["routing_map"].astype(np.uint8))
+    outs, _ = _run(a)
+    _check(a, outs)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["notpad", "pad"])
+def test_empty_sorted_indices_zero_fills_every_output(padded):
+    a = _args(sorted_indices=np.zeros(0, np.int32), padded_mode=padded)
+    outs = (np.ones((6, 8), BF16), np.ones(0, np.int32), np.ones(0, np.int32), np.ones(0, BF16))
+    size, ex = _ws(a, outs)
+    uwrm.run(None, size, ex)
+    assert size == 0 and not outs[0].astype(np.float32).any()
+    assert [s.name for s in ex.report.steps] == ["l0op::ZerosLike", "l0op::ViewCopy"] * 4
+
+
+# --- bad data never crashes ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("padded", [False, True], ids=["notpad", "pad"])
+def test_fuzzed_indices_end_in_errors_not_crashes(seed, padded):
+    rng = np.random.default_rng(seed)
+    a = make_inputs(9, 16, 3, topk=2, capacity=4, dtype="bf16", drop_and_pad=padded, seed=seed)
+    s = a["sorted_indices"].copy()
+    s[rng.integers(0, s.size, 3)] = rng.choice([-5, 2 ** 31 - 1, -(2 ** 31), 10 ** 6, 9, 12])
+    a["sorted_indices"] = s
+    if seed % 2:
+        a["routing_map"] = rng.integers(0, 3, a["routing_map"].shape).astype(np.int8)
+    try:
+        _run(a, SMALL)
+    except (AclnnError, SimulatorError):
+        pass
