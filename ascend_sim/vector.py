@@ -81,10 +81,21 @@ def add(c, dst, src0, src1, count):
     if not _begin(c, CALL_ADD, count):
         return
     d = _operand(c, CALL_ADD, dst, count)
-    if d < 0 or _operand(c, CALL_ADD, src0, count) < 0 or _operand(c, CALL_ADD, src1, count) < 0:
+    s0 = _operand(c, CALL_ADD, src0, count)
+    s1 = _operand(c, CALL_ADD, src1, count)
+    if d < 0 or s0 < 0 or s1 < 0:
         return
-    for i in range(count):
-        dst[i] = src0[i] + src1[i]
+    # an in-place form indexes the shared operand through one array: with two names for the same bytes
+    # LLVM's overlap check fails at run time and the loop would run unvectorised
+    if d == s0:
+        for i in range(count):
+            dst[i] = dst[i] + src1[i]
+    elif d == s1:
+        for i in range(count):
+            dst[i] = src0[i] + dst[i]
+    else:
+        for i in range(count):
+            dst[i] = src0[i] + src1[i]
     note_ub_write(c, d + count * dst.itemsize)
 
 
@@ -94,10 +105,19 @@ def mul(c, dst, src0, src1, count):
     if not _begin(c, CALL_MUL, count):
         return
     d = _operand(c, CALL_MUL, dst, count)
-    if d < 0 or _operand(c, CALL_MUL, src0, count) < 0 or _operand(c, CALL_MUL, src1, count) < 0:
+    s0 = _operand(c, CALL_MUL, src0, count)
+    s1 = _operand(c, CALL_MUL, src1, count)
+    if d < 0 or s0 < 0 or s1 < 0:
         return
-    for i in range(count):
-        dst[i] = src0[i] * src1[i]
+    if d == s0:        # in place: see add
+        for i in range(count):
+            dst[i] = dst[i] * src1[i]
+    elif d == s1:
+        for i in range(count):
+            dst[i] = src0[i] * dst[i]
+    else:
+        for i in range(count):
+            dst[i] = src0[i] * src1[i]
     note_ub_write(c, d + count * dst.itemsize)
 
 
@@ -107,11 +127,16 @@ def muls(c, dst, src, scalar, count):
     if not _begin(c, CALL_MULS, count):
         return
     d = _operand(c, CALL_MULS, dst, count)
-    if d < 0 or _operand(c, CALL_MULS, src, count) < 0:
+    o = _operand(c, CALL_MULS, src, count)
+    if d < 0 or o < 0:
         return
     s = as_elem(dst, scalar)
-    for i in range(count):
-        dst[i] = src[i] * s
+    if d == o:         # in place: see add
+        for i in range(count):
+            dst[i] = dst[i] * s
+    else:
+        for i in range(count):
+            dst[i] = src[i] * s
     note_ub_write(c, d + count * dst.itemsize)
 
 
@@ -121,11 +146,16 @@ def adds(c, dst, src, scalar, count):
     if not _begin(c, CALL_ADDS, count):
         return
     d = _operand(c, CALL_ADDS, dst, count)
-    if d < 0 or _operand(c, CALL_ADDS, src, count) < 0:
+    o = _operand(c, CALL_ADDS, src, count)
+    if d < 0 or o < 0:
         return
     s = as_elem(dst, scalar)
-    for i in range(count):
-        dst[i] = src[i] + s
+    if d == o:         # in place: see add
+        for i in range(count):
+            dst[i] = dst[i] + s
+    else:
+        for i in range(count):
+            dst[i] = src[i] + s
     note_ub_write(c, d + count * dst.itemsize)
 
 
