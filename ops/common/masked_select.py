@@ -40,6 +40,7 @@ from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import DT_FLOAT, DT_INT32, DT_UINT32
 from ops.common import int_math
+from ops.common.moe_sort import arith_progression_support_int32
 from tiling.masked_select import MS_FIELDS
 
 MaskedSelectTilingData = namedtuple("MaskedSelectTilingData", MS_FIELDS + ("top_k",))
@@ -237,7 +238,7 @@ def masked_select_count_stage(c, td, gm, tmpl):
         # one tile per expert row: the token ids 0..N-1 are built once and serve every tile of pass 2
         index_local = asc.tbuf_get(c, q.index_buf, asc.ub_i32(c))
         asc.pipe_barrier(c, asc.PIPE_V)
-        asc.arith_progression(c, index_local, np.int32(0), np.int32(1), td.token_num)   # ArithProgressionSupportInt32
+        arith_progression_support_int32(c, index_local, np.int32(0), np.int32(1), td.token_num)
         asc.pipe_barrier(c, asc.PIPE_V)
     for i in range(tiles):
         length = last_tile if i == tiles - 1 else tile
@@ -255,7 +256,7 @@ def _token_ids(c, td, index_local, progress, tile):
     asc.pipe_barrier(c, asc.PIPE_V)
     start_id = ((progress + 1) * tile - 1) % td.token_num
     start_index = start_id - tile + 1
-    asc.arith_progression(c, index_local, np.int32(start_index), np.int32(1), tile)   # ArithProgressionSupportInt32
+    arith_progression_support_int32(c, index_local, np.int32(start_index), np.int32(1), tile)
     zero_id = (progress * tile) % td.token_num
     if zero_id - start_id != 1 - tile:
         asc.pipe_barrier(c, asc.PIPE_V)

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-import numpy as np
-
-import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, PipePhase
-from ascend_sim._jit import aicore, global_aicore
-from ops.common import moe_sort, mx_quant
+from ops.common import moe_sort
+# the index copy (MoeindexCopyOp / MoeindexCopySpiltDOp and the MX quantisation on it) is shared with
+# MoeTokenPermuteWithRoutingMap: ops/common/moe_index_copy.py
+from ops.common.moe_index_copy import (QUANT_BUFFERS, IndexCopyGm, IndexCopyTemplate, index_copy,  # noqa: F401
+                                       index_copy_split_d, index_copy_td)
 
 OP = "MoeTokenPermute"
 
@@ -44,217 +44,6 @@ Template = namedtuple("Template", ["token_t", "if_num_out_tokens", "quant_mode",
 """DTYPE_TOKENS (ge code), the ifNumOutTokens template flag, the MX quant mode (-1 none) and its scale rule."""
 
 
-# --- index copy: MoeindexCopyOp ---------------------------------------------------------------------------
-COPY_IN_QUEUE = 0      # TQueBind<VECIN, VECOUT, 1> copyInQueue (2 buffers of tokenUB bytes)
-INDICES_BUFFER = 1     # TQue<VECOUT, 1> indicesBuffer (MoeindexCopyOp) / TQue<VECIN, 1> indicesQueue (split-D)
-# MX quantisation (simulated 950 kernel; names of MoeGatherOutMxfp8Quant)
-X_QUANT_OUT_QUEUE = 2  # TQue<VECOUT, 1> xQuantOutQueue: element codes of one row (piece)
-MX_SCALE_OUT_QUEUE = 3  # TQue<VECOUT, 1> mxScaleOutQueue: E8M0 codes of one row (piece)
-MAX_EXP_BUFFER = 4     # TBuf maxExpBuffer: per-block max (bf16 bits)
-INV_SCALE_BUFFER = 5   # TBuf invScaleBuffer: per-block 2^(127 - code) (bf16 bits)
-QUANT_BUFFERS = ("xQuantOutQueue", "mxScaleOutQueue", "maxExpBuffer", "invScaleBuffer")
-
-
-@aicore
-def _core_share(c, td):
-    """Init: (first token of this core, tokens, loops, tokens in the last loop, moves in the last loop,
-    tokens of its last move) for a front or tail core."""
-    if c.block_idx > td.index_copy_front_core_num - 1:
-        first = td.index_copy_core_calc_num * td.index_copy_front_core_num + \
-            (c.block_idx - td.index_copy_front_core_num) * td.index_copy_core_calc_tail
-        return (first, td.index_copy_core_calc_tail, td.index_copy_tail_core_loop,
-                td.index_copy_tail_core_last_token_nums, td.index_copy_tail_last_once_indices_token_move_times,
-                td.index_copy_tail_last_indices_last_token_nums)
-    return (td.index_copy_core_calc_num * c.block_idx, td.index_copy_core_calc_num, td.index_copy_front_core_loop,
-            td.index_copy_front_core_last_token_nums, td.index_copy_front_last_once_indices_token_move_times,
-            td.index_copy_front_last_indices_last_token_nums)
-
-
-@aicore
-def _dst_row(c, td, tmpl, indices_local, i):
-    """Output row of slot i of the UB indices (a scalar read); -1 when keys 5..8 drop it (row >= numOutTokens)."""
-    row = np.int64(asc.get_value(c, indices_local, i))
-    if tmpl.if_num_out_tokens and row >= td.index_copy_num_out_tokens:
-        return np.int64(-1)
-    return row
-
-
-@aicore
-def _quantize(c, tmpl, x_local, cols):
-    """MX quantisation of x_local[:cols] (one row or piece): VFs maxExp -> scale -> data. Returns the
-    dequeued (element codes, scale codes) LocalTensors; the caller frees both."""
-    U8 = asc.ub_u8(c)
-    U16 = asc.ub_u16(c)
-    is_fp16 = tmpl.token_t == asc.DT_FLOAT16
-    round_scale = tmpl.round_scale != 0
-    max_exp_local = asc.tbuf_get(c, MAX_EXP_BUFFER, U16)
-    inv_scale_local = asc.tbuf_get(c, INV_SCALE_BUFFER, U16)
-    scale_local = asc.alloc_tensor(c, MX_SCALE_OUT_QUEUE, U8)
-    y_local = asc.alloc_tensor(c, X_QUANT_OUT_QUEUE, U8)
-    mx_quant.compute_max_exp(c, max_exp_local, x_local, cols, is_fp16, round_scale)
-    mx_quant.compute_scale(c, scale_local, inv_scale_local, max_exp_local, cols, tmpl.quant_mode, round_scale)
-    mx_quant.compute_data(c, y_local, x_local, inv_scale_local, cols, tmpl.quant_mode, is_fp16)
-    asc.en_que(c, MX_SCALE_OUT_QUEUE, scale_local)
-    asc.en_que(c, X_QUANT_OUT_QUEUE, y_local)
-    return asc.de_que(c, X_QUANT_OUT_QUEUE, U8), asc.de_que(c, MX_SCALE_OUT_QUEUE, U8)
-
-
-@aicore
-def _copy_out_quantized(c, td, gm, tmpl, x_local, indices_local, offset, col_offset, cols):
-    """Quantise one row (piece) once, then DataCopyPad its codes and scales to each of the topK rows."""
-    y_local, scale_local = _quantize(c, tmpl, x_local, cols)
-    row_bytes = mx_quant.out_bytes_of(td.cols, tmpl.quant_mode)
-    row_slots = mx_quant.scale_cols_of(td.cols)
-    y_params = asc.DataCopyExtParams(1, mx_quant.out_bytes_of(cols, tmpl.quant_mode), 0, 0)
-    scale_params = asc.DataCopyExtParams(1, mx_quant.scale_cols_of(cols), 0, 0)
-    y_offset = mx_quant.out_bytes_of(col_offset, tmpl.quant_mode)
-    slot_offset = col_offset // mx_quant.MX_BLOCK
-    for k in range(td.top_k):
-        row = _dst_row(c, td, tmpl, indices_local, offset + k)
-        if row >= 0:
-            asc.data_copy_pad(c, asc.gm_at(gm.permute_codes, row * row_bytes + y_offset), y_local, y_params)
-            asc.data_copy_pad(c, asc.gm_at(gm.expanded_scale, row * row_slots + slot_offset), scale_local,
-                              scale_params)
-    asc.free_tensor(c, X_QUANT_OUT_QUEUE, y_local)
-    asc.free_tensor(c, MX_SCALE_OUT_QUEUE, scale_local)
-
-
-@aicore
-def _copy_out_rows(c, td, gm, tmpl, in_local, indices_local, offset, out_token_num):
-    """CopyOut: each of out_token_num rows in UB to its topK output rows (scalar reads of the indices)."""
-    cols, cols_align, top_k = td.cols, td.cols_align, td.top_k
-    if tmpl.quant_mode >= 0:
-        for token in range(out_token_num):
-            _copy_out_quantized(c, td, gm, tmpl, in_local[token * cols_align:], indices_local, offset, 0, cols)
-            offset += top_k
-        return
-    params = asc.DataCopyExtParams(1, td.index_copy_one_token_btype_size, 0, 0)
-    for token in range(out_token_num):
-        token_local = in_local[token * cols_align:]
-        for k in range(top_k):
-            row = _dst_row(c, td, tmpl, indices_local, offset + k)
-            if row >= 0:
-                asc.data_copy_pad(c, asc.gm_at(gm.permute_tokens, row * cols), token_local, params)
-        offset += top_k
-
-
-@aicore
-def _copy_batch(c, td, gm, tmpl, src, src_offset, indices_local, inner_loop, tokens):
-    """CopyIn `tokens` rows (one DataCopyPad, rows land colsAlign apart), then CopyOut them."""
-    T = asc.ub_like(c, gm.tokens)
-    in_local = asc.alloc_tensor(c, COPY_IN_QUEUE, T)
-    asc.data_copy_pad(c, in_local, asc.gm_at(src, src_offset),
-                      asc.DataCopyExtParams(tokens, td.index_copy_one_token_btype_size, 0, 0), asc.NO_PAD)
-    asc.en_que(c, COPY_IN_QUEUE, in_local)
-    in_local = asc.de_que(c, COPY_IN_QUEUE, T)
-    _copy_out_rows(c, td, gm, tmpl, in_local, indices_local, inner_loop * td.index_copy_once_ub_token_nums * td.top_k,
-                   tokens)
-    asc.free_tensor(c, COPY_IN_QUEUE, in_local)
-
-
-@aicore
-def _copy_in_indices(c, indices_gm, progress, once_indices, count):
-    indices_local = asc.alloc_tensor(c, INDICES_BUFFER, asc.ub_i32(c))
-    asc.data_copy_pad(c, indices_local, asc.gm_at(indices_gm, progress * once_indices),
-                      asc.DataCopyExtParams(1, count * 4, 0, 0), asc.NO_PAD)
-    return indices_local
-
-
-@global_aicore
-def index_copy(c, td, gm, tmpl):
-    """MoeindexCopyOp::Process: batches of indices, and inside them batches of onceUbTokenNums rows."""
-    if c.block_idx >= td.index_copy_need_core_num:
-        return
-    first, _, core_loop, last_tokens, last_moves, last_move_tokens = _core_share(c, td)
-    src = asc.gm_at(gm.tokens, first * td.cols)
-    indices_gm = asc.gm_at(gm.sorted_indices, first * td.top_k)
-    once_indices = td.index_copy_once_indices_token_nums * td.top_k
-    once_ub_cols = td.index_copy_once_ub_token_nums * td.cols
-    mte2_to_s = asc.fetch_event_id(c, asc.MTE2_S)
-    s_to_mte2 = asc.fetch_event_id(c, asc.S_MTE2)
-    out_offset = 0
-    for out_loop in range(core_loop - 1):
-        indices_local = _copy_in_indices(c, indices_gm, out_loop, once_indices, once_indices)
-        asc.set_flag(c, asc.MTE2_S, mte2_to_s)
-        asc.wait_flag(c, asc.MTE2_S, mte2_to_s)
-        for inner_loop in range(td.index_copy_once_indices_token_move_times):
-            _copy_batch(c, td, gm, tmpl, src, out_offset, indices_local, inner_loop,
-                        td.index_copy_once_ub_token_nums)
-            out_offset += once_ub_cols
-        asc.free_tensor(c, INDICES_BUFFER, indices_local)
-        asc.set_flag(c, asc.S_MTE2, s_to_mte2)
-        asc.wait_flag(c, asc.S_MTE2, s_to_mte2)
-    indices_local = _copy_in_indices(c, indices_gm, core_loop - 1, once_indices, last_tokens * td.top_k)
-    asc.set_flag(c, asc.MTE2_S, mte2_to_s)
-    asc.wait_flag(c, asc.MTE2_S, mte2_to_s)
-    for inner_loop in range(last_moves - 1):
-        _copy_batch(c, td, gm, tmpl, src, out_offset, indices_local, inner_loop, td.index_copy_once_ub_token_nums)
-        out_offset += once_ub_cols
-    _copy_batch(c, td, gm, tmpl, src, out_offset, indices_local, last_moves - 1, last_move_tokens)
-    asc.free_tensor(c, INDICES_BUFFER, indices_local)
-
-
-# --- index copy: MoeindexCopySpiltDOp (one token row in pieces of oneTokenOnceMove elements) -------------
-@aicore
-def _copy_piece(c, td, gm, tmpl, src, row_offset, col_offset, indices_local, indices_offset, elems):
-    """One piece of CopyInAndOut: the piece in once (the DeQue result is the same buffer), then out to each
-    of the token's topK rows."""
-    T = asc.ub_like(c, gm.tokens)
-    params = asc.DataCopyExtParams(1, elems * T.itemsize, 0, 0)
-    in_local = asc.alloc_tensor(c, COPY_IN_QUEUE, T)
-    asc.data_copy_pad(c, in_local, asc.gm_at(src, row_offset + col_offset), params, asc.NO_PAD)
-    asc.en_que(c, COPY_IN_QUEUE, in_local)
-    asc.de_que(c, COPY_IN_QUEUE, T)
-    if tmpl.quant_mode >= 0:
-        _copy_out_quantized(c, td, gm, tmpl, in_local, indices_local, indices_offset, col_offset, elems)
-        asc.free_tensor(c, COPY_IN_QUEUE, in_local)
-        return
-    for k in range(td.top_k):
-        row = _dst_row(c, td, tmpl, indices_local, indices_offset + k)
-        if row >= 0:
-            asc.data_copy_pad(c, asc.gm_at(gm.permute_tokens, row * td.cols + col_offset), in_local, params)
-    asc.free_tensor(c, COPY_IN_QUEUE, in_local)
-
-
-@aicore
-def _copy_row_split(c, td, gm, tmpl, src, row_offset, indices_local, progress):
-    """CopyInAndOut: the row's pieces of oneTokenOnceMove elements, the last one oneTokenlastMove."""
-    once = td.index_copy_one_token_once_move
-    times = td.index_copy_one_token_move_times
-    for inner in range(times - 1):
-        _copy_piece(c, td, gm, tmpl, src, row_offset, inner * once, indices_local, progress * td.top_k, once)
-    _copy_piece(c, td, gm, tmpl, src, row_offset, (times - 1) * once, indices_local, progress * td.top_k,
-                td.index_copy_one_token_last_move)
-
-
-@global_aicore
-def index_copy_split_d(c, td, gm, tmpl):
-    """MoeindexCopySpiltDOp::Process: per source token, each piece of its row to its topK rows."""
-    if c.block_idx >= td.index_copy_need_core_num:
-        return
-    first, _, core_loop, last_tokens, _, _ = _core_share(c, td)
-    src = asc.gm_at(gm.tokens, first * td.cols)
-    indices_gm = asc.gm_at(gm.sorted_indices, first * td.top_k)
-    once_indices = td.index_copy_once_indices_token_nums * td.top_k
-    s_to_mte2 = asc.fetch_event_id(c, asc.S_MTE2)
-    offset = 0
-    for out_loop in range(core_loop - 1):
-        indices_local = _copy_in_indices(c, indices_gm, out_loop, once_indices, once_indices)
-        asc.pipe_barrier(c, asc.PIPE_MTE2)
-        for inner_loop in range(td.index_copy_once_indices_token_nums):
-            _copy_row_split(c, td, gm, tmpl, src, offset, indices_local, inner_loop)
-            offset += td.cols
-        asc.free_tensor(c, INDICES_BUFFER, indices_local)
-        asc.set_flag(c, asc.S_MTE2, s_to_mte2)
-        asc.wait_flag(c, asc.S_MTE2, s_to_mte2)
-    indices_local = _copy_in_indices(c, indices_gm, core_loop - 1, once_indices, last_tokens * td.top_k)
-    asc.pipe_barrier(c, asc.PIPE_MTE2)
-    for inner_loop in range(last_tokens):
-        _copy_row_split(c, td, gm, tmpl, src, offset, indices_local, inner_loop)
-        offset += td.cols
-    asc.free_tensor(c, INDICES_BUFFER, indices_local)
-
-
 # --- the kernel entry: TILING_KEY_IS dispatch ---------------------------------------------------------
 def _sort1_args(td, gm, tmpl):
     """Sort #1: the expert ids, into sortedIndices."""
@@ -267,8 +56,11 @@ def _sort2_args(td, gm, tmpl):
 
 
 def _copy_args(td, gm, tmpl):
-    # the index copy never reads the expert ids: leave them out so their dtype does not recompile it
-    return td, gm._replace(indices=gm.sorted_indices), tmpl
+    # the index copy's own types (shared with MoeTokenPermuteWithRoutingMap): the expert ids are left out so
+    # their dtype does not recompile it
+    return (index_copy_td(td),
+            IndexCopyGm(gm.tokens, gm.sorted_indices, gm.permute_tokens, gm.expanded_scale, gm.permute_codes),
+            IndexCopyTemplate(tmpl.token_t, tmpl.if_num_out_tokens, tmpl.quant_mode, tmpl.round_scale, 0))
 
 
 def _kernel(key: int, quant: bool, with_index_copy: bool = True) -> Kernel:

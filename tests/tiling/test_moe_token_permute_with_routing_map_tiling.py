@@ -1,0 +1,92 @@
+"""Tiling of MoeTokenPermuteWithRoutingMap against the real UT figures (tests/ut/op_host, [M26]) and its
+failure cases. UT shapes name the kernel's (E, N) map; here the aclnn's (N, E) map is passed."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tiling import get_soc
+from tiling.common import TensorDesc as D
+from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_routing_map as tile
+from tiling.status import TilingError
+
+UT = get_soc("ascend910b", aiv_num=40, ub_size=262144)        # compile aivNum 40, UB 262144 -> 261888
+UT_192K = get_soc("ascend910b", aiv_num=40, ub_size=192 * 1024)
+UT_950 = get_soc("ascend950", aiv_num=40)
+F32, F16, I8 = np.float32, np.float16, np.int8
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("n,e,cols,num_out,key,ws,data", [
+    (2, 3, 5, 6, 1, 16777384, "1 2 5 8 3 3 0 0 1 6 1 6 6 6 1 6 6 8160 0 0 0 0 0 0 1024 2 2 0 1 0 20 2 2976 5952 17856 "
+                              "1 1 1 1 1 0 5952 2 2976 1 1 6 95232 71424 3 2 1 2 2 0 0 0 0 0 2 3"),
+    (3, 3, 5, 6, 1, 16777408, "1 3 5 8 2 3 0 0 1 6 1 6 6 6 1 6 6 8160 0 0 0 0 0 0 1024 3 3 0 1 0 20 2 3273 6546 13092 "
+                              "1 1 1 1 1 0 6546 2 3273 1 1 6 104736 52384 3 3 1 3 3 0 0 0 0 0 3 3"),
+    (3, 3, 32768, 6, 3, 16777408, "1 3 32768 32768 2 3 0 0 1 6 1 6 6 6 1 6 6 8160 0 0 0 0 0 0 1024 3 3 0 1 0 131072 1 "
+                                  "1 256 512 384 32384 2 1 1 0 256 256 1 1 1 6 129536 2048 3 3 1 3 3 0 0 0 0 0 3 3"),
+], ids=["ut_float", "ut_multi_core", "ut_long_h_split_d"])
+def test_ut_figures(n, e, cols, num_out, key, ws, data):
+    r = tile(D((n, cols), F32), D((n, e), I8), None, num_out, False, soc=UT)
+    assert (r.tiling_key, r.workspace_size) == (key, ws)
+    assert " ".join(map(str, r.fields.values())) == data
+
+
+@pytest.mark.parametrize("n,e,cols,dt,num_out,soc,key", [
+    (16384, 3, 5, F32, 16384 * 3, UT_192K, 2),       # multi_core_large
+    (1, 41, 5, F32, 41, UT_192K, 1),                 # many_experts
+    (2, 3, 5, F32, 6, UT_950, 19),                   # drop_and_pad_regbase (SIMT gather)
+    (64, 8, 7168, F16, 64, UT_950, 9),               # drop_and_pad_regbase_simd
+    (64, 8, 5, F32, 512, UT_950, 19),                # drop_and_pad_regbase_simt_small_cols
+    (64, 8, 5, F32, 512, UT, 9),                     # pad on 910B
+], ids=["multi_core_large", "many_experts", "pad_950_simt", "pad_950_simd", "pad_950_small_cols", "pad_910b"])
+def test_ut_keys(n, e, cols, dt, num_out, soc, key):
+    pad = key in (9, 19)
+    assert tile(D((n, cols), dt), D((n, e), I8), None, num_out, pad, soc=soc).tiling_key == key
+
+
+def test_pad_workspace_and_block_dim_use_the_final_core_count():
+    r = tile(D((64, 5), F32), D((64, 8), I8), None, 512, True, soc=UT)
+    assert r.block_dim == 8 and r.workspace_size == 8 * 64 * 16 + 8 * 64 + 16 * 2 ** 20
+    assert r.fields["vbs_last_core_elements"] == 64 - 7 * 64          # the real quirk: negative
+
+
+@pytest.mark.parametrize("args,match", [
+    ((D((3, 5), F32), D((5, 3), I8), None, 6, False), "token count"),          # UT tiling_error
+    ((D((2, 5), F32), D((2, 513), I8), None, 1026, False), "topK"),            # UT topk_out_of_range
+    ((D((2, 5), F32), D((2, 3, 1), I8), None, 6, False), "dim number"),        # UT indices_dim_invalid
+    ((D((0, 5), F32), D((0, 3), I8), None, 0, False), "token count must be"),
+], ids=["tokens_mismatch", "topk_513", "map_3d", "no_tokens"])
+def test_failures(args, match):
+    with pytest.raises(TilingError, match=match):
+        tile(*args, soc=UT)
+
+
+@pytest.mark.parametrize("out_shape,match", [((6, 8), "hidden size"), ((5, 5), "dim 0"), ((30,), "greater than 1")],
+                         ids=["cols_mismatch", "token_mismatch", "out_1d"])
+def test_output_checks(out_shape, match):
+    with pytest.raises(TilingError, match=match):
+        tile(D((2, 5), F32), D((2, 3), I8), None, 6, False, soc=UT, permute_tokens_out=D(out_shape, F32))
+
+
+@pytest.mark.parametrize("tok,probs,tile_elems", [
+    (F32, None, 9600),          # no probs: elemSize 2 -> AlignDown((261888 - 128) / 27, 128)
+    (F16, F16, 9600),           # 2-byte probs
+    (F32, F32, 7424),           # 4-byte probs: AlignDown(261760 / 35, 128)
+    (BF16, F32, 7424),          # mixed bf16 tokens + fp32 probs: the probs' size counts
+], ids=["noprobs", "fp16", "fp32", "bf16_tokens_fp32_probs"])
+def test_probs_dtype_sets_masked_select_element_size(tok, probs, tile_elems):
+    # ubLength = AlignDown((UB - 128) / (4 * elemSize + 19), 128), clamped to N: N large enough not to clamp
+    n, e = 20000, 3
+    r = tile(D((n, 5), tok), D((n, e), I8), D((n, e), probs) if probs else None, n, False, soc=UT)
+    assert r.fields["has_prob"] == int(probs is not None)
+    assert r.fields["ms_formertile_length"] == tile_elems
+    assert r.ub_fits          # a property: the kernel's TPipes fit the 910B UB
+
+
+@pytest.mark.parametrize("probs", [None, F16, F32], ids=["noprobs", "fp16", "fp32"])
+def test_pad_ub_plan_lists_the_sort_and_prob_pipes(probs):
+    r = tile(D((64, 5), F32 if probs in (None, F32) else probs), D((64, 8), I8),
+                D((64, 8), probs) if probs else None, 512, True, soc=UT)
+    pipes = {row.pipe for row in r.ub_plan}
+    assert pipes == ({"sortPipe2", "sortPipe"} if probs else {"sortPipe2"}) and r.ub_fits
