@@ -628,8 +628,16 @@ def _compile_tickets(executors) -> list[list]:
         for stage, args in ex.stage_calls():
             tickets.setdefault(stage, {}).setdefault(stage_signature(stage, args), (stage, args))
     ops_by_size = sorted(per_op, key=lambda op: (-len(per_op[op]), op))
-    ordered = [list(t.values()) for op in ops_by_size[:1] for t in per_op[op].values()]
-    rest = [list(t.values()) for op in ops_by_size[1:] for t in per_op[op].values()]
+    merged: dict = {}       # a stage shared by several operators (kernel G, the sorts) is one ticket
+    for op in ops_by_size:
+        for stage, signatures in per_op[op].items():
+            merged.setdefault(stage, {}).update(signatures)
+    owner = {}
+    for op in ops_by_size:
+        for stage in per_op[op]:
+            owner.setdefault(stage, op)
+    ordered = [list(merged[st].values()) for st in merged if owner[st] == ops_by_size[0]]
+    rest = [list(merged[st].values()) for st in merged if owner[st] != ops_by_size[0]]
     return ordered + rest[::-1]
 
 
