@@ -54,6 +54,7 @@ CAP_MAX_BLOCK_COUNT = CAP_BASE + 0   # DataCopy(Pad) blockCount upper bound
 CAP_NPU_ARCH = CAP_BASE + 1          # 2201 (910B / 910_93) or 3510 (950)
 ATOMIC_TYPE = CAP_BASE + 2           # 0 after SetAtomicNone(), else 1 + the ge dtype code of SetAtomicAdd<T>()
 ATOMIC_LOCK_TABLE = CAP_BASE + 3     # address of ATOMIC_LOCKS (shared by every core of every launch)
+UB_POISONED = CAP_BASE + 4           # 1 once start_pipe has poisoned the whole UB
 EVENT_IDS = 8
 N_HARD_EVENTS = 13
 FLAG_BASE = 32          # state[FLAG_BASE + event * EVENT_IDS + id] is 1 while a SetFlag awaits its WaitFlag
@@ -105,7 +106,12 @@ def start_pipe(core: Core, queue_table: np.ndarray) -> None:
     core.state[PIPE_QUEUES] = int(np.count_nonzero(queue_table[:, Q_NUM])) if queue_table.ndim == 2 else 0
     core.state[QUE_BASE:] = 0
     core.state[QUE_BASE:QUE_BASE + table.size] = table
-    poison_fill(core.ub)
+    if core.state[UB_POISONED]:
+        # bytes past the high-water mark were never written since the whole UB was poisoned
+        poison_fill(core.ub[: int(core.state[CNT_UB_HWM])])
+    else:
+        poison_fill(core.ub)
+        core.state[UB_POISONED] = 1
 
 
 def counters(core: Core) -> np.ndarray:

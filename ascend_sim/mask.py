@@ -27,7 +27,7 @@ from ._jit import DEVICE_JIT_OPTIONS, aicore
 from .core import CAP_NPU_ARCH, CNT_V_ELEMS, CNT_V_INSTR
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16, DT_FLOAT,
                      DT_FLOAT16, DT_INT32, DT_UINT8, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits,
-                     f32_bits_to_f16_bits, i64_to_f32_bits, view_f32_as_u32)
+                     f32_bits_to_bf16_bits, f32_bits_to_f16_bits, i64_to_f32_bits, view_f32_as_u32)
 from .faults import (CALL_CAST, CALL_COMPARE_SCALAR, CALL_GATHER_MASK, F_CAST_PAIR, F_COUNT_BYTES, F_PARAM,
                      F_PATTERN_TYPE, F_UB_OOB, F_UNSUPPORTED, P_BLK_STRIDE, P_COUNT, P_MASK, P_REPEAT, fault, issue)
 from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset
@@ -138,6 +138,24 @@ def compare_scalar(c, dst, src, src_dt, scalar, cmp_mode, count):
                 if _holds(src[8 * byte + k], s_int, cmp_mode):
                     bits |= 1 << k
             dst[byte] = bits
+    elif (src_dt == DT_FLOAT16 or src_dt == DT_BF16) and (cmp_mode == CMP_EQ or cmp_mode == CMP_NE):
+        # (in)equality of 16-bit floats widened exactly to fp32 is a test of the bit pattern: the scalar's own
+        # encoding, both zeros for 0, nothing for NaN or a scalar the type cannot hold
+        s = _scalar_in(src_dt, scalar)
+        s_bits = view_f32_as_u32(s)
+        enc = f32_bits_to_f16_bits(s_bits, CAST_RINT) if src_dt == DT_FLOAT16 else \
+            f32_bits_to_bf16_bits(s_bits, CAST_RINT)
+        exact = s == s and _as_f32(enc, src_dt) == s
+        keep = np.uint16(0x7FFF) if s == 0 else np.uint16(0xFFFF)
+        target = np.uint16(0) if s == 0 else np.uint16(enc)
+        want_equal = cmp_mode == CMP_EQ
+        for byte in range(count // 8):
+            bits = 0
+            for k in range(8):
+                equal = exact and (np.uint16(src[8 * byte + k]) & keep) == target
+                if equal == want_equal:
+                    bits |= 1 << k
+            dst[byte] = bits
     else:
         s = _scalar_in(src_dt, scalar)
         for byte in range(count // 8):
@@ -159,6 +177,14 @@ def gather_mask(c, dst, src0, src1_pattern, reduce_mode, mask, params):
 def _element_index(r, j, per_block, params):
     """Index into src0 of element j of repeat r."""
     return (r * params.src0RepeatStride + (j // per_block) * params.src0BlockStride) * per_block + j % per_block
+
+
+@aicore
+def _popcount8(byte):
+    x = np.uint32(byte)
+    x = x - ((x >> np.uint32(1)) & np.uint32(0x55))
+    x = (x & np.uint32(0x33)) + ((x >> np.uint32(2)) & np.uint32(0x33))
+    return np.int64((x + (x >> np.uint32(4))) & np.uint32(0x0F))
 
 
 @aicore
@@ -208,21 +234,44 @@ def _gather_mask(c, dst, src0, src1_pattern, reduce_mode, mask, params):
         fault(c, F_UB_OOB, call, p, pattern_end, src1_pattern.nbytes)
         return 0
     pattern_bytes = c.ub[p: p + pattern_end]
+    # one repeat over contiguous elements (how the masked select calls it): element j is bit j, so whole
+    # pattern bytes are counted and skipped at once (a routing map's pattern is mostly zero bytes)
+    contiguous = repeat == 1 and params.src0BlockStride == 1
     kept = 0
-    for r in range(repeat):
-        for j in range(lanes):
-            kept += _bit(pattern_bytes, r * bit_stride + j)
+    if contiguous:
+        for b in range(lanes >> 3):
+            kept += _popcount8(pattern_bytes[b])
+        for j in range(lanes & ~7, lanes):
+            kept += _bit(pattern_bytes, j)
+    else:
+        for r in range(repeat):
+            for j in range(lanes):
+                kept += _bit(pattern_bytes, r * bit_stride + j)
     if kept > dst.size:
         fault(c, F_UB_OOB, call, d, kept * isz, dst.nbytes)
         return 0
     c.state[CNT_V_ELEMS] += lanes * repeat
     # packing forward never overtakes the reads, so dst may be src0 itself (the documented in-place use)
     out = 0
-    for r in range(repeat):
-        for j in range(lanes):
-            if _bit(pattern_bytes, r * bit_stride + j):
-                dst[out] = src0[_element_index(r, j, per_block, params)]
+    if contiguous:
+        for b in range(lanes >> 3):
+            bits = pattern_bytes[b]
+            if bits == 0:
+                continue
+            for k in range(8):
+                if (bits >> k) & 1:
+                    dst[out] = src0[8 * b + k]
+                    out += 1
+        for j in range(lanes & ~7, lanes):
+            if _bit(pattern_bytes, j):
+                dst[out] = src0[j]
                 out += 1
+    else:
+        for r in range(repeat):
+            for j in range(lanes):
+                if _bit(pattern_bytes, r * bit_stride + j):
+                    dst[out] = src0[_element_index(r, j, per_block, params)]
+                    out += 1
     note_ub_write(c, d + kept * isz)
     return kept
 

@@ -111,6 +111,7 @@ class Executor:
     ub_plan: tuple | None = None
     index_links: tuple = ()
     bind_workspace: Callable | None = None
+    _memo: dict = field(default_factory=dict, repr=False)   # laid-out plans, compiled flag: see launch()
 
     @property
     def workspace_size(self) -> int:
@@ -140,7 +141,8 @@ class Executor:
         try:
             self.report = launch(self.kernel, block_dim=self.tiling.block_dim, plan=plan, args=args,
                                  chip=self.tiling.soc, gm_names=self.gm_names, tiling_key=self.tiling.tiling_key,
-                                 threads=threads, ub_advice=self.ub_advice, on_compile=compile_listener())
+                                 threads=threads, ub_advice=self.ub_advice, on_compile=compile_listener(),
+                                 memo=self._memo)
         except OutOfBoundsError as e:
             raise trace_index(e, self.index_links, self.tensors) from None
         return self.report

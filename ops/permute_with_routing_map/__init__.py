@@ -39,6 +39,7 @@ from tiling.moe_token_permute_with_routing_map import FIELDS, LIB_API_WORKSPACE,
 from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_routing_map as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError
 
+from .._host import transpose_2d
 from .._framework import Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, require
 from .kernel import SCATTER_ASSIST, GmTensors, Template, kernel_for, pad_kernel
@@ -149,9 +150,9 @@ def get_workspace_size(tokens, routing_map, probs=None, num_out_tokens=0, drop_a
     kernel_tokens_out = np.zeros((0, 0), dtype=x.dtype) if drop_and_pad else out_t
     rm_t = np.empty((e, n), dtype=np.uint8)
     p_t = np.empty((e, n), dtype=p.dtype) if p is not None else None
-    steps = [HostStep("l0op::Transpose", lambda: np.copyto(rm_t, rm.view(np.uint8).T))]
+    steps = [HostStep("l0op::Transpose", lambda: transpose_2d(rm.view(np.uint8), rm_t))]
     if p is not None:
-        steps.append(HostStep("l0op::Transpose", lambda: np.copyto(p_t, p.T)))
+        steps.append(HostStep("l0op::Transpose", lambda: transpose_2d(p, p_t)))
     td = MoeTokenPermuteWithRoutingMapTilingData(*result.fields.values())
     empty_u8 = np.zeros(0, dtype=np.uint8)
     assist = SCATTER_ASSIST
