@@ -705,7 +705,9 @@ def _run_demo_case(case: DemoCase, soc, done: dict):
     try:
         facts = run_op(OPS[case.op], case.args, case.soc)
         _print_run(facts, f"  {case.label:<44} {case.shape:<26} ")
-        return case, facts["exact"], "bit-exact" if facts["exact"] else "MISMATCH vs golden", facts["tiling"].tiling_key
+        status = ("within the index-add bound" if facts.get("within_bound") else "bit-exact") if facts["exact"] \
+            else "MISMATCH vs golden"
+        return case, facts["exact"], status, facts["tiling"].tiling_key
     except (AclnnError, SimulatorError) as e:
         print(f"  {case.label:<44} {case.shape:<26} FAILED: {_case_error(e)}")
         return case, False, _case_error(e), None

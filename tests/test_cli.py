@@ -33,7 +33,22 @@ def test_demo_runs_every_mode(capsys):
     for label in ("one-core sort", "multi-core sort", "numOutTokens drops rows", "split-D rows", "MXFP8 E5M2",
                   "MXFP8 E4M3FN", "MXFP4 E2M1"):
         assert label in out
+    for label in ("non-topK rows (-1 slots", "key 9 dropAndPad", "key 1 probs (masked select + kernel G)",
+                  "key 1000 dropAndPad (+ Sort, index add)", "key 0 + MaskedScatter of probs grads"):
+        assert label in out
+    assert "l0op::MoeInplaceIndexAddWithSorted [simulated kernel" in out and "l0op::Sort [host NumPy]" in out
     assert "MISMATCH" not in out and "all cases match their goldens" in out
+
+
+def test_run_routing_map_ops_list_their_steps(capsys):
+    rc = main(["run", "moe_token_permute_with_routing_map", "--tokens", "40", "--hidden", "96", "--experts", "6",
+               "--topk", "2", "--non-topk", "--soc", "910_93"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "l0op::Transpose [host NumPy]" in out and "bit-exact vs golden" in out
+    rc = main(["tiling", "moe_token_unpermute_with_routing_map", "--tokens", "4096", "--hidden", "7168",
+               "--experts", "256", "--topk", "8", "--json"])
+    out = capsys.readouterr().out
+    assert rc == 0 and '"tiling_key": 1' in out
 
 
 def test_run_permute_with_quantisation(capsys):
