@@ -13,8 +13,10 @@ A kernel's `if` on a value it computed earlier (read from GM into a member varia
 `Branch` between phase lists, decided by every core for itself when it gets there; so each
 core runs its own program. Between two barriers the cores run on a thread pool (the stages
 release the GIL); results do not depend on the thread count because cores write disjoint GM,
-as the real kernels do. Cores that reach SyncAll() a different number of times (a deadlock
-on the chip) end the launch with SyncError.
+as the real kernels do (atomic adds excepted: their fp32 order follows core timing, as on the
+chip). Cores that reach SyncAll() a different number of times (a deadlock on the chip) end the
+launch with SyncError.
+
 Before any byte moves, every phase's buffer plan is laid out (UBOverflowError if one does
 not fit). A fault inside a stage becomes the matching SimulatorError naming core, kernel
 and call; after the last stage a flag left set is a SyncError.
@@ -268,12 +270,14 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     `chip` is a chip profile (tiling.SocProfile): name, aiv_num, ub_size, npu_arch, max_block_count.
     `plan` lists every InitBuffer call of every TPipe (UbBuffer.pipe says which); `args` follow the
     core in every stage call. `threads` (default $ASCEND_SIM_THREADS or the CPU count) bounds how
-    many cores run at once; results do not depend on it. `ub_advice` is appended to a UBOverflowError
+    many cores run at once; results do not depend on it, except the order of fp32 atomic adds (SetAtomicAdd)
+    from different cores to the same bytes, which follows core timing as on the chip. `ub_advice` is appended to a UBOverflowError
     (the operator's knobs that shrink the plan). `memo`: a dict the caller keeps between launches of the
-    same kernel, tiling and argument types (an aclnn executor run again); the buffer plans laid out and the
-    fact that every stage is compiled are kept there, so a repeated launch skips that host work. Stages are compiled (or loaded from numba's disk
-    cache) before the first core starts; `on_compile(event, stage_name, seconds)` hears of each stage
-    that had to be compiled ("start" / "done"), and the report keeps compile time apart from run time.
+    same kernel, tiling and argument types (an aclnn executor run again); the laid-out buffer plans and the
+    fact that every stage is compiled are kept there, so a repeated launch skips that host work. Stages are
+    compiled (or loaded from numba's disk cache) before the first core starts; `on_compile(event, stage_name,
+    seconds)` hears of each stage that had to be compiled ("start" / "done"), and the report keeps compile
+    time apart from run time.
     """
     where = dict(op=kernel.op, tiling_key=tiling_key)
     threads = resolve_threads(threads)
@@ -394,7 +398,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     table = [row for p in pipe_plans for row in p.table()]
     return RunReport(
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
-        ub_capacity_bytes=chip.ub_size, ub_plan=tuple(table), ub_plan_bytes=max(p.used_bytes for p in laid_out.values()),
+        ub_capacity_bytes=chip.ub_size, ub_plan=tuple(table),
+        ub_plan_bytes=max(p.used_bytes for p in laid_out.values()),
         cores=tuple(CoreReport.from_counters(c.block_idx, counters(c)) for c in cores), wall_time_s=wall,
         threads=threads, compile_time_s=compile_s)
 

@@ -18,7 +18,7 @@ from ops.unpermute_with_routing_map.golden import golden
 from .conftest import RESULTS, record
 
 TOKENS, HIDDEN, EXPERTS, TOPK = 4096, 7168, 256, 8
-CASE = f"key1-probs ({TOKENS}x{HIDDEN}, E{EXPERTS}, K{TOPK}, bf16, 910b)"
+CASE = f"unpermute_with_routing_map key1 ({TOKENS}x{HIDDEN}, E{EXPERTS}, K{TOPK}, bf16, 910b)"
 
 
 def numpy_fp32(permuted_tokens, sorted_indices, routing_map, probs, padded_mode, restore_shape):

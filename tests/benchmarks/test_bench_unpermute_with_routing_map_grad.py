@@ -30,7 +30,7 @@ def prepared(request):
     ops.aclnn.moe_token_unpermute_with_routing_map_grad(workspace, size, executor)   # compile / warm up
     total = executor.report.total
     gm_bytes = total.mte2_bytes + total.mte3_bytes
-    case = f"{request.param} ({TOKENS}x{HIDDEN}, E{EXPERTS}, K{TOPK}, bf16, 910b)"
+    case = f"unpermute_with_routing_map_grad {request.param} ({TOKENS}x{HIDDEN}, E{EXPERTS}, K{TOPK}, bf16)"
     want = golden(*args.values(), hidden_piece=executor.tiling.fields["hidden_size_align"])
     assert np.array_equal(out.view(np.uint16), want[0].view(np.uint16)), "simulator differs from the golden"
     return dict(case=case, args=args, executor=executor, workspace=workspace, size=size, gm_bytes=gm_bytes)
