@@ -78,6 +78,15 @@ def wait_flag(c, evt, event_id):
 
 
 @aicore
+def sync_pipes(c, evt):
+    """FetchEventID(evt), SetFlag and WaitFlag on that id: the pipe named second waits for the first's work
+    so far (the XToYSync helpers the kernels define)."""
+    event_id = fetch_event_id(c, evt)
+    set_flag(c, evt, event_id)
+    wait_flag(c, evt, event_id)
+
+
+@aicore
 def fetch_event_id(c, evt):
     """TPipe::FetchEventID(evt): an id whose flag is currently down (the lowest one).
 

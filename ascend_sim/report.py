@@ -29,6 +29,16 @@ class CoreReport:
     def from_counters(cls, block_idx: int, counters) -> "CoreReport":
         return cls(block_idx, **{name: int(v) for name, v in zip(COUNTER_NAMES, counters, strict=True)})
 
+    @classmethod
+    def combined(cls, reports) -> "CoreReport":
+        """The counters of several cores (or launches) together: sums, and the highest UB byte written."""
+        sums = [0] * len(COUNTER_NAMES)
+        for report in reports:
+            for i, name in enumerate(COUNTER_NAMES):
+                v = getattr(report, name)
+                sums[i] = max(sums[i], v) if name == "ub_hwm_bytes" else sums[i] + v
+        return cls.from_counters(-1, sums)
+
     def pipes(self) -> dict[str, dict[str, int]]:
         """The counters grouped by pipe: MTE2, MTE3, V, S, plus sync."""
         return {
@@ -64,12 +74,7 @@ class RunReport:
 
     @property
     def total(self) -> CoreReport:
-        sums = [0] * len(COUNTER_NAMES)
-        for core in self.cores:
-            for i, name in enumerate(COUNTER_NAMES):
-                v = getattr(core, name)
-                sums[i] = max(sums[i], v) if name == "ub_hwm_bytes" else sums[i] + v
-        return CoreReport.from_counters(-1, sums)
+        return CoreReport.combined(self.cores)
 
     @property
     def gm_bytes(self) -> int:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ascend_sim import Kernel, OutOfBoundsError, RunReport, launch, stage_calls
+from ascend_sim import CoreReport, Kernel, OutOfBoundsError, RunReport, launch, stage_calls
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import dt_of, gm_view
 from tiling.common import TilingResult, dtype_name
@@ -201,16 +201,8 @@ class CompositeReport:
         return runs[0] if runs else None
 
     @property
-    def total(self):
-        from ascend_sim.core import COUNTER_NAMES
-        from ascend_sim.report import CoreReport
-        sums = [0] * len(COUNTER_NAMES)
-        for run in self.kernel_runs:
-            t = run.total
-            for i, name in enumerate(COUNTER_NAMES):
-                v = getattr(t, name)
-                sums[i] = max(sums[i], v) if name == "ub_hwm_bytes" else sums[i] + v
-        return CoreReport.from_counters(-1, sums)
+    def total(self) -> CoreReport:
+        return CoreReport.combined(run.total for run in self.kernel_runs)
 
     @property
     def wall_time_s(self) -> float:

@@ -65,14 +65,6 @@ BLOCK_SIZE = 32       # CeilAlignA2B(n, BLOCK_SIZE): vector instructions run ove
 
 
 @aicore
-def _sync(c, evt):
-    """GetTPipePtr()->FetchEventID(evt), then SetFlag / WaitFlag on that id."""
-    event_id = asc.fetch_event_id(c, evt)
-    asc.set_flag(c, evt, event_id)
-    asc.wait_flag(c, evt, event_id)
-
-
-@aicore
 def _ceil_align(n):
     """CeilAlignA2B(n, BLOCK_SIZE)."""
     return (n + BLOCK_SIZE - 1) // BLOCK_SIZE * BLOCK_SIZE
@@ -101,7 +93,7 @@ def _copy_index_in(c, td, gm, queue, idx_round, count):
     params = asc.DataCopyExtParams(1, count * 4, 0, 0)
     asc.data_copy_pad(c, index_local, asc.gm_at(gm.sorted_indices, index_offset), params, asc.NO_PAD)
     asc.data_copy_pad(c, index_local[UB_INDEX_NUM:], asc.gm_at(gm.pos, index_offset), params, asc.NO_PAD)
-    _sync(c, asc.MTE2_S)
+    asc.sync_pipes(c, asc.MTE2_S)
     return index_local
 
 
@@ -157,7 +149,7 @@ def _avg_pass(c, td, gm, tmpl, loop, alpha):
                 asc.en_que(c, OUT_QUEUE_OUT_AVG, out_local)
                 _avg_copy_out(c, td, gm, tmpl, last_update_index, loop, n)
             update_pos = asc.get_value(c, index_local, UB_INDEX_NUM + j)
-            _sync(c, asc.S_MTE2)
+            asc.sync_pipes(c, asc.S_MTE2)
             if sync_in:
                 out_local = asc.alloc_tensor(c, OUT_QUEUE_OUT_AVG, T)
                 asc.duplicate(c, out_local, 0, n_align)
@@ -290,7 +282,7 @@ def _fix_pass(c, td, gm, tmpl, loop, last_core_index, enable_alpha, alpha):
             if not first_mov and update_index != last_update_index:
                 _fix_copy_out(c, td, gm, tmpl, input_local, out_local, last_update_index, loop, n)
             update_pos = asc.get_value(c, index_local, UB_INDEX_NUM + j)
-            _sync(c, asc.S_MTE2)
+            asc.sync_pipes(c, asc.S_MTE2)
             if sync_in:
                 input_local, out_local = _fix_copy_self_in(c, td, gm, tmpl, update_index, loop, n)
             _copy_value_in(c, td, gm, IN_QUEUE_VALUE_FIX, update_pos, loop, n)
@@ -319,7 +311,7 @@ def _fix_same_index(c, td, gm, tmpl, loop, last_core_index, input_local, out_loc
     while if_continue:
         indices_offset = boundary + offset
         update_pos = asc.get_value(c, gm.pos, indices_offset)
-        _sync(c, asc.S_MTE2)
+        asc.sync_pipes(c, asc.S_MTE2)
         _copy_value_in(c, td, gm, IN_QUEUE_VALUE_FIX, update_pos, loop, n)
         _fix_compute(c, gm, tmpl, input_local, n_align, enable_alpha, alpha)
         offset += 1

@@ -137,14 +137,6 @@ def _value_bytes(tmpl):
 
 
 @aicore
-def _sync(c, evt):
-    """The kernels' XToYSync helpers: FetchEventID, SetFlag, WaitFlag."""
-    event_id = asc.fetch_event_id(c, evt)
-    asc.set_flag(c, evt, event_id)
-    asc.wait_flag(c, evt, event_id)
-
-
-@aicore
 def _core_tiles(c, td):
     """Init: (first flat element, tiles, tile length, last tile length) of a former or tail core."""
     i = c.block_idx
@@ -245,7 +237,7 @@ def masked_select_count_stage(c, td, gm, tmpl):
         _copy_in_mask(c, q, asc.gm_at(gm.mask, first + i * tile), length)
         _compute_offset(c, tmpl, q, mask_half_local, offset_local, length)
     asc.free_tensor(c, q.half, mask_half_local)
-    _sync(c, asc.V_MTE3)
+    asc.sync_pipes(c, asc.V_MTE3)
     asc.data_copy_pad(c, asc.gm_at(gm.workspace, c.block_idx), offset_local, asc.DataCopyExtParams(1, 4, 0, 0))
 
 
@@ -346,12 +338,12 @@ def _gather_pass(c, td, gm, tmpl, T, P, x_gm, y_gm):
         length = last_tile if i == tiles - 1 else tile
         at = first + i * tile
         if tmpl.gather_external:     # CopyInExternalIndex
-            _sync(c, asc.V_MTE2)
+            asc.sync_pipes(c, asc.V_MTE2)
             asc.data_copy_pad(c, asc.tbuf_get(c, q.index_buf, asc.ub_i32(c)), asc.gm_at(gm.external_index, at),
                               asc.DataCopyExtParams(1, length * 4, 0, 0), asc.NO_PAD)
         _copy_in(c, tmpl, q, asc.gm_at(x_gm, at), asc.gm_at(gm.mask, at), T, length)
         if tmpl.gather_external:
-            _sync(c, asc.MTE2_V)
+            asc.sync_pipes(c, asc.MTE2_V)
         rsvd_cnt = _compute(c, td, tmpl, q, i, tile, tile_align, length, T, P)
         if tmpl.write_indices:       # CopyIndex2WorkSpace
             index_local = asc.de_que(c, q.index, asc.ub_i32(c))

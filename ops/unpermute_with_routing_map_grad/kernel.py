@@ -55,14 +55,6 @@ ARR_PROBS_ADDR = 3
 
 
 @aicore
-def _sync(c, evt):
-    """The base's XToYSync helpers: FetchEventID, SetFlag, WaitFlag on the same id."""
-    event_id = asc.fetch_event_id(c, evt)
-    asc.set_flag(c, evt, event_id)
-    asc.wait_flag(c, evt, event_id)
-
-
-@aicore
 def _start_offsets(c, td):
     """Base::Init: (rowIdMapStartOffset, unpermutedOutputDStartOffset) of this core."""
     i = c.block_idx
@@ -149,7 +141,7 @@ def _copy_rows_process(c, td, gm, tmpl, drop_and_pad):
         permute_token_id = np.int64(asc.get_value(c, gm.out_index, row))
         if not drop_and_pad and permute_token_id < 0:
             continue
-        _sync(c, asc.S_MTE2)
+        asc.sync_pipes(c, asc.S_MTE2)
         for hidden_loop in range(td.hidden_size_loop_times):
             n, h_off = _hidden_piece(td, hidden_loop)
             copy_params = asc.DataCopyExtParams(1, n * type_size, 0, 0)
@@ -226,7 +218,7 @@ def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
         prob_offset = token_id * td.num_expert + int_math.safe_div(permute_token_id, td.capacity)
         prob = asc.to_float(asc.get_value(c, gm.probs, prob_offset), tmpl.probs_t)   # ToFloat / static_cast
         asc.duplicate(c, prob_grad_reduce_sum_local, 0.0, td.hidden_size_loop_times_align)
-        _sync(c, asc.S_MTE2)
+        asc.sync_pipes(c, asc.S_MTE2)
         n = 0
         for hidden_loop in range(td.hidden_size_loop_times):
             n, h_off = _hidden_piece(td, hidden_loop)
@@ -241,20 +233,20 @@ def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
                                   copy_params, asc.NO_PAD)
                 asc.data_copy_pad(c, permuted_tokens_local_fp32,
                                   asc.gm_at(gm.permuted_tokens, permuted_tokens_offset), copy_params, asc.NO_PAD)
-                _sync(c, asc.MTE2_V)
+                asc.sync_pipes(c, asc.MTE2_V)
             else:
                 # fp16/bf16 land in the upper half of the fp32-sized buffer and widen in place
                 unpermuted_grad_local = asc.view_as(c, unpermuted_grad_local_fp32, T)   # ReinterpretCast
                 asc.data_copy_pad(c, unpermuted_grad_local[td.hidden_size_align:],
                                   asc.gm_at(gm.unpermuted_tokens_grad, unpermuted_tokens_grad_offset),
                                   copy_params, asc.NO_PAD)
-                _sync(c, asc.MTE2_V)
+                asc.sync_pipes(c, asc.MTE2_V)
                 asc.cast(c, unpermuted_grad_local_fp32, asc.DT_FLOAT, unpermuted_grad_local[td.hidden_size_align:],
                          tmpl.permuted_token_t, asc.CAST_NONE, n)
                 permuted_tokens_local = asc.view_as(c, permuted_tokens_local_fp32, T)
                 asc.data_copy_pad(c, permuted_tokens_local[td.hidden_size_align:],
                                   asc.gm_at(gm.permuted_tokens, permuted_tokens_offset), copy_params, asc.NO_PAD)
-                _sync(c, asc.MTE2_V)
+                asc.sync_pipes(c, asc.MTE2_V)
                 asc.cast(c, permuted_tokens_local_fp32, asc.DT_FLOAT, permuted_tokens_local[td.hidden_size_align:],
                          tmpl.permuted_token_t, asc.CAST_NONE, n)
             # prob gradient of this piece: dot(permutedTokens, unpermutedTokensGrad)
@@ -262,10 +254,10 @@ def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
             asc.en_que(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
             permuted_tokens_local_fp32 = asc.de_que(c, PERMUTED_TOKENS_TQUE, F32)
             _reduce_sum(c, prob_grad_reduce_sum_local[hidden_loop:], permuted_tokens_local_fp32, n)
-            _sync(c, asc.V_S)
+            asc.sync_pipes(c, asc.V_S)
             asc.muls(c, permuted_tokens_local_fp32, unpermuted_grad_local_fp32, prob, n)
             if tmpl.arch35:
-                _sync(c, asc.V_MTE3)
+                asc.sync_pipes(c, asc.V_MTE3)
             else:
                 asc.en_que(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
                 permuted_tokens_local_fp32 = asc.de_que(c, PERMUTED_TOKENS_TQUE, F32)
@@ -276,7 +268,7 @@ def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
             else:
                 asc.cast(c, permuted_tokens_grad_local, tmpl.permuted_token_t, permuted_tokens_local_fp32,
                          asc.DT_FLOAT, asc.CAST_RINT, n)
-                _sync(c, asc.V_MTE3)
+                asc.sync_pipes(c, asc.V_MTE3)
                 asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, permuted_tokens_offset),
                                   permuted_tokens_grad_local, copy_params)
             asc.free_tensor(c, UNPERMUTED_GRAD_TQUE, unpermuted_grad_local_fp32)
@@ -288,11 +280,11 @@ def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
             asc.copy(c, prob_grad_out_local, prob_grad_reduce_sum_local, 1, 1, asc.CopyRepeatParams(1, 1, 8, 8))
         else:
             asc.cast(c, prob_grad_out_local, tmpl.probs_t, prob_grad_reduce_sum_local, asc.DT_FLOAT, asc.CAST_RINT, 1)
-        _sync(c, asc.V_MTE3)
+        asc.sync_pipes(c, asc.V_MTE3)
         # copyParams keeps the last piece's strides; only blockLen changes (one element out)
         copy_params = asc.DataCopyExtParams(1, P.itemsize, (h - n) * T.itemsize, 0)
         asc.data_copy_pad(c, asc.gm_at(gm.probs_grad, prob_offset), prob_grad_out_local, copy_params)
-        _sync(c, asc.MTE3_V)
+        asc.sync_pipes(c, asc.MTE3_V)
 
 
 # --- keys 1 and 101: probs, no dropAndPad -----------------------------------------------------------
@@ -382,7 +374,7 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
             routing_map_offset = token_index * num_expert
             asc.data_copy_pad(c, tmp_buffer_routing_map, asc.gm_at(gm.routing_map, routing_map_offset),
                               asc.DataCopyExtParams(1, num_expert, 0, 0), asc.NO_PAD)
-            _sync(c, asc.MTE3_S)   # (sic) the kernel syncs MTE3 -> S after this MTE2 copy
+            asc.sync_pipes(c, asc.MTE3_S)   # (sic) the kernel syncs MTE3 -> S after this MTE2 copy
             entries_for_token = 0
             for expert_index in range(num_expert):
                 is_choose = asc.get_value(c, tmp_buffer_routing_map, expert_index)
@@ -483,7 +475,7 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
         else:
             asc.cast(c, prob_grad_local, tmpl.probs_t, tmp_buffer_prob_grad_reduce_sum_fp32, asc.DT_FLOAT,
                      asc.CAST_RINT, indices_num_loop)
-        _sync(c, asc.V_S)
+        asc.sync_pipes(c, asc.V_S)
         for top_k_in_indices_loop in range(top_k_in_indices_loop_times):
             asc.duplicate(c, prob_grad_line_local, 0, num_expert)
             base = top_k_in_indices_loop * top_k
@@ -494,11 +486,11 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
                     continue
                 prob_grad = asc.get_value(c, prob_grad_local, prob_grad_offset)
                 asc.set_value(c, prob_grad_line_local, addr % num_expert, prob_grad)
-            _sync(c, asc.S_MTE3)
+            asc.sync_pipes(c, asc.S_MTE3)
             asc.data_copy_pad(c, asc.gm_at(gm.probs_grad,
                                            (token_start + token_loop_base_offset + top_k_in_indices_loop) * num_expert),
                               prob_grad_line_local, asc.DataCopyExtParams(1, num_expert * P.itemsize, 0, 0))
-            _sync(c, asc.MTE3_S)
+            asc.sync_pipes(c, asc.MTE3_S)
     for evt_id in (EVENT_ID0, EVENT_ID1, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7):
         asc.wait_flag(c, asc.V_MTE2, evt_id)
     asc.wait_flag(c, asc.MTE3_V, EVENT_ID0)
