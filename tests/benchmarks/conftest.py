@@ -20,7 +20,8 @@ def pytest_terminal_summary(terminalreporter):
         return
     tr = terminalreporter
     tr.section("ascend-sim benchmark ratios (same run)")
-    tr.write_line(f"{'case':<62} {'sim ms':>8} {'GB/s':>7} {'vs golden':>10} {'vs copyto':>10} {'vs numpy':>9}")
+    width = max(len(case) for case in RESULTS)
+    tr.write_line(f"{'case':<{width}} {'sim ms':>8} {'GB/s':>7} {'vs golden':>10} {'vs copyto':>10} {'vs numpy':>9}")
     for case, roles in RESULTS.items():
         sim = roles.get("sim")
         if not sim:
@@ -29,7 +30,7 @@ def pytest_terminal_summary(terminalreporter):
         vs_golden = roles["golden"]["median"] / sim["median"] if "golden" in roles else float("nan")
         vs_copy = roles["copyto"]["median"] / sim["median"] if "copyto" in roles else float("nan")
         vs_numpy = roles["numpy"]["median"] / sim["median"] if "numpy" in roles else float("nan")
-        tr.write_line(f"{case:<62} {sim['median'] * 1e3:>8.1f} {gbs:>7.2f} {vs_golden:>9.2f}x {vs_copy:>9.2f}x "
+        tr.write_line(f"{case:<{width}} {sim['median'] * 1e3:>8.1f} {gbs:>7.2f} {vs_golden:>9.2f}x {vs_copy:>9.2f}x "
                       f"{vs_numpy:>8.2f}x")
     tr.write_line("ratios: the other's median time / the simulator's (above 1: the simulator is faster); vs numpy: "
                   "a vectorised NumPy implementation a user would write instead")
