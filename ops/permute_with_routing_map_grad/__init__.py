@@ -204,7 +204,8 @@ def _sort_step(s, values, order):
 
 
 def _index_add_aicore_step(zeros, g, s):
-    """l0op::InplaceIndexAddAiCore (another library's kernel): zeros[s[i]] += g[i], fp32 adds in slot order.
+    """l0op::MoeInplaceIndexAddAiCore (moe/3rd; its kernel is registered for ascend950 only, so it is a host
+    step here): zeros[s[i]] += g[i], fp32 adds in slot order.
     The real kernel adds with atomics in a timing-dependent order; this stands in with one fixed order. Ids
     outside [0, rows) are refused as the kernel's out-of-range write would be."""
     def run():
@@ -216,7 +217,7 @@ def _index_add_aicore_step(zeros, g, s):
         acc = zeros.astype(np.float32)
         np.add.at(acc, ids[: g.shape[0]], g[: ids.size].astype(np.float32))
         np.copyto(zeros, acc.astype(zeros.dtype))
-    return HostStep("l0op::InplaceIndexAddAiCore", run)
+    return HostStep("l0op::MoeInplaceIndexAddAiCore", run)
 
 
 def get_workspace_size(permuted_token_output_grad, permuted_probs_output_grad=None, sorted_indices=None,

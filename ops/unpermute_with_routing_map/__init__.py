@@ -129,7 +129,8 @@ def _sort_step(s, values, positions):
 
 
 def _index_add_aicore(var, ids, source):
-    """l0op::InplaceIndexAddAiCore (another CANN library): var[ids[i]] += source[i], fp32, in slot order."""
+    """l0op::MoeInplaceIndexAddAiCore (moe/3rd; its kernel is registered for ascend950 only, so it is a host
+    step here): var[ids[i]] += source[i], fp32, in slot order."""
     def run():
         bad = np.flatnonzero((ids < 0) | (ids >= var.shape[0]))
         if bad.size:
@@ -137,7 +138,7 @@ def _index_add_aicore(var, ids, source):
             raise OutOfBoundsError(f"InplaceIndexAdd (host step): sorted_indices[{k}] = {int(ids[k])} addresses no "
                                    f"row of unpermuted_tokens (rows 0 .. {var.shape[0] - 1})", op=OP)
         np.add.at(var, ids, source)
-    return HostStep("l0op::InplaceIndexAddAiCore", run)
+    return HostStep("l0op::MoeInplaceIndexAddAiCore", run)
 
 
 def _bind_workspace(args: tuple, workspace: np.ndarray, workspace_size: int, lib_bytes: int) -> tuple:
@@ -288,10 +289,10 @@ def _padded(p, s, pr, out, oi, tid, opp, l0, mixed, soc, deterministic, tensors)
             workspace = max(workspace, add.workspace_size)
         else:
             if var.shape[1:] != source.shape[1:]:
-                _l0_fail(f"l0op::InplaceIndexAddAiCore: unpermuted_tokens rows ({var.shape[1]}) and permuted_tokens "
+                _l0_fail(f"l0op::MoeInplaceIndexAddAiCore: unpermuted_tokens rows ({var.shape[1]}) and permuted_tokens "
                          f"rows ({source.shape[1]}) differ in length")
             if source.shape[0] < s.shape[0]:
-                _l0_fail(f"l0op::InplaceIndexAddAiCore: {s.shape[0]} indices for {source.shape[0]} source rows")
+                _l0_fail(f"l0op::MoeInplaceIndexAddAiCore: {s.shape[0]} indices for {source.shape[0]} source rows")
             steps.append(_index_add_aicore(var, s, source))
     if l0 is not None:
         steps.append(_view_copy(l0.permute_probs, _view_copy_target("permute_probs", opp, s.shape)))

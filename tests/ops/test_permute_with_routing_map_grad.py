@@ -97,7 +97,7 @@ def test_splits_over_hidden_tokens_and_cores(case):
 
 
 @pytest.mark.parametrize("dtype,deterministic,index_add", [
-    ("fp32", False, "l0op::InplaceIndexAddAiCore"),
+    ("fp32", False, "l0op::MoeInplaceIndexAddAiCore"),
     ("fp32", True, "l0op::MoeInplaceIndexAddWithSorted"),
     ("bf16", False, "l0op::MoeInplaceIndexAddWithSorted"),
 ], ids=["fp32-default-aicore", "fp32-deterministic-sorted", "bf16-sorted"])
