@@ -39,7 +39,7 @@ from ascend_sim.dtypes import dt_of
 from tiling import get_soc
 from tiling.moe_token_permute_with_routing_map_grad import (FIELDS, TILING_KEY_DROP_PAD,
                                                             moe_token_permute_with_routing_map_grad as _tiling)
-from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError
+from tiling.status import ParamInvalidError, ParamNullptrError, TilingError
 
 from .._framework import Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, require
@@ -137,13 +137,15 @@ def _check_scatter_count(rm, gp) -> None:
 
 
 def _l0_tiling(g, gp, s, rm, experts, tokens, pad, soc):
-    """The l0 kernel's tiling; a failure makes the l0 call return nullptr (561103)."""
+    """The l0 kernel's tiling. Where it fails (topK > 512 without drop-and-pad) the source leaves the status to
+    the framework (the l0 wrapper ignores the launcher's result); the op's documentation lists only 161001 and
+    161002, the latter for "shapes outside the supported range", so that is the status here."""
     # in drop-and-pad mode the l0 call hands the kernel a (M, 0) tensor of gp's dtype (Gp's without gp)
     first = np.empty((g.shape[0], 0), dtype=g.dtype if gp is None else gp.dtype) if pad else g
     try:
         return _tiling(first, gp, s, rm, experts, tokens, pad, soc=soc)
     except TilingError as e:
-        raise InnerNullptrError(f"l0op::{OP} returned nullptr: {e.message}") from None
+        raise ParamInvalidError(f"shape outside the supported range: {e.message}") from None
 
 
 def _zeros_step(buf):

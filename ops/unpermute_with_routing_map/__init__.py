@@ -194,8 +194,10 @@ def get_workspace_size(permuted_tokens, sorted_indices, routing_map=None, probs=
         l0 = _l0_executor(p, s, rm, pr, padded_mode, restore_shape, out, soc, tensors)
     if not padded_mode:
         steps = [KernelStep(f"l0op::{OP}", l0.executor), _view_copy(l0.unpermuted, out)]
-        if pr is not None and opp is not None:
-            steps.append(_view_copy(l0.permute_probs, _view_copy_target("permute_probs", opp, s.shape)))
+        if opp is not None:
+            # without probs the l0 hands back a (0,) permuteProbs: copying it into a non-empty output fails
+            target = _view_copy_target("permute_probs", opp, s.shape if pr is not None else (0,))
+            steps.append(_view_copy(l0.permute_probs, target) if pr is not None else _view_copy(target, target))
         return l0.workspace, Composite(OP, l0.executor.tiling, steps, api=API, tensors=tensors,
                                        workspace_size=l0.workspace)
     return _padded(p, s, pr, out, oi, tid, opp, l0, mixed, soc, deterministic, tensors)

@@ -269,3 +269,20 @@ def test_fuzzed_indices_end_in_errors_not_crashes(seed, padded):
         _run(a, SMALL)
     except (AclnnError, SimulatorError):
         pass
+
+
+@pytest.mark.parametrize("probs_out_len", [0, 8], ids=["empty-permute-probs", "non-empty-permute-probs"])
+def test_not_padded_without_probs_copies_an_empty_permute_probs(probs_out_len):
+    """Without probs the l0 returns a (0,) permuteProbs and the aclnn still ViewCopies it into the caller's
+    output: fine into an empty one, 561103 into one with elements."""
+    p = np.arange(64, dtype=np.float16).reshape(8, 8)
+    s = np.arange(8, dtype=np.int32)
+    outs = (np.zeros((4, 8), np.float16), np.zeros(8, np.int32), np.zeros(8, np.int32),
+            np.zeros(probs_out_len, np.float16))
+    if probs_out_len:
+        with pytest.raises(InnerNullptrError, match="permute_probs"):
+            uwrm.get_workspace_size(p, s, None, None, False, [4, 8], *outs)
+        return
+    size, executor = uwrm.get_workspace_size(p, s, None, None, False, [4, 8], *outs)
+    uwrm.run(np.empty(size, np.uint8), size, executor)
+    assert np.array_equal(outs[0], golden(p, s, None, None, False, [4, 8])[0])

@@ -203,7 +203,7 @@ BAD = {
     "too-many-routed-pairs": (_with(routing_map=np.ones((6, 4), np.bool_)), 161002, "MaskedScatter"),
     "topk-above-512": (_with(permuted_token_output_grad=np.zeros((513 * 6, 2), BF16),
                              permuted_probs_output_grad=None, sorted_indices=np.zeros(513 * 6, np.int32),
-                             tokens_grad_out=np.zeros((6, 2), BF16), probs_grad_out=None), 561103, "topK 513"),
+                             tokens_grad_out=np.zeros((6, 2), BF16), probs_grad_out=None), 161002, "topK 513"),
 }
 
 
