@@ -42,6 +42,7 @@ from tiling.moe_token_permute_with_routing_map_grad import (FIELDS, TILING_KEY_D
 from tiling.status import ParamInvalidError, ParamNullptrError, TilingError
 
 from .._framework import Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor
+from .._host import index_add_rows_step, sort_ids_as_fp32_step, view_copy_step, zeros_like_step
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, require
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from ..common.unpermute_gather import gather_template
@@ -148,14 +149,6 @@ def _l0_tiling(g, gp, s, rm, experts, tokens, pad, soc):
         raise ParamInvalidError(f"shape outside the supported range: {e.message}") from None
 
 
-def _zeros_step(buf):
-    return HostStep("l0op::ZerosLike", lambda: buf.fill(0))
-
-
-def _view_copy_step(src, dst):
-    return HostStep("l0op::ViewCopy", lambda: np.copyto(dst, src))
-
-
 def _kernel_executor(result, kernel, gm, tmpl, tensors, links) -> Executor:
     td = MoeTokenPermuteWithRoutingMapGradTilingData(*result.fields.values())
     return Executor(OP, result, kernel, (td, gm, tmpl), GM_NAMES, api=API, tensors=tensors, index_links=links,
@@ -191,35 +184,7 @@ def _masked_scatter_steps(mask_src, gp, probs_zeros, probs_out) -> list:
             HostStep("l0op::Transpose", lambda: np.copyto(mask_t, mask.T)),
             HostStep("l0op::MaskedScatter", masked_scatter),
             HostStep("l0op::Transpose", lambda: np.copyto(back, zeros_t.T)),
-            _view_copy_step(back, probs_out)]
-
-
-def _sort_step(s, values, order):
-    """l0op::Sort of the int32 ids viewed as fp32, ascending and stable -> (values as int32 bits, int32 order).
-    Non-negative ids below 0x7F800000 sort as floats exactly as the integers do."""
-    def run():
-        keys = s.view(np.float32)
-        perm = np.argsort(keys, kind="stable")
-        np.copyto(order, perm.astype(np.int32))
-        np.copyto(values, s[perm])
-    return HostStep("l0op::Sort", run)
-
-
-def _index_add_aicore_step(zeros, g, s):
-    """l0op::MoeInplaceIndexAddAiCore (moe/3rd; its kernel is registered for ascend950 only, so it is a host
-    step here): zeros[s[i]] += g[i], fp32 adds in slot order.
-    The real kernel adds with atomics in a timing-dependent order; this stands in with one fixed order. Ids
-    outside [0, rows) are refused as the kernel's out-of-range write would be."""
-    def run():
-        ids = s.astype(np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= zeros.shape[0]):
-            bad = int(np.flatnonzero((ids < 0) | (ids >= zeros.shape[0]))[0])
-            raise ParamInvalidError(f"InplaceIndexAdd: sorted_indices[{bad}] = {int(ids[bad])} is not a token id in "
-                                    f"[0, {zeros.shape[0]})")
-        acc = zeros.astype(np.float32)
-        np.add.at(acc, ids[: g.shape[0]], g[: ids.size].astype(np.float32))
-        np.copyto(zeros, acc.astype(zeros.dtype))
-    return HostStep("l0op::MoeInplaceIndexAddAiCore", run)
+            view_copy_step(back, probs_out)]
 
 
 def get_workspace_size(permuted_token_output_grad, permuted_probs_output_grad=None, sorted_indices=None,
@@ -267,7 +232,7 @@ def get_workspace_size(permuted_token_output_grad, permuted_probs_output_grad=No
 
     tokens_zeros = np.empty(out.shape, dtype=out.dtype)      # ZerosLike(tokensGradOut), filled at run time
     probs_zeros = np.empty(probs_out.shape, dtype=probs_out.dtype) if probs_wanted else None
-    steps = [_zeros_step(tokens_zeros)] + ([_zeros_step(probs_zeros)] if probs_wanted else [])
+    steps = [zeros_like_step(tokens_zeros)] + ([zeros_like_step(probs_zeros)] if probs_wanted else [])
     m, h = g.shape
     if not pad:
         gm = GmTensors(gm_tensor(g, 0), gm_tensor(None, 1, np.uint8), gm_tensor(s, 2, np.int32),
@@ -276,7 +241,7 @@ def get_workspace_size(permuted_token_output_grad, permuted_probs_output_grad=No
         kernel = KERNELS[0][g.dtype == _F32] if result.block_dim > 0 else None
         links = (IndexLink("sorted_indices", "permuted_token_output_grad", h, m),)
         steps.append(KernelStep(f"l0op::{OP}", _kernel_executor(result, kernel, gm, tmpl, tensors, links)))
-        steps.append(_view_copy_step(tokens_zeros, out))
+        steps.append(view_copy_step(tokens_zeros, out))
         if probs_wanted:
             steps += _masked_scatter_steps(rm, gp, probs_zeros, probs_out)
     else:
@@ -286,16 +251,17 @@ def get_workspace_size(permuted_token_output_grad, permuted_probs_output_grad=No
             links = (IndexLink("sorted_indices", "probs_grad", experts, tokens),)
             steps.append(KernelStep(f"l0op::{OP}", _kernel_executor(result, KERNELS[TILING_KEY_DROP_PAD], gm, None,
                                                                     tensors, links)))
-            steps.append(_view_copy_step(probs_zeros, probs_out))
+            steps.append(view_copy_step(probs_zeros, probs_out))
         use_sorted = tokens < MAX_SORT_SHAPE_DIM and (g.dtype in (_BF16, _F16) or deterministic)
         if use_sorted:
             values, order = np.empty(m, dtype=np.int32), np.empty(m, dtype=np.int32)
-            steps.append(_sort_step(s, values, order))
+            steps.append(sort_ids_as_fp32_step(s, values, order))
             add = index_add_with_sorted_executor(tokens_zeros, values, order, g, soc=soc, deterministic=deterministic)
             steps.append(KernelStep("l0op::MoeInplaceIndexAddWithSorted", add))
         else:
-            steps.append(_index_add_aicore_step(tokens_zeros, g, s))
-        steps.append(_view_copy_step(tokens_zeros, out))
+            steps.append(index_add_rows_step(tokens_zeros, s, g, lambda k, v: ParamInvalidError(
+                f"InplaceIndexAdd: sorted_indices[{k}] = {v} is not a token id in [0, {tokens_zeros.shape[0]})")))
+        steps.append(view_copy_step(tokens_zeros, out))
 
     workspace = max((st.executor.workspace_size for st in steps if isinstance(st, KernelStep)), default=0)
     return workspace, Composite(OP, result, steps, api=API, tensors=tensors, workspace_size=workspace)

@@ -42,6 +42,7 @@ from tiling.moe_token_unpermute_with_routing_map import moe_token_unpermute_with
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError
 
 from .._framework import Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor
+from .._host import index_add_rows_step, sort_ids_as_fp32_step, view_copy_step, zeros_like_step
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, require
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from .kernel import GmTensors, Template, kernel_for
@@ -107,40 +108,6 @@ def _view_copy_target(name: str, t, shape) -> np.ndarray:
 
 
 # --- host steps -----------------------------------------------------------------------------------------------
-def _zeros_like(arr):
-    return HostStep("l0op::ZerosLike", lambda: arr.fill(0))
-
-
-def _view_copy(src, dst):
-    """ViewCopy; moves nothing when the l0 operator already wrote the caller's array."""
-    if src is dst:
-        return HostStep("l0op::ViewCopy", lambda: None)
-    return HostStep("l0op::ViewCopy", lambda: np.copyto(dst, src))
-
-
-def _sort_step(s, values, positions):
-    """l0op::Sort of sorted_indices viewed as FP32 (ascending, stable): values keep the int32 bits. NaN patterns
-    (negative ids with all exponent bits set) sort last; other negative ids sort as negative floats."""
-    def run():
-        order = np.argsort(s.view(np.float32), kind="stable")
-        positions[:] = order
-        values[:] = s[order]
-    return HostStep("l0op::Sort", run)
-
-
-def _index_add_aicore(var, ids, source):
-    """l0op::MoeInplaceIndexAddAiCore (moe/3rd; its kernel is registered for ascend950 only, so it is a host
-    step here): var[ids[i]] += source[i], fp32, in slot order."""
-    def run():
-        bad = np.flatnonzero((ids < 0) | (ids >= var.shape[0]))
-        if bad.size:
-            k = int(bad[0])
-            raise OutOfBoundsError(f"InplaceIndexAdd (host step): sorted_indices[{k}] = {int(ids[k])} addresses no "
-                                   f"row of unpermuted_tokens (rows 0 .. {var.shape[0] - 1})", op=OP)
-        np.add.at(var, ids, source)
-    return HostStep("l0op::MoeInplaceIndexAddAiCore", run)
-
-
 def _bind_workspace(args: tuple, workspace: np.ndarray, workspace_size: int, lib_bytes: int) -> tuple:
     """The masked select's counts live in the user workspace, after the system workspace."""
     td, gm, tmpl = args
@@ -186,18 +153,18 @@ def get_workspace_size(permuted_tokens, sorted_indices, routing_map=None, probs=
         steps = []
         for name, t in outs.items():
             target = _view_copy_target(name, t, t.shape if t is not None else ())
-            steps += [_zeros_like(target), _view_copy(target, target)]
+            steps += [zeros_like_step(target), view_copy_step(target, target)]
         return 0, Composite(OP, None, steps, api=API, tensors=tensors, workspace_size=0)
 
     l0 = None
     if pr is not None or not padded_mode:
         l0 = _l0_executor(p, s, rm, pr, padded_mode, restore_shape, out, soc, tensors)
     if not padded_mode:
-        steps = [KernelStep(f"l0op::{OP}", l0.executor), _view_copy(l0.unpermuted, out)]
+        steps = [KernelStep(f"l0op::{OP}", l0.executor), view_copy_step(l0.unpermuted, out)]
         if opp is not None:
             # without probs the l0 hands back a (0,) permuteProbs: copying it into a non-empty output fails
             target = _view_copy_target("permute_probs", opp, s.shape if pr is not None else (0,))
-            steps.append(_view_copy(l0.permute_probs, target) if pr is not None else _view_copy(target, target))
+            steps.append(view_copy_step(l0.permute_probs, target) if pr is not None else view_copy_step(target, target))
         return l0.workspace, Composite(OP, l0.executor.tiling, steps, api=API, tensors=tensors,
                                        workspace_size=l0.workspace)
     return _padded(p, s, pr, out, oi, tid, opp, l0, mixed, soc, deterministic, tensors)
@@ -271,12 +238,12 @@ def _padded(p, s, pr, out, oi, tid, opp, l0, mixed, soc, deterministic, tensors)
                     np.copyto(source, (p.astype(_F32) * pp.astype(_F32)[:, None]).astype(p.dtype))
             steps.append(HostStep("l0op::Mul", mul))
     var = np.empty(out.shape, dtype=_F32) if mixed else out
-    steps.append(_zeros_like(var))
+    steps.append(zeros_like_step(var))
     if mixed:
         steps.append(HostStep("l0op::Cast", lambda: None))    # Cast of zeros to FP32: var is already FP32 zeros
     values = np.empty(s.shape, dtype=np.int32)
     positions = np.empty(s.shape, dtype=np.int32)
-    steps.append(_sort_step(s, values, positions))
+    steps.append(sort_ids_as_fp32_step(s, values, positions))
     workspace = l0.workspace if l0 is not None else 0
     if p.size:
         use_new_op = out.shape[0] < MAX_SORT_ROWS and (
@@ -295,14 +262,16 @@ def _padded(p, s, pr, out, oi, tid, opp, l0, mixed, soc, deterministic, tensors)
                          f"rows ({source.shape[1]}) differ in length")
             if source.shape[0] < s.shape[0]:
                 _l0_fail(f"l0op::MoeInplaceIndexAddAiCore: {s.shape[0]} indices for {source.shape[0]} source rows")
-            steps.append(_index_add_aicore(var, s, source))
+            steps.append(index_add_rows_step(var, s, source, lambda k, v: OutOfBoundsError(
+                f"InplaceIndexAdd (host step): sorted_indices[{k}] = {v} addresses no row of unpermuted_tokens "
+                f"(rows 0 .. {var.shape[0] - 1})", op=OP)))
     if l0 is not None:
-        steps.append(_view_copy(l0.permute_probs, _view_copy_target("permute_probs", opp, s.shape)))
-    steps.append(_view_copy(positions, _view_copy_target("out_index", oi, s.shape)))
-    steps.append(_view_copy(values, _view_copy_target("permute_token_id", tid, s.shape)))
+        steps.append(view_copy_step(l0.permute_probs, _view_copy_target("permute_probs", opp, s.shape)))
+    steps.append(view_copy_step(positions, _view_copy_target("out_index", oi, s.shape)))
+    steps.append(view_copy_step(values, _view_copy_target("permute_token_id", tid, s.shape)))
     if mixed:
         steps.append(HostStep("l0op::Cast", lambda: np.copyto(out, var.astype(_BF16))))   # round half to even
-    steps.append(_view_copy(out, out))
+    steps.append(view_copy_step(out, out))
     tiling = l0.executor.tiling if l0 is not None else None
     return workspace, Composite(OP, tiling, steps, api=API, tensors=tensors, workspace_size=workspace)
 
