@@ -130,9 +130,7 @@ def arith_progression_support_int32(c, dst, first_value, diff_value, count):
         _base_progression(c, dst, first_value, diff_value, count)
         return
     _base_progression(c, dst, first_value, diff_value, BLOCK_NUM_I32)
-    event_s_v = asc.fetch_event_id(c, asc.S_V)
-    asc.set_flag(c, asc.S_V, event_s_v)
-    asc.wait_flag(c, asc.S_V, event_s_v)
+    asc.sync_pipes(c, asc.S_V)
     block_step = np.int32(np.float32(diff_value) * np.float32(BLOCK_NUM_I32))
     if count > REPEAT_NUM_I32:
         # SetVectorMask: one block of lanes; fill the first repeat block by block
@@ -212,9 +210,7 @@ def sort_one_core_process(c, td, keys_gm, out_gm):
 def _mrgsort_round(c, src_gm, ub_in0, ub_in1, ub_in2, ub_in3, ub_out, offsets, remain, one_loop_max, list_num):
     """One round of MoeMrgsort: CopyIn up to one_loop_max pairs of each list, merge (stop when a window
     runs out), advance. Returns the pairs merged; offsets / remain are updated in place."""
-    event_mte3_mte2 = asc.fetch_event_id(c, asc.MTE3_MTE2)
-    asc.set_flag(c, asc.MTE3_MTE2, event_mte3_mte2)
-    asc.wait_flag(c, asc.MTE3_MTE2, event_mte3_mte2)
+    asc.sync_pipes(c, asc.MTE3_MTE2)
     lengths = np.zeros(4, dtype=np.int64)
     active = 0
     for i in range(list_num):
@@ -229,9 +225,7 @@ def _mrgsort_round(c, src_gm, ub_in0, ub_in1, ub_in2, ub_in3, ub_out, offsets, r
         if lengths[i] > 0:
             counts[j] = lengths[i]
             j += 1
-    event_mte2_v = asc.fetch_event_id(c, asc.MTE2_V)
-    asc.set_flag(c, asc.MTE2_V, event_mte2_v)
-    asc.wait_flag(c, asc.MTE2_V, event_mte2_v)
+    asc.sync_pipes(c, asc.MTE2_V)
     if active >= 2:
         valid_bit = 0b0011 if active == 2 else 0b0111 if active == 3 else 0b1111
         sorted_nums = asc.mrg_sort(c, ub_out, ub_in0, ub_in1, ub_in2, ub_in3,
@@ -277,18 +271,20 @@ def _mrgsort(c, src_gm, dst_gm, ub_inputs, ub_out, list_num, per_list, last_list
         merged = _mrgsort_round(c, src_gm, in0, in1, in2, in3, ub_out, offsets, remain, one_loop_max, list_num)
         if merged == 0:
             break          # only after a fault (calls no longer run): the device would hang, the simulator stops
-        event_v_mte3 = asc.fetch_event_id(c, asc.V_MTE3)
-        asc.set_flag(c, asc.V_MTE3, event_v_mte3)
-        asc.wait_flag(c, asc.V_MTE3, event_v_mte3)
+        asc.sync_pipes(c, asc.V_MTE3)
         asc.data_copy_pad(c, asc.gm_at(dst_gm, out_offset), ub_out, asc.DataCopyExtParams(1, _sort_len(merged) * 4,
                                                                                            0, 0))
         out_offset += _sort_len(merged)
 
 
 @aicore
-def _mrgsort_out(c, src_gm, out_gm, ub_inputs, ub_out_value, ub_out_index, temp_buffer, list_num, per_list,
-                 last_list, one_loop_max):
-    """MoeMrgsortOut::Init + Process: merge the last lists and write only the index stream (int32)."""
+def mrgsort_out(c, src_gm, out_gm, ub_inputs, ub_out_value, ub_out_index, temp_buffer, list_num, per_list,
+                last_list, one_loop_max, capacity):
+    """MoeMrgsortOut::Init + Process: merge the last lists and write only the index stream (int32).
+
+    capacity < 0: every index. Otherwise Process(capacity) of the drop-and-pad sort: CopyOutCapacity writes
+    only up to `capacity` indices; the round that reaches past it is cut to capacity - outOffset indices (0
+    when a round ended exactly on capacity) and ends the loop."""
     offsets, remain = _mrgsort_init(list_num, per_list, last_list)
     in0, in1, in2, in3 = _list_windows(ub_inputs, one_loop_max)
     index_u32 = asc.view_as(c, ub_out_index, asc.ub_u32(c))
@@ -299,11 +295,13 @@ def _mrgsort_out(c, src_gm, out_gm, ub_inputs, ub_out_value, ub_out_index, temp_
         if merged == 0:
             break          # only after a fault, as in _mrgsort
         asc.extract(c, ub_out_value, index_u32, temp_buffer, int_math.ceil_div(merged, ONE_REPEAT_SORT_NUM))
-        event_v_mte3 = asc.fetch_event_id(c, asc.V_MTE3)
-        asc.set_flag(c, asc.V_MTE3, event_v_mte3)
-        asc.wait_flag(c, asc.V_MTE3, event_v_mte3)
-        asc.data_copy_pad(c, asc.gm_at(out_gm, out_offset), index_i32, asc.DataCopyExtParams(1, merged * 4, 0, 0))
+        last_round = capacity >= 0 and out_offset + merged > capacity
+        copy_count = capacity - out_offset if last_round else merged
+        asc.sync_pipes(c, asc.V_MTE3)
+        asc.data_copy_pad(c, asc.gm_at(out_gm, out_offset), index_i32, asc.DataCopyExtParams(1, copy_count * 4, 0, 0))
         out_offset += merged
+        if last_round:
+            break
 
 
 # --- multi-core mode (MoeSortMultiCore) -----------------------------------------------------------------
@@ -330,10 +328,23 @@ def _index_num(td, loop_elements):
 
 
 @aicore
+def sort_loop_keys(c, keys_fp32, index_local, sort_num):
+    """The Sort of one VBS loop (UBSortCompute's end): sort_num fp32 keys with their uint32 indices into
+    (score, index) pairs in the out-queue, which is enqueued and handed back dequeued for VBSCopyOut."""
+    F32 = asc.ub_f32(c)
+    sorted_local = asc.tbuf_get(c, MULTI_SORTED_BUFFER, F32)[:_sort_len(sort_num)]
+    out_local = asc.alloc_tensor(c, MULTI_OUT_QUEUE, F32)
+    source_row_local = asc.view_as(c, index_local, asc.ub_u32(c))
+    asc.pipe_barrier(c, asc.PIPE_V)
+    asc.sort(c, out_local, keys_fp32, source_row_local, sorted_local, sort_num // ONE_REPEAT_SORT_NUM)
+    asc.en_que(c, MULTI_OUT_QUEUE, out_local)
+    return asc.de_que(c, MULTI_OUT_QUEUE, F32)
+
+
+@aicore
 def _ub_sort(c, td, keys_gm, ws_gm, index_local, keys_fp32, progress, size, sort_num, loop_elements, src_ws):
     """UBSortProcess: VBSCopyIn, UBSortCompute, VBSCopyOut of one loop of a VBS core."""
     K = asc.ub_like(c, keys_gm)
-    F32 = asc.ub_f32(c)
     in_local = asc.alloc_tensor(c, MULTI_IN_QUEUE, K)
     _copy_keys_in(c, in_local, asc.gm_at(keys_gm, progress * loop_elements), size)
     asc.pipe_barrier(c, asc.PIPE_V)
@@ -346,13 +357,7 @@ def _ub_sort(c, td, keys_gm, ws_gm, index_local, keys_fp32, progress, size, sort
     asc.pipe_barrier(c, asc.PIPE_V)
     _pad_last_group(c, keys_fp32, size)
     asc.pipe_barrier(c, asc.PIPE_V)
-    sorted_local = asc.tbuf_get(c, MULTI_SORTED_BUFFER, F32)[:_sort_len(sort_num)]
-    out_local = asc.alloc_tensor(c, MULTI_OUT_QUEUE, F32)
-    source_row_local = asc.view_as(c, index_local, asc.ub_u32(c))
-    asc.pipe_barrier(c, asc.PIPE_V)
-    asc.sort(c, out_local, keys_fp32, source_row_local, sorted_local, sort_num // ONE_REPEAT_SORT_NUM)
-    asc.en_que(c, MULTI_OUT_QUEUE, out_local)
-    out_local = asc.de_que(c, MULTI_OUT_QUEUE, F32)
+    out_local = sort_loop_keys(c, keys_fp32, index_local, sort_num)
     dst = asc.gm_at(_workspace(td, ws_gm, src_ws),
                     c.block_idx * _sort_len(td.vbs_per_core_elements) + _sort_len(progress * loop_elements))
     asc.data_copy(c, dst, out_local, _align(_sort_len(size), 4))
@@ -360,17 +365,24 @@ def _ub_sort(c, td, keys_gm, ws_gm, index_local, keys_fp32, progress, size, sort
 
 
 @aicore
-def _merge_lists(c, td, ws_gm, list_num, per_list, last_list, core_offset, loop_offset):
-    """InitMoeMrgSort + MoeMrgsort: merge list_num lists from workspaceGms[srcWsIndex] into the other area."""
+def merge_lists(c, src_gm, dst_gm, list_num, per_list, last_list, one_loop_max):
+    """InitMoeMrgSort + MoeMrgsort: merge list_num sorted lists of pairs from src_gm into dst_gm through the
+    sortedBuffer windows and the out-queue buffer."""
     F32 = asc.ub_f32(c)
-    m = asc.members(c)
-    src_ws = m[M_SRC_WS_INDEX]
-    src = asc.gm_at(_workspace(td, ws_gm, src_ws), c.block_idx * core_offset + loop_offset)
-    dst = asc.gm_at(_workspace(td, ws_gm, 1 - src_ws), c.block_idx * core_offset + loop_offset)
     in_local = asc.tbuf_get(c, MULTI_SORTED_BUFFER, F32)
     out_local = asc.alloc_tensor(c, MULTI_OUT_QUEUE, F32)
     asc.free_tensor(c, MULTI_OUT_QUEUE, out_local)   # (sic) the sorter keeps using the freed buffer
-    _mrgsort(c, src, dst, in_local, out_local, list_num, per_list, last_list, td.sort_out_one_loop_max_elements)
+    _mrgsort(c, src_gm, dst_gm, in_local, out_local, list_num, per_list, last_list, one_loop_max)
+
+
+@aicore
+def _merge_lists(c, td, ws_gm, list_num, per_list, last_list, core_offset, loop_offset):
+    """Merge list_num lists of this core's slice of workspaceGms[srcWsIndex] into the other area."""
+    src_ws = asc.members(c)[M_SRC_WS_INDEX]
+    offset = c.block_idx * core_offset + loop_offset
+    merge_lists(c, asc.gm_at(_workspace(td, ws_gm, src_ws), offset),
+                asc.gm_at(_workspace(td, ws_gm, 1 - src_ws), offset), list_num, per_list, last_list,
+                td.sort_out_one_loop_max_elements)
 
 
 @aicore
@@ -450,8 +462,8 @@ def sort_out_process(c, td, ws_gm, out_gm):
     temp_buffer = asc.tbuf_get(c, MULTI_SORTED_BUFFER, F32)[:_sort_len(loop_max) * MAX_MRGSORT_LIST]
     asc.free_tensor(c, MULTI_OUT_QUEUE, out_local)   # (sic) as InitMoeMrgSortOut does
     src = _workspace(td, ws_gm, m[M_SRC_WS_INDEX])
-    _mrgsort_out(c, src, out_gm, in_local, out_local, out_local_v, temp_buffer, m[M_LIST_NUM],
-                 m[M_PER_LIST_ELEMENTS], m[M_LAST_LIST_ELEMENTS], loop_max)
+    mrgsort_out(c, src, out_gm, in_local, out_local, out_local_v, temp_buffer, m[M_LIST_NUM],
+                m[M_PER_LIST_ELEMENTS], m[M_LAST_LIST_ELEMENTS], loop_max, -1)
 
 
 # --- stage entries and the TPipe phase of one sort -----------------------------------------------------

@@ -34,8 +34,8 @@ from ascend_sim._jit import aicore, global_aicore
 from ops.common import int_math
 from ops.common.moe_sort import (MAX_MRGSORT_LIST, MULTI_INDEX_CONCAT, MULTI_IN_QUEUE, MULTI_OUT_QUEUE,
                                  MULTI_SORTED_BUFFER, ONE_REPEAT_SORT_NUM, WORK_GM_NUM, _align, _index_num,
-                                 _list_windows, _mrgsort, _mrgsort_init, _mrgsort_round, _pad_last_group, _sort_len,
-                                 arith_progression_support_int32)
+                                 _pad_last_group, _sort_len, arith_progression_support_int32, merge_lists,
+                                 mrgsort_out, sort_loop_keys)
 from tiling.moe_sort import MULTI_CORE_BUFFERS
 
 LAST_DIM_TD_FIELDS = (
@@ -96,7 +96,6 @@ def _workspace(td, ws_gm, index):
 def _ub_sort(c, td, row_gm, ws_gm, index_local, keys_fp32, progress, size, sort_num, src_ws):
     """UBSortProcess: VBSCopyIn, UBSortCompute, VBSCopyOut of one loop of one row."""
     U8 = asc.ub_u8(c)
-    F32 = asc.ub_f32(c)
     loop_elements = td.vbs_per_core_per_loop_elements
     # VBSCopyIn
     in_local = asc.alloc_tensor(c, MULTI_IN_QUEUE, U8)
@@ -116,14 +115,8 @@ def _ub_sort(c, td, row_gm, ws_gm, index_local, keys_fp32, progress, size, sort_
     asc.pipe_barrier(c, asc.PIPE_V)
     _pad_last_group(c, keys_fp32, size)
     asc.pipe_barrier(c, asc.PIPE_V)
-    sorted_local = asc.tbuf_get(c, MULTI_SORTED_BUFFER, F32)[:_sort_len(sort_num)]
-    out_local = asc.alloc_tensor(c, MULTI_OUT_QUEUE, F32)
-    source_row_local = asc.view_as(c, index_local, asc.ub_u32(c))
-    asc.pipe_barrier(c, asc.PIPE_V)
-    asc.sort(c, out_local, keys_fp32, source_row_local, sorted_local, sort_num // ONE_REPEAT_SORT_NUM)
-    asc.en_que(c, MULTI_OUT_QUEUE, out_local)
+    out_local = sort_loop_keys(c, keys_fp32, index_local, sort_num)
     # VBSCopyOut: this loop's pairs into this core's slice of workspaceGms[srcWsIndex]
-    out_local = asc.de_que(c, MULTI_OUT_QUEUE, F32)
     dst = asc.gm_at(_workspace(td, ws_gm, src_ws),
                     c.block_idx * _sort_len(td.vbs_per_core_elements) + _sort_len(progress * loop_elements))
     asc.data_copy_pad(c, dst, out_local, asc.DataCopyExtParams(1, _sort_len(size) * 4, 0, 0))
@@ -132,44 +125,11 @@ def _ub_sort(c, td, row_gm, ws_gm, index_local, keys_fp32, progress, size, sort_
 
 @aicore
 def _merge_lists(c, td, ws_gm, src_ws, list_num, per_list, last_list, core_offset, loop_offset):
-    """InitMoeMrgSort + MoeMrgsort: merge list_num lists of this core's slice into the other area."""
-    F32 = asc.ub_f32(c)
-    src = asc.gm_at(_workspace(td, ws_gm, src_ws), c.block_idx * core_offset + loop_offset)
-    dst = asc.gm_at(_workspace(td, ws_gm, 1 - src_ws), c.block_idx * core_offset + loop_offset)
-    in_local = asc.tbuf_get(c, MULTI_SORTED_BUFFER, F32)
-    out_local = asc.alloc_tensor(c, MULTI_OUT_QUEUE, F32)
-    asc.free_tensor(c, MULTI_OUT_QUEUE, out_local)   # (sic) the sorter keeps using the freed buffer
-    _mrgsort(c, src, dst, in_local, out_local, list_num, per_list, last_list, td.sort_out_one_loop_max_elements)
-
-
-@aicore
-def _mrgsort_out_capacity(c, src_gm, out_gm, ub_inputs, ub_out_value, ub_out_index, temp_buffer, list_num, per_list,
-                          last_list, one_loop_max, capacity):
-    """MoeMrgsortOut::Process(capacity): merge rounds as MoeMrgsortOut::Process, but CopyOutCapacity writes
-    only up to `capacity` indices: the round that reaches past it is cut to capacity - outOffset indices
-    (0 when a round ended exactly on capacity) and ends the loop (allRemainElements = 0)."""
-    offsets, remain = _mrgsort_init(list_num, per_list, last_list)
-    in0, in1, in2, in3 = _list_windows(ub_inputs, one_loop_max)
-    index_u32 = asc.view_as(c, ub_out_index, asc.ub_u32(c))
-    index_i32 = asc.view_as(c, ub_out_index, asc.ub_i32(c))
-    out_offset = 0
-    while remain.sum() > 0:
-        merged = _mrgsort_round(c, src_gm, in0, in1, in2, in3, temp_buffer, offsets, remain, one_loop_max, list_num)
-        if merged == 0:
-            break          # only after a fault (calls no longer run): the device would hang, the simulator stops
-        asc.extract(c, ub_out_value, index_u32, temp_buffer, int_math.ceil_div(merged, ONE_REPEAT_SORT_NUM))
-        copy_count = merged
-        last_round = out_offset + merged > capacity
-        if last_round:
-            copy_count = capacity - out_offset
-        event_v_mte3 = asc.fetch_event_id(c, asc.V_MTE3)
-        asc.set_flag(c, asc.V_MTE3, event_v_mte3)
-        asc.wait_flag(c, asc.V_MTE3, event_v_mte3)
-        # DataCopyPad with DataCopyParams (blockLen in bytes here too)
-        asc.data_copy_pad(c, asc.gm_at(out_gm, out_offset), index_i32, asc.DataCopyExtParams(1, copy_count * 4, 0, 0))
-        out_offset += merged
-        if last_round:
-            break
+    """Merge list_num lists of this core's slice of workspaceGms[src_ws] into the other area."""
+    offset = c.block_idx * core_offset + loop_offset
+    merge_lists(c, asc.gm_at(_workspace(td, ws_gm, src_ws), offset),
+                asc.gm_at(_workspace(td, ws_gm, 1 - src_ws), offset), list_num, per_list, last_list,
+                td.sort_out_one_loop_max_elements)
 
 
 @aicore
@@ -214,8 +174,8 @@ def _sort_row(c, td, row_gm, out_gm, ws_gm, src_ws):
     temp_buffer = asc.tbuf_get(c, MULTI_SORTED_BUFFER, F32)[:_sort_len(one_loop_max) * MAX_MRGSORT_LIST]
     asc.free_tensor(c, MULTI_OUT_QUEUE, out_local)   # (sic) as InitMoeMrgSortOut does
     src = asc.gm_at(_workspace(td, ws_gm, src_ws), c.block_idx * core_offset)
-    _mrgsort_out_capacity(c, src, out_gm, in_local, out_local, out_local_v, temp_buffer, list_num, per_list,
-                          last_list, one_loop_max, td.capacity)
+    mrgsort_out(c, src, out_gm, in_local, out_local, out_local_v, temp_buffer, list_num, per_list, last_list,
+                one_loop_max, td.capacity)
     return src_ws
 
 
