@@ -26,6 +26,7 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel
 from ascend_sim._jit import aicore, global_aicore
 from ops.common import int_math
+from ops.common.reduce_sum import FP32_ONE_REPEAT, copy_fp32 as _copy_fp32, reduce_sum
 
 OP = "MoeTokenUnpermuteWithRoutingMapGrad"
 
@@ -44,9 +45,8 @@ Template = namedtuple("Template", ["permuted_token_t", "probs_t", "arch35"])
 """PermutedTokenT and ProbsT as ge dtype codes; arch35 = 1 for the Ascend 950 (arch35/) variant."""
 
 # --- base: moe_token_unpermute_with_routing_map_grad_base.h -------------------------------------
-BUFFER_32B_CALNUM = 8      # fp32 elements per 32-byte block
-FP32_ONE_REPEAT = 64       # fp32 elements per 256-byte repeat
 INDICES_PROBS_MAX_RESERVE_NUM = 512
+STRICT = 1                 # [M26] ReduceSumFunc tiers of this op are strict (> 4096 / 512 / 64)
 
 # scalar-array ids for fault messages
 ARR_INDICES = 1
@@ -62,51 +62,6 @@ def _start_offsets(c, td):
         return i * td.row_id_map_each_core, i * td.token_num_each_core
     return (td.former_core_num * td.row_id_map_each_core + (i - td.former_core_num) * td.row_id_map_tail_core,
             td.former_core_num * td.token_num_each_core + (i - td.former_core_num) * td.token_num_tail_core)
-
-
-@aicore
-def _binary_add(c, tmp_buffer, length, threshold, offset):
-    """BinaryAddFunc: fold halves (32-byte aligned) until <= threshold, then fold onto `offset` elements."""
-    total = length
-    half = int_math.align_up(int_math.ceil_div(total, 2), BUFFER_32B_CALNUM)
-    while total > threshold:
-        asc.add(c, tmp_buffer, tmp_buffer, tmp_buffer[half:], total - half)
-        total = half
-        half = int_math.align_up(int_math.ceil_div(total, 2), BUFFER_32B_CALNUM)
-    asc.add(c, tmp_buffer, tmp_buffer, tmp_buffer[offset:], total - offset)
-
-
-@aicore
-def _reduce_sum(c, dst_buffer, tmp_buffer, length):
-    """ReduceSumFunc: fp32 sum of tmp_buffer[:length] into dst_buffer[0] in the kernel's tree order.
-
-    [M26] thresholds are strict (> 4096, > 512, > 64); tmp_buffer is used as scratch.
-    """
-    if length > 4096:
-        _binary_add(c, tmp_buffer, length, 8192, 4096)
-        asc.block_reduce_sum(c, tmp_buffer, tmp_buffer, 64, 64, 1, 1, 8)   # 4096 -> 512
-        asc.block_reduce_sum(c, tmp_buffer, tmp_buffer, 8, 64, 1, 1, 8)    # -> 64
-        asc.block_reduce_sum(c, tmp_buffer, tmp_buffer, 1, 64, 1, 1, 8)    # -> 8
-        asc.whole_reduce_sum(c, dst_buffer, tmp_buffer, 8, 1, 1, 1, 8)     # -> 1
-    elif length > 512:
-        _binary_add(c, tmp_buffer, length, 1024, 512)
-        asc.block_reduce_sum(c, tmp_buffer, tmp_buffer, 8, 64, 1, 1, 8)
-        asc.block_reduce_sum(c, tmp_buffer, tmp_buffer, 1, 64, 1, 1, 8)
-        asc.whole_reduce_sum(c, dst_buffer, tmp_buffer, 8, 1, 1, 1, 8)
-    elif length > 64:
-        _binary_add(c, tmp_buffer, length, 128, 64)
-        asc.block_reduce_sum(c, tmp_buffer, tmp_buffer, 1, 64, 1, 1, 8)
-        asc.whole_reduce_sum(c, dst_buffer, tmp_buffer, 8, 1, 1, 1, 8)
-    else:
-        asc.whole_reduce_sum(c, dst_buffer, tmp_buffer, length, 1, 1, 1, 8)
-
-
-@aicore
-def _copy_fp32(c, dst, src, repeat_times, tail_offset, tail_mask):
-    """The kernels' fp32 "Copy" pair: whole 64-element repeats, then the tail repeat."""
-    params = asc.CopyRepeatParams(1, 1, 8, 8)
-    asc.copy(c, dst, src, FP32_ONE_REPEAT, repeat_times, params)
-    asc.copy(c, dst[tail_offset:], src[tail_offset:], tail_mask, 1, params)
 
 
 @aicore
@@ -253,7 +208,7 @@ def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
             asc.mul(c, permuted_tokens_local_fp32, permuted_tokens_local_fp32, unpermuted_grad_local_fp32, n)
             asc.en_que(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
             permuted_tokens_local_fp32 = asc.de_que(c, PERMUTED_TOKENS_TQUE, F32)
-            _reduce_sum(c, prob_grad_reduce_sum_local[hidden_loop:], permuted_tokens_local_fp32, n)
+            reduce_sum(c, prob_grad_reduce_sum_local[hidden_loop:], permuted_tokens_local_fp32, n, STRICT)
             asc.sync_pipes(c, asc.V_S)
             asc.muls(c, permuted_tokens_local_fp32, unpermuted_grad_local_fp32, prob, n)
             if tmpl.arch35:
@@ -275,7 +230,7 @@ def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
             asc.free_tensor(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
             asc.free_tensor(c, PERMUTED_TOKENS_GRAD_TQUE, permuted_tokens_grad_local)
         # the slot's prob gradient: sum of the per-piece partial sums
-        _reduce_sum(c, prob_grad_reduce_sum_local, prob_grad_reduce_sum_local, td.hidden_size_loop_times)
+        reduce_sum(c, prob_grad_reduce_sum_local, prob_grad_reduce_sum_local, td.hidden_size_loop_times, STRICT)
         if tmpl.probs_t == asc.DT_FLOAT:
             asc.copy(c, prob_grad_out_local, prob_grad_reduce_sum_local, 1, 1, asc.CopyRepeatParams(1, 1, 8, 8))
         else:
@@ -463,7 +418,8 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
                     # this slot's prob gradient for the piece
                     asc.mul(c, tmp_buffer_permuted_tokens_fp32, tmp_buffer_permuted_tokens_fp32,
                             tmp_buffer_unpermuted_fp32, n)
-                    _reduce_sum(c, tmp_buffer_prob_grad_fp32[indices_offset:], tmp_buffer_permuted_tokens_fp32, n)
+                    reduce_sum(c, tmp_buffer_prob_grad_fp32[indices_offset:], tmp_buffer_permuted_tokens_fp32, n,
+                               STRICT)
             asc.add(c, tmp_buffer_prob_grad_reduce_sum_fp32, tmp_buffer_prob_grad_reduce_sum_fp32,
                     tmp_buffer_prob_grad_fp32, indices_num_loop)
 
