@@ -7,8 +7,9 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -291,6 +292,33 @@ def listening_to_compiles(fn):
         _COMPILE_LISTENER.fn = before
 
 
+class RecordedRun(NamedTuple):
+    """One aclnn run seen by `recorded_runs`: the aclnn name and its executor (`.tiling`, `.report`)."""
+    api: str
+    executor: object
+
+
+_RUN_LOG: ContextVar[list | None] = ContextVar("ascend_sim_run_log", default=None)
+
+
+@contextmanager
+def recorded_runs():
+    """Collect every aclnn run of this thread (friendly calls included) as RecordedRun rows, in order.
+
+    The log is a context variable, so runs on other threads (or other asyncio tasks) are not mixed in:
+
+        with recorded_runs() as runs:
+            ops.moe_token_unpermute(...)
+        runs[0].executor.report
+    """
+    log: list = []
+    token = _RUN_LOG.set(log)
+    try:
+        yield log
+    finally:
+        _RUN_LOG.reset(token)
+
+
 def run_executor(api: str, workspace, workspace_size: int, executor: Executor | None, stream=None) -> None:
     """Phase two of the aclnn call `api`: check the executor and the workspace, launch the kernel, fill the
     outputs."""
@@ -315,3 +343,6 @@ def run_executor(api: str, workspace, workspace_size: int, executor: Executor | 
             raise ParamInvalidError("workspace must be a writeable C-contiguous array (the kernel writes it)")
         check_no_alias(executor.tensors, {"workspace": workspace})
     executor.run(workspace)
+    log = _RUN_LOG.get()
+    if log is not None:
+        log.append(RecordedRun(api, executor))

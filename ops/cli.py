@@ -759,6 +759,30 @@ def _print_demo_table(results) -> None:
 
 
 # --- tiling and run -------------------------------------------------------------------------------------
+def cmd_moe_layer(a) -> int:
+    """A whole MoE layer, forward and backward, per style; exit 0 only when every style passes its checks."""
+    from .moe_layer import STYLES, moe_layer
+    soc = _soc(a)
+    if a.topk > a.experts:
+        raise CliError(f"--topk ({a.topk}) must not exceed --experts ({a.experts})")
+    styles = STYLES if a.style == "all" else (a.style,)
+    results = []
+    for style in styles:
+        try:
+            r = moe_layer(style, tokens=a.tokens, hidden=a.hidden, experts=a.experts, topk=a.topk,
+                          capacity=a.capacity, dtype=a.dtype, soc=soc, seed=a.seed,
+                          finite_differences=not a.no_fd)
+        except (AclnnError, SimulatorError) as e:
+            print(f"MoE layer, style {style}: {type(e).__name__}: {str(e).splitlines()[0]}")
+            results.append(False)
+            continue
+        print(r)
+        print()
+        results.append(r.passed)
+    print(f"{sum(results)} of {len(results)} styles passed on {soc.name}")
+    return 0 if all(results) else 1
+
+
 def cmd_tiling(a) -> int:
     adapter = _op(a.op)
     soc = _soc(a)
@@ -835,7 +859,7 @@ def _add_chip_flags(p) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ascend-sim", description="CPU simulator of CANN's MoE token permute/unpermute kernels. "
                      "Environment: ASCEND_SIM_THREADS = worker threads for the simulated cores (default: CPU count).")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{demo,tiling,run}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{demo,tiling,run,moe-layer}")
     demo = sub.add_parser("demo", help="run every mode of every operator on built-in MoE shapes and check them")
     _add_chip_flags(demo)
     ops_list = ", ".join(OPS)
@@ -880,13 +904,28 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "run":
             p.add_argument("--no-check", action="store_true", help="skip the golden comparison")
             p.add_argument("--per-core", action="store_true", help="also show every core's counters")
+    layer = sub.add_parser("moe-layer", help="a whole MoE layer forward and backward through the simulated "
+                           "operators, checked against NumPy and finite differences")
+    layer.add_argument("--style", default="all", choices=("all", "topk", "routing_map", "routing_map_pad"),
+                       help="token movement: top-k indices, routing map, routing map with drop-and-pad (default all)")
+    layer.add_argument("--tokens", type=_positive, default=64, help="tokens N (default 64)")
+    layer.add_argument("--hidden", type=_positive, default=64, help="hidden size H (default 64)")
+    layer.add_argument("--experts", type=_positive, default=8, help="experts E (default 8)")
+    layer.add_argument("--topk", type=_positive, default=2, help="experts per token K (default 2)")
+    layer.add_argument("--capacity", type=_positive,
+                       help="routing_map_pad: rows per expert (default ceil(N*K/E), so tokens are dropped and padded)")
+    layer.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"),
+                       help="dtype of the tensors the operators move (default fp32; router and experts stay fp32)")
+    layer.add_argument("--seed", type=_integer, default=0, help="random seed (default 0)")
+    layer.add_argument("--no-fd", action="store_true", help="skip the finite-difference gradient checks")
+    _add_chip_flags(layer)
     return parser
 
 
 def main(argv=None) -> int:
     try:
         a = build_parser().parse_args(argv)
-        return {"demo": cmd_demo, "tiling": cmd_tiling, "run": cmd_run}[a.command](a)
+        return {"demo": cmd_demo, "tiling": cmd_tiling, "run": cmd_run, "moe-layer": cmd_moe_layer}[a.command](a)
     except CliError as e:
         print(f"ascend-sim: error: {e}", file=sys.stderr)
         return 2
