@@ -46,15 +46,12 @@ def golden_not_pad(permuted_tokens, sorted_indices, routing_map, probs, restore_
     idx = s[: tokens * top_k].reshape(tokens, top_k)
     keep = (idx >= 0) & (idx < rows) & (weights != 0)
     x = p.astype(_F32)
+    # slot 0 initialises the accumulator (a skipped slot 0 leaves +0.0); later kept slots are added
     acc = np.zeros((tokens, hidden), dtype=_F32)
-    started = np.zeros(tokens, dtype=bool)
     for k in range(top_k):
         rows_k = np.flatnonzero(keep[:, k])
         term = x[idx[rows_k, k]] * weights[rows_k, k][:, None] if probs is not None else x[idx[rows_k, k]]
-        first = ~started[rows_k]
-        acc[rows_k[first]] = term[first]
-        acc[rows_k[~first]] = acc[rows_k[~first]] + term[~first]
-        started[rows_k] = True
+        acc[rows_k] = term if k == 0 else acc[rows_k] + term
     return acc.astype(p.dtype), pp
 
 

@@ -96,6 +96,21 @@ def test_minus_one_and_dropped_slots_and_zero_probs():
     assert not outs[0][0].any()
 
 
+def test_skipped_first_slot_then_negative_zeros_sum_to_positive_zero():
+    """Kernel G zero-fills the accumulator when slot 0 is skipped, then adds: +0.0 + -0.0 = +0.0. A golden that
+    started from the first kept term would keep -0.0."""
+    args = make_inputs(8, 64, 4, topk=2, dtype="fp16", seed=4)
+    s, p, probs = args["sorted_indices"], args["permuted_tokens"].copy(), args["probs"].copy()
+    t, e = np.nonzero(args["routing_map"])          # token-major: token 0's two experts first
+    probs[t[0], e[0]] = 0                            # slot 0 of token 0 skipped
+    p[s[1]] = -0.0                                   # its second slot adds -0.0 (times a positive prob)
+    probs[t[1], e[1]] = abs(probs[t[1], e[1]]) + np.float16(0.25)
+    args.update(permuted_tokens=p, probs=probs)
+    outs, _ = _run(args, SMALL)
+    _check(args, outs)
+    assert not np.signbit(outs[0][0]).any()
+
+
 @pytest.mark.parametrize("ub_size,expect", [
     (15376, {"hidden_splited_length": 512, "hidden_splited_num": 2, "hidden_splited_remain": 276}),
     (13776, {"tokens_splited_num": 1, "tokens_splited_remain": 5}),
