@@ -6,16 +6,20 @@ from tiling.status import (AclnnError, InnerNullptrError, ParamInvalidError, Par
 
 from . import aclnn  # noqa: F401
 from .permute import moe_token_permute  # noqa: F401
+from .permute_grad import moe_token_permute_grad  # noqa: F401
 from .permute_with_routing_map import moe_token_permute_with_routing_map  # noqa: F401
 from .permute_with_routing_map_grad import moe_token_permute_with_routing_map_grad  # noqa: F401
+from .unpermute import moe_token_unpermute  # noqa: F401
 from .unpermute_with_routing_map import moe_token_unpermute_with_routing_map  # noqa: F401
 from .unpermute_with_routing_map_grad import moe_token_unpermute_with_routing_map_grad  # noqa: F401
 
 __all__ = [
     "AclnnError", "ParamNullptrError", "ParamInvalidError", "TilingError", "InnerNullptrError", "aclnn",
     "moe_token_permute",
+    "moe_token_permute_grad",
     "moe_token_permute_with_routing_map",
     "moe_token_permute_with_routing_map_grad",
+    "moe_token_unpermute",
     "moe_token_unpermute_with_routing_map",
     "moe_token_unpermute_with_routing_map_grad",
 ]

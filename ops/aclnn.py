@@ -9,8 +9,10 @@ the run, `executor.report` describe what happened.
 from __future__ import annotations
 
 from . import permute as _permute
+from . import permute_grad as _permute_grad
 from . import permute_with_routing_map as _pwrm
 from . import permute_with_routing_map_grad as _pwrm_grad
+from . import unpermute as _unpermute
 from . import unpermute_with_routing_map as _uwrm
 from . import unpermute_with_routing_map_grad as _uwrm_grad
 
@@ -18,10 +20,14 @@ moe_token_permute_get_workspace_size = _permute.get_workspace_size
 moe_token_permute = _permute.run
 moe_token_permute_v2_get_workspace_size = _permute.get_workspace_size_v2
 moe_token_permute_v2 = _permute.run_v2
+moe_token_permute_grad_get_workspace_size = _permute_grad.get_workspace_size
+moe_token_permute_grad = _permute_grad.run
 moe_token_permute_with_routing_map_get_workspace_size = _pwrm.get_workspace_size
 moe_token_permute_with_routing_map = _pwrm.run
 moe_token_permute_with_routing_map_grad_get_workspace_size = _pwrm_grad.get_workspace_size
 moe_token_permute_with_routing_map_grad = _pwrm_grad.run
+moe_token_unpermute_get_workspace_size = _unpermute.get_workspace_size
+moe_token_unpermute = _unpermute.run
 moe_token_unpermute_with_routing_map_get_workspace_size = _uwrm.get_workspace_size
 moe_token_unpermute_with_routing_map = _uwrm.run
 moe_token_unpermute_with_routing_map_grad_get_workspace_size = _uwrm_grad.get_workspace_size
@@ -32,10 +38,14 @@ __all__ = [
     "moe_token_permute",
     "moe_token_permute_v2_get_workspace_size",
     "moe_token_permute_v2",
+    "moe_token_permute_grad_get_workspace_size",
+    "moe_token_permute_grad",
     "moe_token_permute_with_routing_map_get_workspace_size",
     "moe_token_permute_with_routing_map",
     "moe_token_permute_with_routing_map_grad_get_workspace_size",
     "moe_token_permute_with_routing_map_grad",
+    "moe_token_unpermute_get_workspace_size",
+    "moe_token_unpermute",
     "moe_token_unpermute_with_routing_map_get_workspace_size",
     "moe_token_unpermute_with_routing_map",
     "moe_token_unpermute_with_routing_map_grad_get_workspace_size",

@@ -1,0 +1,246 @@
+"""MoeTokenPermuteGrad: gradient of MoeTokenPermute (aclnnMoeTokenPermuteGrad, [M26]).
+
+input_grad[t] = sum_{k < K} permuted_output_grad[sorted_indices[t*K + k]] over the slots whose row exists
+(< R = rows of the gradient: rows the forward dropped through numOutTokens), fp32 sum, round-half-even cast.
+
+Ascend 910B / 910_93: the auto-generated inner aclnn, in this order:
+* permuted_output_grad, sorted_indices, out or num_topk missing -> 161001 (ParamNullptrError);
+* dtypes outside the OpDef columns (gradient bf16 / fp16 / fp32, sorted_indices int32, out = gradient)
+  -> 161002 (ParamInvalidError);
+* then the tiling (T-G, tiling.moe_token_permute_grad), which never fails in the real op. The simulator adds
+  the checks that keep the kernel inside the caller's tensors, all 561002 (TilingError, the status the inner
+  aclnn gives for a shape its tiling / launch cannot serve, and the one MoeTokenUnpermute documents for
+  "shape mismatch between inputs / between attr and inputs"): the gradient 2-D and sorted_indices 1-D;
+  num_topk >= 1 or -1; out of shape (len(sorted_indices) // K, H). The last one matters because the real
+  InferShape sizes out by R // num_topk while the kernel writes len(sorted_indices) // K rows: the two differ
+  whenever the forward dropped rows, and the real op would then write past an InferShape-sized output.
+  A tiling that gives a zero-length hidden piece or token chunk (a UB too small for the shapes) would leave
+  rows unwritten: refused with 561002 too.
+* one launch of kernel G (keys 0 / 2 / 4) writing out directly. Negative indices are not skipped there: they
+  end in an OutOfBoundsError naming the index. Slots past N*K (len not a multiple of K) are ignored.
+
+Ascend 950 (IsRegbase): paddedMode true -> 161002; null -> 161001; dtypes (gradient and out in
+{fp16, bf16, fp32} and equal, sorted_indices int32; empty tensors are not checked) -> 161002; a rank-0
+gradient -> 161002. Then l0 MoeInitRoutingV2Grad(grad, sorted_indices, topK = num_topk, dropPadMode 0,
+activeNum = R) into a new tensor of out's shape, and ViewCopy into out. That l0 op launches nothing when out
+is empty; otherwise its tiling fails (-> l0 nullptr -> 561103, InnerNullptrError) for: num_topk <= 0 (-1 is
+not read as 1 here), a gradient that is not 2-D or 3-D, R == 0, out not 2-D, out dim 1 != H, an empty
+sorted_indices, len(sorted_indices) not a multiple of num_topk, out dim 0 != len(sorted_indices) // num_topk.
+The simulator also refuses a 3-D gradient (561103; the real 950 kernel would read it as (R, dim1) rows).
+
+The simulated 950 kernel: kernel G's tiling (T-G sized for the 950 profile), buffers and loop nest with
+MoeInitRoutingV2Grad's summation (ops.permute_grad.kernel): slots with index < 0 or >= R count as zero rows,
+the sum starts at +0.0 and adds slots in groups of four, pairwise, per chunk of kUbFactor slots (the real
+regbase template's factor; the whole topK for the full-load and split-H templates the real tiling prefers).
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import ml_dtypes
+import numpy as np
+
+from ascend_sim.dtypes import dt_of
+from tiling import get_soc
+from tiling.moe_token_permute_grad import FIELDS, moe_token_permute_grad as _tiling
+from tiling.status import InnerNullptrError, ParamInvalidError, TilingError
+
+from .._framework import Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor
+from .._host import view_copy_step
+from .._validate import as_input, as_output, check_no_alias, flag, int_attr, require
+from ..common.unpermute_gather import gather_template
+from .kernel import ARCH35_KERNELS, KERNELS, L0_950, Arch35Template, GmTensors
+
+OP = "MoeTokenPermuteGrad"
+API = "aclnnMoeTokenPermuteGrad"
+# named after the C++ struct; the class must be importable under its own name for numba's disk cache
+MoeTokenPermuteGradTilingData = namedtuple("MoeTokenPermuteGradTilingData", FIELDS)
+
+_BF16, _F16, _F32, _I32 = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32),
+                           np.dtype(np.int32))
+FLOAT_DTYPES = (_F16, _BF16, _F32)
+# OpDef columns (permuted_output_grad, sorted_indices, input_grad)
+DTYPE_COLUMNS = [(g, _I32, g) for g in (_BF16, _F16, _F32)]
+GM_NAMES = ("permuted_output_grad", "sorted_indices", "input_grad")
+
+# MoeInitRoutingV2Grad arch35 tiling constants (moe_init_routing_v2_grad_*_tiling_arch35.cpp)
+SPLIT_H_MAX_TOPK = 64          # MIN_SPLIT_H_TOPK_THRESHOLD
+SPLIT_H_CACHE_LINE = 512       # MAX_CACHE_LINE_SIZE
+FULL_LOAD_MAX_TOPK = 10        # MAX_FULL_LOAD_CNT
+UINT16_MAX = 65535
+
+
+def arch35_k_chunk(hidden: int, top_k: int, tokens: int, grad_dtype, soc) -> int:
+    """Slots one SequenceReduceSum pass covers on Ascend 950 (MoeInitRoutingV2Grad's template choice):
+    topK for the split-H template (topK <= 64, tokens < cores, tokens < H / 512 / typeSize) and the full-load
+    template ((2 topK + 1) rows of H fit the UB, or topK <= 10); otherwise the regbase template's kUbFactor."""
+    ts = 4 if np.dtype(grad_dtype) == _F32 else 2
+    ub = soc.ub_size_for_tiling
+    if top_k <= SPLIT_H_MAX_TOPK and tokens < soc.aiv_num and tokens < hidden // SPLIT_H_CACHE_LINE // ts:
+        return top_k
+    h_align = -(-hidden * ts // 32) * 32 // ts
+    if (2 * top_k + 1) * ts * h_align <= ub or top_k <= FULL_LOAD_MAX_TOPK:
+        return top_k
+    if (2 * ts + ts + 4) * h_align <= ub:
+        return max(1, min((ub - (ts + 4) * h_align) // (2 * ts * h_align), UINT16_MAX))
+    return 1
+
+
+def _ub_advice(result) -> str:
+    f = result.fields
+    return (f"Kernel G is sized by the tiling: hidden pieces of {f['hidden_splited_length']} elements, "
+            f"{f['tokens_splited_length']} tokens' indices per chunk. A larger ub_size in a custom profile "
+            "(tiling.get_soc(..., ub_size=...)) gives longer pieces.")
+
+
+def _check_910(g, s, out, k: int) -> None:
+    """The simulator's shape checks on the inner-aclnn path (561002; see the module docstring)."""
+    if g.ndim != 2:
+        raise TilingError(f"{OP}: permuted_output_grad must be 2-D (rows, hidden), got shape {g.shape}")
+    if s.ndim != 1:
+        raise TilingError(f"{OP}: sorted_indices must be 1-D (tokens * num_topk,), got shape {s.shape}")
+    if k < -1:
+        raise TilingError(f"{OP}: num_topk must be a positive topK (or -1, read as 1), got {k}")
+    top_k = 1 if k == -1 else k
+    n = s.shape[0] // top_k if top_k > 0 else 0
+    want = (n, g.shape[1])
+    if out.shape != want:
+        infer = g.shape[0] // top_k if top_k > 0 else 0
+        note = (f" (InferShape's rows // num_topk = {infer} differs when the forward dropped rows: size out by "
+                "len(sorted_indices) // num_topk)") if out.ndim == 2 and out.shape[0] == infer != n else ""
+        raise TilingError(f"{OP}: out must have shape (len(sorted_indices) // num_topk, hidden) = {want}, got "
+                          f"{out.shape}; the kernel writes {n} rows{note}")
+
+
+def _check_950(g, s, out, k: int) -> None:
+    """MoeInitRoutingV2Grad's tiling checks (l0 failure -> 561103), for a non-empty out."""
+    def fail(msg):
+        raise InnerNullptrError(f"l0op::{L0_950}: {msg}")
+    if k <= 0:
+        fail(f"top_k must be greater than 0, got num_topk {k} (-1 is read as 1 only on Ascend 910B / 910_93)")
+    if g.ndim != 2:
+        fail(f"grad_expanded_x (permuted_output_grad) must be 2-D here, got shape {g.shape}")
+    if g.shape[0] == 0:
+        fail("permuted_output_grad has 0 rows: activeNum 0 selects the dropless mode, which needs positive dims")
+    if out.ndim != 2 or out.shape[1] != g.shape[1]:
+        fail(f"grad_x (out) must be 2-D with hidden {g.shape[1]}, got shape {out.shape}")
+    if s.ndim != 1 or s.shape[0] == 0:
+        fail(f"expanded_row_idx (sorted_indices) must be a non-empty 1-D tensor, got shape {s.shape}")
+    if s.shape[0] % k:
+        fail(f"expanded_row_idx dim 0 ({s.shape[0]}) must be divisible by top_k ({k})")
+    if out.shape[0] != s.shape[0] // k:
+        fail(f"grad_x dim 0 must equal len(sorted_indices) // num_topk = {s.shape[0] // k}, got {out.shape[0]}")
+
+
+def _check_950_dtypes(g, s, out) -> None:
+    """CheckDtypeValid of the regbase path (161002); empty tensors are not checked."""
+    if g.size and g.dtype not in FLOAT_DTYPES:
+        raise ParamInvalidError(f"permuted_output_grad dtype must be float16, bfloat16 or float32, got {g.dtype}")
+    if s.size and s.dtype != _I32:
+        raise ParamInvalidError(f"sorted_indices dtype must be int32, got {s.dtype}")
+    if out.size:
+        if out.dtype not in FLOAT_DTYPES:
+            raise ParamInvalidError(f"out dtype must be float16, bfloat16 or float32, got {out.dtype}")
+        if out.dtype != g.dtype:
+            raise ParamInvalidError(f"out dtype ({out.dtype}) must equal permuted_output_grad dtype ({g.dtype})")
+
+
+def _check_pieces(result, n: int, h: int) -> None:
+    f = result.fields
+    if (h > 0 and f["hidden_splited_length"] <= 0) or (n > 0 and f["tokens_splited_length"] <= 0):
+        raise TilingError(f"{OP}: the tiling leaves no room for the data (hidden piece {f['hidden_splited_length']} "
+                          f"elements, token chunk {f['tokens_splited_length']} tokens): the kernel would not write "
+                          "the output. " + _ub_advice(result))
+
+
+def _executor(result, g, s, out_array, tensors, arch35_chunk=None) -> Executor:
+    td = MoeTokenPermuteGradTilingData(*result.fields.values())
+    gm = GmTensors(gm_tensor(g, 0), gm_tensor(s, 1, np.int32), gm_tensor(out_array, 2))
+    fp32 = g.dtype == _F32
+    if arch35_chunk is None:
+        kernel = KERNELS[fp32]
+        tmpl = gather_template(dt_of(g.dtype), None, skip_negative=False, used_core_num=result.block_dim)
+    else:
+        kernel = ARCH35_KERNELS[fp32]
+        tmpl = Arch35Template(dt_of(g.dtype), arch35_chunk, result.block_dim)
+    if result.block_dim <= 0 or out_array.size == 0:
+        kernel = None
+    links = (IndexLink("sorted_indices", "permuted_output_grad", g.shape[1], g.shape[0]),)
+    return Executor(OP, result, kernel, (td, gm, tmpl), GM_NAMES, api=API, tensors=tensors, index_links=links,
+                    ub_advice=_ub_advice(result))
+
+
+def get_workspace_size(permuted_output_grad, sorted_indices, num_topk, padded_mode=False, out=None, *,
+                       soc="ascend910b"):
+    """aclnnMoeTokenPermuteGradGetWorkspaceSize -> (workspace_size, executor). Arguments in the aclnn's order;
+    out (N, H) is filled in place by the second phase."""
+    soc = get_soc(soc)
+    padded_mode = flag("padded_mode", padded_mode)
+    if soc.is_regbase and padded_mode:      # the regbase branch tests paddedMode first
+        raise ParamInvalidError("padded_mode = true is not supported (only false)")
+    require("permuted_output_grad", permuted_output_grad)
+    require("sorted_indices", sorted_indices)
+    require("out", out)
+    require("num_topk", num_topk)
+    k = int_attr("num_topk", num_topk)
+    grad_rank = np.ndim(permuted_output_grad)        # before as_input, which makes a 0-d array 1-d
+    g = as_input("permuted_output_grad", permuted_output_grad)
+    s = as_input("sorted_indices", sorted_indices)
+    o = as_output("out", out)
+    tensors = dict(permuted_output_grad=g, sorted_indices=s, out=o)
+    check_no_alias({"permuted_output_grad": g, "sorted_indices": s}, {"out": o})
+
+    if not soc.is_regbase:
+        match_dtype_columns(OP, [("permuted_output_grad", g), ("sorted_indices", s), ("out", o)], DTYPE_COLUMNS)
+        _check_910(g, s, o, k)
+        result = _tiling(g, s, k, padded_mode, soc=soc)
+        if o.size:
+            _check_pieces(result, o.shape[0], o.shape[1])
+        return result.workspace_size, _executor(result, g, s, o, tensors)
+
+    _check_950_dtypes(g, s, o)
+    if grad_rank == 0:
+        raise ParamInvalidError("permuted_output_grad must have at least one dimension (rows, hidden)")
+    if o.size == 0:      # l0 MoeInitRoutingV2Grad launches nothing for an empty output
+        return 0, Composite(OP, None, [], api=API, tensors=tensors)
+    _check_950(g, s, o, k)
+    result = _tiling(g, s, k, padded_mode, soc=soc)
+    _check_pieces(result, o.shape[0], o.shape[1])
+    grad_x = np.empty(o.shape, dtype=o.dtype)       # the l0 op's own output, copied into out by ViewCopy
+    n, h = o.shape
+    chunk = arch35_k_chunk(h, k, n, g.dtype, soc)
+    executor = _executor(result, g, s, grad_x, tensors, arch35_chunk=chunk)
+    steps = [KernelStep(f"l0op::{L0_950}", executor), view_copy_step(grad_x, o)]
+    return result.workspace_size, Composite(OP, result, steps, api=API, tensors=tensors,
+                                            workspace_size=result.workspace_size)
+
+
+def run(workspace, workspace_size, executor, stream=None) -> None:
+    """aclnnMoeTokenPermuteGrad: launch; out is filled in place."""
+    run_executor(API, workspace, workspace_size, executor, stream)
+
+
+def allocate_outputs(permuted_output_grad, sorted_indices, num_topk) -> np.ndarray:
+    """Zeroed out of shape (len(sorted_indices) // K, H) in the gradient's dtype (K = num_topk, -1 read as 1):
+    the rows the kernel writes (not InferShape's R // num_topk, see the module docstring)."""
+    g = as_input("permuted_output_grad", permuted_output_grad)
+    s = as_input("sorted_indices", sorted_indices)
+    k = int_attr("num_topk", num_topk)
+    k = 1 if k == -1 else k
+    total = s.shape[0] if s.ndim >= 1 else 0
+    n = total // k if k > 0 else 0
+    h = g.shape[1] if g.ndim >= 2 else 0
+    return np.zeros((n, h), dtype=g.dtype)
+
+
+def moe_token_permute_grad(permuted_output_grad, sorted_indices, num_topk, padded_mode=False, *,
+                           soc="ascend910b") -> np.ndarray:
+    """Friendly call: allocates input_grad (len(sorted_indices) // K, H) in the gradient's dtype, runs both
+    phases and returns it (K = num_topk; -1 is read as 1 on 910B / 910_93 and refused on 950)."""
+    require("permuted_output_grad", permuted_output_grad)
+    require("sorted_indices", sorted_indices)
+    require("num_topk", num_topk)
+    out = allocate_outputs(permuted_output_grad, sorted_indices, num_topk)
+    size, executor = get_workspace_size(permuted_output_grad, sorted_indices, num_topk, padded_mode, out, soc=soc)
+    run(np.empty(size, dtype=np.uint8), size, executor)
+    return out

@@ -1,0 +1,210 @@
+"""MoeTokenUnpermute: the unpermute (combine) of a MoE layer (aclnnMoeTokenUnpermute, [M26]).
+
+    out[t] = sum_{k < K} probs[t, k] * permuted_tokens[sorted_indices[t*K + k]]     (K = 1 without probs)
+
+Ascend 910B / 910_93: the auto-generated inner aclnn (op_api/aclnn_moe_token_unpermute.cpp forwards to
+aclnnInnerMoeTokenUnpermute). Checks in the real order:
+1. permuted_tokens, sorted_indices or unpermuted_tokens (out) missing -> 161001.
+2. dtypes outside the OpDef's nine columns (tokens bf16 / fp16 / fp32 with probs of any of the three,
+   sorted_indices int32, out = the tokens' dtype) -> 161002.
+3. tiling (tiling.moe_token_unpermute, 561002): permuted_tokens not 2-D; probs not 2-D;
+   len(sorted_indices) != probs.dim0 * probs.dim1; topK > 512.
+4. the simulator's own check, 561002 as the documentation lists shape mismatches: out must be (N, H)
+   (N = probs.dim0, or len(sorted_indices) without probs), which the kernel writes row by row.
+padded_mode and restore_shape go to a tiling and a kernel that never read them: True / a list are accepted
+and change nothing (the documentation says only False / None are supported).
+Steps: one simulated launch of kernel G (ops.common.unpermute_gather, via kernel.py) on min(N, cores)
+cores, into the caller's out. Negative sorted indices are read before permuted_tokens by the real kernel:
+the simulator stops with OutOfBoundsError naming the index.
+
+Ascend 950 (IsRegbase): the hand-written path of the same aclnn. Checks in its order: padded_mode True ->
+161002; permuted_tokens, sorted_indices or out missing -> 161001; dtypes (tokens, probs and out bf16 / fp16 /
+fp32, out equal to the tokens, sorted_indices int32; each checked only when non-empty) -> 161002. Then the l0
+MoeFinalizeRoutingV2 (dropPadMode 2 "read index by row", k 1): empty out -> no launch; otherwise its tiling
+checks (expanded_x 2-D with H > 0; probs 2-D with K > 0; sorted_indices 1-D with L = N*K, N > 0; probs
+(N, K); out (N, H)) -> 561103, as the l0 returns nullptr. There is no topK limit. Steps:
+l0op::MoeFinalizeRoutingV2 [simulated kernel] then l0op::ViewCopy [host; moves nothing, the l0 wrote out].
+The simulated kernel is kernel G tiled by T-G for the 950 profile, with its `arch35` flag, which gives the
+real arch35 kernel's results (see GatherTemplate.arch35): slots equal to -1 are skipped,
+zero probs are multiplied (not skipped), the fp32 sum starts from +0.0. A topK so large that T-G cannot hold
+one token's indices (or a UB too small for one hidden piece) ends in UBOverflowError: the real kernel would
+run, the simulated one cannot.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import ml_dtypes
+import numpy as np
+
+from ascend_sim import UBOverflowError
+from ascend_sim.dtypes import dt_of
+from tiling import get_soc
+from tiling.moe_token_unpermute import FIELDS, L0_950, moe_token_unpermute as _tiling
+from tiling.status import InnerNullptrError, ParamInvalidError, TilingError
+
+from .._framework import Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor
+from .._host import view_copy_step
+from .._validate import as_input, as_output, check_no_alias, flag, int_list, require
+from ..common.unpermute_gather import gather_template
+from .kernel import GmTensors, kernel_for
+
+OP = "MoeTokenUnpermute"
+API = "aclnnMoeTokenUnpermute"
+# named after the C++ struct; the class must be importable under its own name for numba's disk cache
+MoeTokenUnpermuteTilingData = namedtuple("MoeTokenUnpermuteTilingData", FIELDS)
+TilingData = MoeTokenUnpermuteTilingData
+
+_BF16, _F16, _F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
+_I32 = np.dtype(np.int32)
+FLOAT_DTYPES = (_F16, _BF16, _F32)
+# OpDef columns (permuted_tokens, sorted_indices, probs, unpermuted_tokens) for ascend910b / ascend910_93
+DTYPE_COLUMNS = [(t, _I32, p, t) for t in (_BF16, _F16, _F32) for p in (_BF16, _F16, _F32)]
+GM_NAMES = ("permuted_tokens", "sorted_indices", "probs", "unpermuted_tokens")
+
+
+def _tokens_of(s, pr) -> int:
+    """N as the InferShape gives it: probs.dim0, else len(sorted_indices)."""
+    if pr is not None:
+        return pr.shape[0] if pr.ndim >= 1 else 0
+    return s.shape[0] if s.ndim >= 1 else 0
+
+
+def _check_out_shape(out, p, s, pr, error) -> None:
+    """The kernel writes N rows of H elements into out: any other shape would put rows elsewhere or past it."""
+    want = (_tokens_of(s, pr), p.shape[1])
+    if out.shape != want:
+        raise error(f"{OP}: unpermuted_tokens must have shape (tokens, hidden) = {want} (tokens = "
+                    f"{'probs dim 0' if pr is not None else 'len(sorted_indices)'}), got {out.shape}")
+
+
+def _check_regbase_dtypes(p, s, pr, out) -> None:
+    """CheckDtypeValid of the 950 path (161002); an empty tensor's dtype is not checked, as in the source."""
+    def bad(name, t, want):
+        raise ParamInvalidError(f"{name} dtype must be {want}, got {t.dtype}")
+    if p.size and p.dtype not in FLOAT_DTYPES:
+        bad("permuted_tokens", p, "float16, bfloat16 or float32")
+    if s.size and s.dtype != _I32:
+        bad("sorted_indices", s, "int32")
+    if pr is not None and pr.size and pr.dtype not in FLOAT_DTYPES:
+        bad("probs", pr, "float16, bfloat16 or float32")
+    if out.size:
+        if out.dtype not in FLOAT_DTYPES:
+            bad("unpermuted_tokens", out, "float16, bfloat16 or float32")
+        if out.dtype != p.dtype:
+            bad("unpermuted_tokens", out, f"the permuted_tokens dtype ({p.dtype})")
+
+
+def _ub_advice(result) -> str:
+    f = result.fields
+    return (f"Kernel G holds hidden pieces of {f['hidden_splited_length']} elements ({f['buffer_num']} input "
+            f"buffers) and {f['tokens_splited_length']} tokens' indices / probs per chunk; a larger ub_size in a "
+            "custom profile (tiling.get_soc(..., ub_size=...)) gives longer pieces and chunks.")
+
+
+def _executor(result, p, s, pr, out, tensors, arch35: bool, api: str) -> Executor:
+    """The launch of kernel G for this op (no kernel when nothing is to be written)."""
+    tmpl = gather_template(dt_of(p.dtype), None if pr is None else dt_of(pr.dtype), skip_negative=False,
+                           used_core_num=result.block_dim, arch35=arch35)
+    gm = GmTensors(gm_tensor(p, 0), gm_tensor(s, 1, np.int32), None if pr is None else gm_tensor(pr, 2),
+                   gm_tensor(out, 3))
+    kernel = None
+    if out.size and result.block_dim > 0:
+        kernel = kernel_for(p.dtype == _F32, pr is not None, pr is not None and pr.dtype == _F32)
+    links = (IndexLink("sorted_indices", "permuted_tokens", p.shape[1], p.shape[0]),)
+    return Executor(OP, result, kernel, (TilingData(*result.fields.values()), gm, tmpl), GM_NAMES, api=api,
+                    tensors=tensors, ub_advice=_ub_advice(result), index_links=links)
+
+
+def _check_simulated_950_kernel_fits(result) -> None:
+    """T-G budgets UB for topK <= 512; the real 950 kernel has no such limit. Where T-G leaves no room for one
+    hidden piece or one token's slots the stand-in would write nothing: refuse instead of a wrong result."""
+    f = result.fields
+    if f["tokens_core_length"] + f["tokens_core_remain"] > 0 and (
+            f["hidden_splited_length"] <= 0 or (f["tokens_splited_length"] <= 0 and f["tokens_core_length"] > 0)):
+        soc = result.soc
+        raise UBOverflowError(
+            f"the simulated Ascend 950 kernel (kernel G tiled for {soc.ub_size} bytes of UB) cannot hold one hidden "
+            f"piece or the {f['top_k']} indices / probs of one token (hidden piece {f['hidden_splited_length']}, "
+            f"token chunk {f['tokens_splited_length']}); the real MoeFinalizeRoutingV2 kernel would run. Use a "
+            "larger ub_size in a custom profile (tiling.get_soc('ascend950', ub_size=...)) or a smaller topK / "
+            "hidden size", op=OP, tiling_key=result.tiling_key, capacity_bytes=soc.ub_size)
+
+
+def get_workspace_size(permuted_tokens, sorted_indices, probs=None, padded_mode=False, restore_shape=None,
+                       unpermuted_tokens=None, *, soc="ascend910b"):
+    """aclnnMoeTokenUnpermuteGetWorkspaceSize -> (workspace_size, executor).
+
+    permuted_tokens (R, H) bf16 / fp16 / fp32; sorted_indices (N*K,) int32, the permuted row of every
+    (token, slot) (rows >= R are skipped); probs (N, K) bf16 / fp16 / fp32 or None (K = 1, N = L);
+    unpermuted_tokens (N, H) in the tokens' dtype, filled in place. See the module docstring for checks.
+    """
+    soc = get_soc(soc)
+    padded_mode = flag("padded_mode", padded_mode)
+    restore_shape = int_list("restore_shape", restore_shape)
+    if soc.is_regbase and padded_mode:
+        raise ParamInvalidError("padded_mode must be False on Ascend 950 (MoeFinalizeRoutingV2 supports only the "
+                                "non-padded layout)")
+    require("permuted_tokens", permuted_tokens)
+    require("sorted_indices", sorted_indices)
+    require("unpermuted_tokens", unpermuted_tokens)
+    p, s = as_input("permuted_tokens", permuted_tokens), as_input("sorted_indices", sorted_indices)
+    pr = as_input("probs", probs)
+    out = as_output("unpermuted_tokens", unpermuted_tokens)
+    tensors = dict(permuted_tokens=p, sorted_indices=s, probs=pr, unpermuted_tokens=out)
+    check_no_alias({k: tensors[k] for k in GM_NAMES[:3]}, {"unpermuted_tokens": out})
+    if soc.is_regbase:
+        return _regbase(p, s, pr, out, soc, tensors)
+
+    match_dtype_columns(OP, list(tensors.items()), DTYPE_COLUMNS)
+    result = _tiling(p, s, pr, padded_mode, restore_shape, soc=soc)
+    _check_out_shape(out, p, s, pr, TilingError)
+    executor = _executor(result, p, s, pr, out, tensors, arch35=False, api=API)
+    return result.workspace_size, executor
+
+
+def _regbase(p, s, pr, out, soc, tensors):
+    """The Ascend 950 path: explicit dtype checks, then l0op::MoeFinalizeRoutingV2 and ViewCopy."""
+    _check_regbase_dtypes(p, s, pr, out)
+    steps = []
+    result = None
+    if out.size:        # the l0 allocates y like out and launches nothing for an empty y
+        try:
+            result = _tiling(p, s, pr, False, None, soc=soc)
+            _check_out_shape(out, p, s, pr, TilingError)
+        except TilingError as e:
+            raise InnerNullptrError(f"l0op::{L0_950} returns nullptr: {e.message}") from None
+        _check_simulated_950_kernel_fits(result)
+        executor = _executor(result, p, s, pr, out, tensors, arch35=True, api=API)
+        steps.append(KernelStep(f"l0op::{L0_950}", executor))
+    steps.append(view_copy_step(out, out))
+    workspace = result.workspace_size if result is not None else 0
+    return workspace, Composite(OP, result, steps, api=API, tensors=tensors, workspace_size=workspace)
+
+
+def run(workspace, workspace_size, executor, stream=None) -> None:
+    """aclnnMoeTokenUnpermute: launch the kernel (950: run the steps); out is filled in place."""
+    run_executor(API, workspace, workspace_size, executor, stream)
+
+
+def allocate_outputs(permuted_tokens, sorted_indices, probs=None) -> np.ndarray:
+    """Zeroed unpermuted_tokens of the InferShape shape: (probs.dim0 or len(sorted_indices), H), tokens' dtype."""
+    require("permuted_tokens", permuted_tokens)
+    require("sorted_indices", sorted_indices)
+    p, s = as_input("permuted_tokens", permuted_tokens), as_input("sorted_indices", sorted_indices)
+    pr = as_input("probs", probs)
+    h = p.shape[1] if p.ndim >= 2 else 0
+    return np.zeros((_tokens_of(s, pr), h), dtype=p.dtype)
+
+
+def moe_token_unpermute(permuted_tokens, sorted_indices, probs=None, padded_mode=False, restore_shape=None, *,
+                        soc="ascend910b") -> np.ndarray:
+    """Friendly call: allocates unpermuted_tokens, runs both phases and returns it.
+
+    Returns (N, H) in the dtype of permuted_tokens, N = probs.dim0 (or len(sorted_indices) without probs).
+    restore_shape does not change the shape (the real InferShape ignores it)."""
+    out = allocate_outputs(permuted_tokens, sorted_indices, probs)
+    size, executor = get_workspace_size(permuted_tokens, sorted_indices, probs, padded_mode, restore_shape, out,
+                                        soc=soc)
+    run(np.empty(size, dtype=np.uint8), size, executor)
+    return out

@@ -1,0 +1,42 @@
+"""Consistent example inputs for MoeTokenUnpermute, as MoeTokenPermute (V1) leaves them.
+
+A softmax-like router picks `topk` distinct experts per token; the forward permute sorts the N*K
+(token, slot) pairs by expert (stable), so permuted row r holds the r-th pair in that order and
+sorted_indices[t*K + k] is the permuted row of token t's slot k. With `num_out_tokens` < N*K the forward
+keeps only the first rows (R = num_out_tokens): the slots beyond point at rows >= R, which the unpermute
+skips. probs are the router's scores of the chosen experts.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tiling.common import as_dtype
+
+
+def make_inputs(tokens: int, hidden: int, experts: int = 8, topk: int = 2, *, dtype="bf16", probs_dtype=None,
+                with_probs: bool = True, num_out_tokens: int | None = None, seed: int = 0,
+                values: bool = True) -> dict:
+    """Arrays in aclnn argument order: permuted_tokens (R, H), sorted_indices (N*K,) int32, probs (N, K) or
+    None, padded_mode False, restore_shape None. Without probs K is 1 (the op's rule), whatever `topk` says.
+    `values=False` leaves permuted_tokens zero (cheap for large shapes)."""
+    rng = np.random.default_rng(seed)
+    dtype = as_dtype(dtype)
+    probs_dtype = as_dtype(probs_dtype) if probs_dtype is not None else dtype
+    k = topk if with_probs else 1
+    if k > experts:
+        raise ValueError(f"topk {k} needs at least as many experts, got {experts}")
+    logits = rng.standard_normal((tokens, experts)).astype(np.float32)
+    scores = np.exp(logits - logits.max(axis=1, keepdims=True))
+    scores /= scores.sum(axis=1, keepdims=True)
+    chosen = np.argsort(-scores, axis=1, kind="stable")[:, :k]                # (N, K) expert ids
+    order = np.argsort(chosen.reshape(-1), kind="stable")                    # permuted row -> flat slot
+    sorted_indices = np.empty(tokens * k, dtype=np.int32)
+    sorted_indices[order] = np.arange(tokens * k, dtype=np.int32)            # flat slot -> permuted row
+    rows = tokens * k if num_out_tokens is None else int(num_out_tokens)
+    if values:
+        permuted = (rng.random((rows, hidden), dtype=np.float32) * 4 - 2).astype(dtype)
+    else:
+        permuted = np.zeros((rows, hidden), dtype=dtype)
+    probs = np.take_along_axis(scores, chosen, axis=1).astype(probs_dtype) if with_probs else None
+    return dict(permuted_tokens=permuted, sorted_indices=sorted_indices, probs=probs, padded_mode=False,
+                restore_shape=None)
