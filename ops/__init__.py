@@ -10,6 +10,7 @@ from .permute_grad import moe_token_permute_grad  # noqa: F401
 from .permute_with_routing_map import moe_token_permute_with_routing_map  # noqa: F401
 from .permute_with_routing_map_grad import moe_token_permute_with_routing_map_grad  # noqa: F401
 from .unpermute import moe_token_unpermute  # noqa: F401
+from .unpermute_grad import moe_token_unpermute_grad  # noqa: F401
 from .unpermute_with_routing_map import moe_token_unpermute_with_routing_map  # noqa: F401
 from .unpermute_with_routing_map_grad import moe_token_unpermute_with_routing_map_grad  # noqa: F401
 
@@ -20,6 +21,7 @@ __all__ = [
     "moe_token_permute_with_routing_map",
     "moe_token_permute_with_routing_map_grad",
     "moe_token_unpermute",
+    "moe_token_unpermute_grad",
     "moe_token_unpermute_with_routing_map",
     "moe_token_unpermute_with_routing_map_grad",
 ]

@@ -13,6 +13,7 @@ from . import permute_grad as _permute_grad
 from . import permute_with_routing_map as _pwrm
 from . import permute_with_routing_map_grad as _pwrm_grad
 from . import unpermute as _unpermute
+from . import unpermute_grad as _unpermute_grad
 from . import unpermute_with_routing_map as _uwrm
 from . import unpermute_with_routing_map_grad as _uwrm_grad
 
@@ -28,6 +29,8 @@ moe_token_permute_with_routing_map_grad_get_workspace_size = _pwrm_grad.get_work
 moe_token_permute_with_routing_map_grad = _pwrm_grad.run
 moe_token_unpermute_get_workspace_size = _unpermute.get_workspace_size
 moe_token_unpermute = _unpermute.run
+moe_token_unpermute_grad_get_workspace_size = _unpermute_grad.get_workspace_size
+moe_token_unpermute_grad = _unpermute_grad.run
 moe_token_unpermute_with_routing_map_get_workspace_size = _uwrm.get_workspace_size
 moe_token_unpermute_with_routing_map = _uwrm.run
 moe_token_unpermute_with_routing_map_grad_get_workspace_size = _uwrm_grad.get_workspace_size
@@ -46,6 +49,8 @@ __all__ = [
     "moe_token_permute_with_routing_map_grad",
     "moe_token_unpermute_get_workspace_size",
     "moe_token_unpermute",
+    "moe_token_unpermute_grad_get_workspace_size",
+    "moe_token_unpermute_grad",
     "moe_token_unpermute_with_routing_map_get_workspace_size",
     "moe_token_unpermute_with_routing_map",
     "moe_token_unpermute_with_routing_map_grad_get_workspace_size",

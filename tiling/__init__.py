@@ -14,4 +14,5 @@ from .moe_token_permute_grad import moe_token_permute_grad  # noqa: F401
 from .moe_token_permute_with_routing_map import moe_token_permute_with_routing_map  # noqa: F401
 from .moe_token_permute_with_routing_map_grad import moe_token_permute_with_routing_map_grad  # noqa: F401
 from .moe_token_unpermute import moe_token_unpermute  # noqa: F401
+from .moe_token_unpermute_grad import moe_token_unpermute_grad  # noqa: F401
 from .moe_token_unpermute_with_routing_map import moe_token_unpermute_with_routing_map  # noqa: F401

@@ -36,7 +36,11 @@ hardware result depends on core timing; the golden keeps one of them, unspecifie
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
+
+from ops.common.reduce_sum_golden import reduce_sum_rows as _reduce_sum_rows
 
 ROW_CHUNK = 2048   # slots per vectorised step (bounds the fp32 temporaries)
 
@@ -45,43 +49,8 @@ def _to_f32(a: np.ndarray) -> np.ndarray:
     return np.asarray(a).astype(np.float32)
 
 
-def _tree_lanes(x: np.ndarray) -> np.ndarray:
-    """Pairwise tree over the last axis (length a power of two): ((x0+x1)+(x2+x3))+..."""
-    while x.shape[-1] > 1:
-        x = x[..., 0::2] + x[..., 1::2]
-    return x[..., 0]
-
-
-def _fold(buf: np.ndarray, length: int, threshold: int, offset: int) -> None:
-    """Halve the valid prefix (halves rounded up to 8 elements) until <= threshold, then fold onto `offset`."""
-    def half_of(n):   # AlignUp(CeilDiv(n, 2), 8)
-        return ((n + 1) // 2 + 7) // 8 * 8
-    total = length
-    half = half_of(total)
-    while total > threshold:
-        buf[:, : total - half] += buf[:, half:total]
-        total, half = half, half_of(half)
-    buf[:, : total - offset] += buf[:, offset:total]
-
-
-def reduce_sum_rows(x: np.ndarray) -> np.ndarray:
-    """ReduceSumFunc of every row of x (rows, L) in fp32, as the kernel orders the additions."""
-    rows, length = x.shape
-    if length == 0:
-        return np.zeros(rows, dtype=np.float32)
-    if length <= 64:
-        lanes = np.zeros((rows, 64), dtype=np.float32)
-        lanes[:, :length] = x
-        return _tree_lanes(lanes)
-    target = 4096 if length > 4096 else 512 if length > 512 else 64
-    buf = np.array(x, dtype=np.float32, copy=True)
-    _fold(buf, length, 2 * target, target)
-    blocks = buf[:, :target]
-    while blocks.shape[1] > 8:   # BlockReduceSum: each 8-element block to one value
-        blocks = _tree_lanes(blocks.reshape(rows, -1, 8))
-    lanes = np.zeros((rows, 64), dtype=np.float32)
-    lanes[:, :8] = blocks
-    return _tree_lanes(lanes)
+# ReduceSumFunc with this op's strict tiers (> 4096 / 512 / 64); shared with MoeTokenUnpermuteGrad's golden
+reduce_sum_rows = partial(_reduce_sum_rows, strict=True)
 
 
 def _piece_bounds(hidden: int, piece: int):

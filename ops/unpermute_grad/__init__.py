@@ -1,0 +1,299 @@
+"""MoeTokenUnpermuteGrad: gradient of MoeTokenUnpermute (aclnnMoeTokenUnpermuteGrad, [M26]).
+
+    permuted_tokens_grad[S[j]] = G[j // K] * probs[j // K, j % K]    (G[j] without probs, K = 1)
+    probs_grad[t, k]           = sum_h permuted_tokens[S[t*K + k], h] * G[t, h]
+
+Ascend 910B / 910_93: the auto-generated inner aclnn, in this order:
+1. a missing unpermuted_tokens_grad, sorted_indices, permuted_tokens_grad_out or probs_grad_out (all
+   REQUIRED in the OpDef; permuted_tokens and probs are optional) -> 161001;
+2. dtypes outside the 9 OpDef columns (tokens, gradient and output one of bf16 / fp16 / fp32, sorted
+   indices int32, probs and probs_grad_out one of bf16 / fp16 / fp32 and equal) -> 161002;
+3. the tiling (tiling.moe_token_unpermute_grad): a zero tokens / topK / hidden / len(sorted_indices), or
+   topK > 512 -> 561002;
+4. simulator checks, 561002 (the documentation's shape relations, which the real op does not test; the
+   kernel would address memory outside a tensor otherwise): unpermuted_tokens_grad 2-D (N, H); sorted
+   indices 1-D of N * K; probs (N, K); with probs, permuted_tokens (len(S), H) and probs_grad_out the
+   probs shape; permuted_tokens_grad_out (len(S), H); and an in-core split the real tiling could not
+   make (it logs the failure, succeeds with zero fields, and its kernel would divide by them).
+Steps: one launch of the kernel of tilingKey 0 (no probs: row copies) or 1 (probs), see kernel.py.
+Rows of permuted_tokens_grad_out no index names are left as they were; probs_grad_out is not touched
+without probs. Indices >= len(sorted_indices) are skipped (the probs gradient of such a slot sums a zero
+row); a negative index makes the kernel address GM before the tensor: OutOfBoundsError. With probs but
+without permuted_tokens (optional in [M26]) the kernel reads an empty tensor: OutOfBoundsError.
+
+Ascend 950 (IsRegbase), in this order: padded_mode true -> 161002; a missing permuted_tokens,
+unpermuted_tokens_grad, sorted_indices, permuted_tokens_grad_out or probs_grad_out -> 161001; dtypes
+(checked only for non-empty tensors: gradient, permuted tokens and output one of bf16 / fp16 / fp32 and
+equal, sorted indices int32, probs and probs_grad_out any of the three) -> 161002; a 0-d sorted_indices
+-> 161002. Both outputs empty: success, nothing runs. Then l0op::MoeFinalizeRoutingV2Grad(gradY = G,
+expandedRowIdx = S, expandedX = permuted_tokens, scales = probs, dropPadMode 0, activeNum = len(S)); its
+tiling checks fail as 561103: G 2-D, S 1-D; with probs: permuted_tokens (len(S), H), probs 2-D with N
+rows and len(S) elements, probs_grad_out 2-D with N rows, len(S) elements and the probs dtype; without
+probs: N == len(S); the output (len(S), H). Mixed token / probs dtypes are allowed there.
+The simulated 950 step is this op's own kernel, tiled for the 950 profile, with tmpl.arch35 set so that
+it returns what the arch35 MoeFinalizeRoutingV2Grad kernels return (see kernel.py): negative indices are
+skipped, a skipped slot's probs gradient is exactly 0, probs gradients are summed in the arch35 order.
+Not simulated on 950 (Arch35NotSimulatedError): shapes this op's tiling cannot tile for the 950 profile
+(a zero dimension, topK > 512) and a hidden size its 950 tiling would cut into pieces (the arch35 sum
+needs whole rows: with a small topK, fp32 rows longer than 6912 elements, bf16 / fp16 rows longer than
+10496).
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import ml_dtypes
+import numpy as np
+
+from ascend_sim import SimulatorError
+from ascend_sim.dtypes import dt_of, gm_view
+from ascend_sim.datacopy import GlobalTensor
+from tiling import get_soc
+from tiling.moe_token_unpermute_grad import FIELDS, KEY_PROB, in_core_split_done, moe_token_unpermute_grad as _tiling
+from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError
+
+from .._framework import Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor
+from .._host import view_copy_step
+from .._validate import as_input, as_output, check_no_alias, flag, int_list, require
+from .kernel import KERNELS, GmTensors, Template
+
+OP = "MoeTokenUnpermuteGrad"
+API = "aclnnMoeTokenUnpermuteGrad"
+L0_OP = "l0op::MoeFinalizeRoutingV2Grad"
+# named after the C++ struct; the class must be importable under its own name for numba's disk cache
+MoeTokenUnpermuteGradTilingData = namedtuple("MoeTokenUnpermuteGradTilingData", FIELDS)
+TilingData = MoeTokenUnpermuteGradTilingData
+
+_BF16, _F16, _F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
+_I32 = np.dtype(np.int32)
+FLOAT_DTYPES = (_BF16, _F16, _F32)
+NAMES = ("permuted_tokens", "unpermuted_tokens_grad", "sorted_indices", "probs", "permuted_tokens_grad",
+         "probs_grad")
+# OpDef columns in NAMES order: tokens type t for permuted / gradient / output, probs type p for probs / probs_grad
+DTYPE_COLUMNS = [(t, t, _I32, p, t, p) for t in FLOAT_DTYPES for p in FLOAT_DTYPES]
+
+
+class Arch35NotSimulatedError(SimulatorError):
+    """The Ascend 950 path cannot be simulated for these shapes (the simulated 950 step is this op's own
+    kernel: see the module docstring). Attributes: reason (str), hidden (int), limit (int or None: the
+    largest hidden size the 950 tiling keeps in one piece, when that is the reason)."""
+
+    def __init__(self, reason: str, *, hidden: int = 0, limit: int | None = None):
+        self.reason, self.hidden, self.limit = reason, hidden, limit
+        super().__init__(f"{reason} (the real op runs l0op::MoeFinalizeRoutingV2Grad here; the simulator does not "
+                         "cover this case)", op=OP)
+
+
+def _shape_error(message: str):
+    raise TilingError(f"{OP}: {message}")
+
+
+def _l0_error(message: str):
+    raise InnerNullptrError(f"{L0_OP} failed its tiling checks: {message}")
+
+
+def _check_shapes(p, g, s, pr, out, probs_grad) -> None:
+    """The documentation's shape relations the kernel relies on (561002)."""
+    if g.ndim != 2:
+        _shape_error(f"unpermuted_tokens_grad must be 2-D (tokens_num, hidden_size), got shape {g.shape}")
+    n, h = g.shape
+    k = 1 if pr is None else pr.shape[1] if pr.ndim == 2 else 0
+    if s.ndim != 1 or s.shape[0] != n * k:
+        _shape_error(f"sorted_indices must be 1-D of tokens_num * topK = {n} * {k} = {n * k} elements, got shape "
+                     f"{s.shape}")
+    m = s.shape[0]
+    if pr is not None:
+        if pr.shape != (n, k):
+            _shape_error(f"probs must have shape (tokens_num, topK) = {(n, k)}, got {pr.shape}")
+        if p is not None and p.shape != (m, h):
+            _shape_error(f"permuted_tokens must have shape (len(sorted_indices), hidden_size) = {(m, h)}, got "
+                         f"{p.shape}")
+        if probs_grad.shape != pr.shape:
+            _shape_error(f"probs_grad_out must have the probs shape {pr.shape}, got {probs_grad.shape}")
+    if out.shape != (m, h):
+        _shape_error(f"permuted_tokens_grad_out must have shape (len(sorted_indices), hidden_size) = {(m, h)}, "
+                     f"got {out.shape}")
+
+
+def _ro_bytes(a, index: int) -> GlobalTensor:
+    """An input as read-only GM bytes (an absent one is empty): one numba type for every dtype."""
+    data = gm_view(a).view(np.uint8) if a is not None else np.zeros(0, dtype=np.uint8)
+    if data.flags.writeable:
+        data = data.view()
+        data.flags.writeable = False
+    return GlobalTensor(data, index, 0)
+
+
+def _executor(result, tensors: dict, arch35: bool) -> Executor:
+    p, g, s, pr, out, probs_grad = (tensors[n] for n in NAMES)
+    token_t = dt_of(g.dtype)
+    gm = GmTensors(_ro_bytes(p, 0), _ro_bytes(g, 1), gm_tensor(s, 2, np.int32), _ro_bytes(pr, 3),
+                   GlobalTensor(gm_view(out).view(np.uint8), 4, 0),
+                   GlobalTensor(gm_view(probs_grad).view(np.uint8), 5, 0))
+    tmpl = Template(token_t, token_t if pr is None else dt_of(pr.dtype), 1 if arch35 else 0)
+    td = TilingData(*result.fields.values())
+    m, h = out.shape[0], g.shape[1]
+    links = (IndexLink("sorted_indices", "permuted_tokens_grad", h, m),
+             IndexLink("sorted_indices", "permuted_tokens", h, m))
+    return Executor(OP, result, KERNELS[result.tiling_key], (td, gm, tmpl), NAMES, api=API, tensors=tensors,
+                    ub_advice=_ub_advice(result), index_links=links)
+
+
+def _ub_advice(result) -> str:
+    """What shrinks this op's UB plan (appended to a UBOverflowError)."""
+    f = result.fields
+    return (f"The plan is sized by the tiling: hidden pieces of {f['hidden_size_align']} elements, "
+            f"{f['input_reserve_num']} permuted rows and {f['indices_reserve_num']} indices per batch. To fit: a "
+            "smaller topK or hidden size, or a larger ub_size in a custom profile (tiling.get_soc(..., ub_size=...)).")
+
+
+def _inner(tensors: dict, padded_mode: bool, restore_shape, soc, indices_ndim: int):
+    """The 910B / 910_93 inner aclnn."""
+    p, g, s, pr, out, probs_grad = (tensors[n] for n in NAMES)
+    match_dtype_columns(OP, [(n, tensors[n]) for n in NAMES], DTYPE_COLUMNS)
+    result = _tiling(p, g, s, pr, padded_mode, restore_shape, soc=soc)
+    if indices_ndim == 0:
+        _shape_error("sorted_indices must be 1-D, got a 0-d array")
+    _check_shapes(p, g, s, pr, out, probs_grad)
+    if not in_core_split_done(result.fields):
+        _shape_error("the in-core split failed (the real tiling logs 'split in core operation illegal' and goes on "
+                     f"with zero fields, and its kernel would divide by them): UB of {result.fields['total_ub_size']} "
+                     "bytes is too small for these dtypes and this hidden size")
+    return result.workspace_size, _executor(result, tensors, arch35=False)
+
+
+def _check_regbase_dtypes(tensors: dict) -> None:
+    """The 950 aclnn's CheckDtypeValid (161002); empty tensors are not checked, as in the real op."""
+    p, g, s, pr, out, probs_grad = (tensors[n] for n in NAMES)
+
+    def check(name, t, allowed):
+        if t is not None and t.size and t.dtype not in allowed:
+            raise ParamInvalidError(f"{name} dtype must be one of {[d.name for d in allowed]}, got {t.dtype}")
+
+    check("unpermuted_tokens_grad", g, FLOAT_DTYPES)
+    check("sorted_indices", s, (_I32,))
+    for name, t in (("permuted_tokens", p), ("permuted_tokens_grad_out", out)):
+        check(name, t, FLOAT_DTYPES)
+        if t is not None and t.size and t.dtype != g.dtype:
+            raise ParamInvalidError(f"{name} dtype ({t.dtype}) must equal the unpermuted_tokens_grad dtype ({g.dtype})")
+    check("probs", pr, FLOAT_DTYPES)
+    check("probs_grad_out", probs_grad, FLOAT_DTYPES)
+
+
+def _check_l0(tensors: dict) -> None:
+    """MoeFinalizeRoutingV2Grad's tiling checks for dropPadMode 0, activeNum = len(S) (561103)."""
+    p, g, s, pr, out, probs_grad = (tensors[n] for n in NAMES)
+    if g.ndim != 2:
+        _l0_error(f"grad_y (unpermuted_tokens_grad) must be 2-D, got shape {g.shape}")
+    if s.ndim != 1:
+        _l0_error(f"expanded_row_idx (sorted_indices) must be 1-D, got shape {s.shape}")
+    if g.dtype not in FLOAT_DTYPES or s.dtype != _I32:
+        _l0_error(f"grad_y must be float32 / float16 / bfloat16 and expanded_row_idx int32, got {g.dtype} and "
+                  f"{s.dtype}")
+    n, h = g.shape
+    m = s.shape[0]
+    if pr is not None:
+        if p.ndim != 2 or pr.ndim != 2:
+            _l0_error(f"expanded_x (permuted_tokens) and scales (probs) must be 2-D, got {p.shape} and {pr.shape}")
+        if p.shape != (m, h):
+            _l0_error(f"expanded_x (permuted_tokens) must have shape (len(sorted_indices), hidden) = {(m, h)}, got "
+                      f"{p.shape}")
+        if pr.shape[0] != n or pr.size != m:
+            _l0_error(f"scales (probs) must have {n} rows and {m} elements, got shape {pr.shape}")
+        if p.dtype != g.dtype:
+            _l0_error(f"expanded_x dtype ({p.dtype}) must equal the grad_y dtype ({g.dtype})")
+    elif n != m:
+        _l0_error(f"without scales, grad_y dim 0 ({n}) must equal len(expanded_row_idx) ({m})")
+    if out.shape != (m, h) or out.dtype != g.dtype:
+        _l0_error(f"grad_expanded_x (permuted_tokens_grad_out) must be {(m, h)} of {g.dtype}, got {out.shape} of "
+                  f"{out.dtype}")
+    if pr is not None and (probs_grad.ndim != 2 or probs_grad.shape[0] != n or probs_grad.size != m
+                           or probs_grad.dtype != pr.dtype):
+        _l0_error(f"grad_scales (probs_grad_out) must be 2-D with {n} rows, {m} elements and the probs dtype "
+                  f"{pr.dtype}, got {probs_grad.shape} of {probs_grad.dtype}")
+
+
+def _regbase(tensors: dict, padded_mode: bool, restore_shape, soc, indices_ndim: int):
+    """The Ascend 950 aclnn: explicit checks, then l0op::MoeFinalizeRoutingV2Grad (simulated, see the docstring).
+    indices_ndim: the caller's sorted_indices rank (as_input makes a 0-d array 1-d)."""
+    p, g, s, pr, out, probs_grad = (tensors[n] for n in NAMES)
+    _check_regbase_dtypes(tensors)
+    if indices_ndim == 0:
+        raise ParamInvalidError("sorted_indices must have at least one dimension (activeNum is its dim 0)")
+    if out.size == 0 and probs_grad.size == 0:      # the l0 op launches nothing
+        return 0, Composite(OP, None, [], api=API, tensors=tensors, workspace_size=0)
+    _check_l0(tensors)
+    try:
+        result = _tiling(p, g, s, pr, padded_mode, restore_shape, soc=soc)
+    except TilingError as e:
+        raise Arch35NotSimulatedError(f"this op's tiling cannot tile the case for the 950 profile: {e.message}",
+                                      hidden=g.shape[1]) from None
+    if not in_core_split_done(result.fields) or (result.tiling_key == KEY_PROB
+                                                 and result.fields["hidden_size_loop_times"] > 1):
+        raise Arch35NotSimulatedError(
+            f"hidden size {g.shape[1]} does not fit one hidden piece of this op's 950 tiling (pieces of "
+            f"{result.fields['hidden_size_align']}); the arch35 probs-gradient sum needs whole rows",
+            hidden=g.shape[1], limit=result.fields["hidden_size_align"])
+    executor = _executor(result, tensors, arch35=True)
+    steps = [KernelStep(L0_OP, executor), view_copy_step(out, out), view_copy_step(probs_grad, probs_grad)]
+    return result.workspace_size, Composite(OP, result, steps, api=API, tensors=tensors,
+                                            workspace_size=result.workspace_size)
+
+
+def get_workspace_size(permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs=None, padded_mode=False,
+                       restore_shape=None, permuted_tokens_grad_out=None, probs_grad_out=None, *, soc="ascend910b"):
+    """aclnnMoeTokenUnpermuteGradGetWorkspaceSize -> (workspace_size, executor). Checks in the module docstring."""
+    soc = get_soc(soc)
+    padded_mode = flag("padded_mode", padded_mode)
+    restore_shape = int_list("restore_shape", restore_shape)
+    if soc.is_regbase:
+        if padded_mode:
+            raise ParamInvalidError("padded_mode = true is not supported (only false)")
+        required = (("permuted_tokens", permuted_tokens), ("unpermuted_tokens_grad", unpermuted_tokens_grad),
+                    ("sorted_indices", sorted_indices), ("permuted_tokens_grad_out", permuted_tokens_grad_out),
+                    ("probs_grad_out", probs_grad_out))
+    else:
+        required = (("unpermuted_tokens_grad", unpermuted_tokens_grad), ("sorted_indices", sorted_indices),
+                    ("permuted_tokens_grad_out", permuted_tokens_grad_out), ("probs_grad_out", probs_grad_out))
+    for name, t in required:
+        require(name, t)
+    ins = [as_input(n, t) for n, t in zip(NAMES[:4], (permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs))]
+    outs = [as_output("permuted_tokens_grad_out", permuted_tokens_grad_out),
+            as_output("probs_grad_out", probs_grad_out)]
+    tensors = dict(zip(NAMES, ins + outs))
+    check_no_alias(dict(zip(NAMES[:4], ins)), dict(zip(NAMES[4:], outs)))
+    return (_regbase if soc.is_regbase else _inner)(tensors, padded_mode, restore_shape, soc,
+                                                    np.ndim(sorted_indices))
+
+
+def run(workspace, workspace_size, executor, stream=None) -> None:
+    """aclnnMoeTokenUnpermuteGrad: launch; the outputs are filled in place."""
+    run_executor(API, workspace, workspace_size, executor, stream)
+
+
+def allocate_outputs(permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs=None):
+    """Zeroed (permuted_tokens_grad_out (len(S), H) in the gradient dtype, probs_grad_out): the probs shape and
+    dtype, or an empty (0,) array of the gradient dtype without probs (the output is required but unused)."""
+    require("unpermuted_tokens_grad", unpermuted_tokens_grad)
+    require("sorted_indices", sorted_indices)
+    g, s = as_input("unpermuted_tokens_grad", unpermuted_tokens_grad), as_input("sorted_indices", sorted_indices)
+    pr = as_input("probs", probs)
+    m = s.shape[0] if s.ndim >= 1 else 0
+    h = g.shape[1] if g.ndim == 2 else 0
+    out = np.zeros((m, h), dtype=g.dtype)
+    probs_grad = np.zeros(pr.shape, dtype=pr.dtype) if pr is not None else np.zeros((0,), dtype=g.dtype)
+    return out, probs_grad
+
+
+def moe_token_unpermute_grad(permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs=None, padded_mode=False,
+                             restore_shape=None, *, soc="ascend910b"):
+    """Friendly call: allocates zeroed outputs, runs both phases.
+
+    Returns (permuted_tokens_grad (len(sorted_indices), H) in the gradient dtype, probs_grad (N, K) in the probs
+    dtype, or None without probs). Rows of permuted_tokens_grad no index names are 0 (the kernel does not write
+    them; the outputs start zeroed)."""
+    out, probs_grad = allocate_outputs(permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs)
+    size, executor = get_workspace_size(permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs, padded_mode,
+                                        restore_shape, out, probs_grad, soc=soc)
+    run(np.empty(size, dtype=np.uint8), size, executor)
+    return out, (probs_grad if probs is not None else None)
