@@ -26,6 +26,9 @@ from ascend_sim import ConfigError, SimulatorError, UBOverflowError, cache_state
 from ascend_sim._jit import ensure_compiled
 from tiling import get_soc
 from tiling import moe_token_permute as tiling_permute
+from tiling import moe_token_permute_grad as tiling_permute_grad
+from tiling import moe_token_unpermute as tiling_unpermute
+from tiling import moe_token_unpermute_grad as tiling_unpermute_grad
 from tiling import moe_token_permute_with_routing_map as tiling_pwrm
 from tiling import moe_token_permute_with_routing_map_grad as tiling_pwrm_grad
 from tiling import moe_token_unpermute_with_routing_map as tiling_uwrm
@@ -37,7 +40,16 @@ from . import permute as permute_op
 from ._framework import listening_to_compiles
 from .permute import examples as permute_examples
 from .permute import golden as permute_golden
+from . import permute_grad as permute_grad_op
 from . import permute_with_routing_map as pwrm_op
+from . import unpermute as unpermute_op
+from . import unpermute_grad as unpermute_grad_op
+from .permute_grad import examples as permute_grad_examples
+from .permute_grad import golden as permute_grad_golden
+from .unpermute import examples as unpermute_examples
+from .unpermute import golden as unpermute_golden
+from .unpermute_grad import examples as unpermute_grad_examples
+from .unpermute_grad import golden as unpermute_grad_golden
 from . import permute_with_routing_map_grad as pwrm_grad_op
 from . import unpermute_with_routing_map as uwrm_op
 from .permute_with_routing_map import examples as pwrm_examples
@@ -258,6 +270,89 @@ def _pad_close_or_exact(outs, want, args) -> bool:
 
 ROUTING_FLAGS = frozenset({"capacity", "drop_and_pad", "no_probs", "probs_dtype", "routing_map_dtype"})
 
+
+# --- the index family: top-k indices, permuted rows numbered as MoeTokenPermute (V1) leaves them --------------
+def _index_topk(a: argparse.Namespace, op: str) -> int:
+    if a.topk is None:
+        raise CliError(f"{op} needs --topk")
+    if a.topk > a.experts:
+        raise CliError(f"--topk must be in [1, --experts={a.experts}] to route tokens, got {a.topk}")
+    return a.topk
+
+
+def _kept_rows(a: argparse.Namespace, slots: int) -> int:
+    """Rows the forward kept: MoeTokenPermute's numOutTokens rule (0 = all, negative = drop from the end)."""
+    m = a.num_out_tokens or 0
+    m = m + slots if m <= 0 else m
+    return max(0, min(m, slots))
+
+
+def _unpermute_k(a: argparse.Namespace) -> int:
+    if a.no_probs and a.probs_dtype:
+        raise CliError("--probs-dtype and --no-probs exclude each other")
+    return 1 if a.no_probs else _index_topk(a, "moe_token_unpermute")
+
+
+def _unpermute_descs(a: argparse.Namespace) -> dict:
+    k = _unpermute_k(a)
+    return dict(permuted_tokens=TensorDesc((_kept_rows(a, a.tokens * k), a.hidden), as_dtype(a.dtype)),
+                sorted_indices=TensorDesc((a.tokens * k,), np.int32),
+                probs=None if a.no_probs else TensorDesc((a.tokens, k), as_dtype(a.probs_dtype or a.dtype)),
+                padded_mode=False, restore_shape=None)
+
+
+def _unpermute_inputs(a: argparse.Namespace) -> dict:
+    k = _unpermute_k(a)
+    return unpermute_examples.make_inputs(a.tokens, a.hidden, a.experts, k, dtype=a.dtype, probs_dtype=a.probs_dtype,
+                                          with_probs=not a.no_probs, num_out_tokens=_kept_rows(a, a.tokens * k),
+                                          seed=a.seed)
+
+
+def _permute_grad_descs(a: argparse.Namespace) -> dict:
+    k = _index_topk(a, "moe_token_permute_grad")
+    return dict(permuted_output_grad=TensorDesc((_kept_rows(a, a.tokens * k), a.hidden), as_dtype(a.dtype)),
+                sorted_indices=TensorDesc((a.tokens * k,), np.int32), num_topk=k, padded_mode=False)
+
+
+def _permute_grad_inputs(a: argparse.Namespace) -> dict:
+    k = _index_topk(a, "moe_token_permute_grad")
+    return permute_grad_examples.make_inputs(a.tokens, a.hidden, k, experts=a.experts, dtype=a.dtype,
+                                             num_out_tokens=_kept_rows(a, a.tokens * k), seed=a.seed)
+
+
+def _permute_grad_golden(args: dict, tiling) -> tuple:
+    g, s, k = args["permuted_output_grad"], args["sorted_indices"], args["num_topk"]
+    soc = tiling.soc
+    if soc.is_regbase:
+        chunk = permute_grad_op.arch35_k_chunk(g.shape[1], k, s.size // k, g.dtype, soc)
+        return (permute_grad_golden.golden_950(g, s, k, chunk),)
+    return (permute_grad_golden.golden(g, s, k),)
+
+
+def _unpermute_grad_k(a: argparse.Namespace) -> int:
+    if a.no_probs and a.probs_dtype:
+        raise CliError("--probs-dtype and --no-probs exclude each other")
+    return 1 if a.no_probs else _index_topk(a, "moe_token_unpermute_grad")
+
+
+def _unpermute_grad_descs(a: argparse.Namespace) -> dict:
+    k = _unpermute_grad_k(a)
+    dt = as_dtype(a.dtype)
+    return dict(permuted_tokens=TensorDesc((a.tokens * k, a.hidden), dt),
+                unpermuted_tokens_grad=TensorDesc((a.tokens, a.hidden), dt),
+                sorted_indices=TensorDesc((a.tokens * k,), np.int32),
+                probs=None if a.no_probs else TensorDesc((a.tokens, k), as_dtype(a.probs_dtype or a.dtype)),
+                padded_mode=False)
+
+
+def _unpermute_grad_inputs(a: argparse.Namespace) -> dict:
+    k = _unpermute_grad_k(a)
+    return unpermute_grad_examples.make_inputs(a.tokens, a.hidden, topk=k, dtype=a.dtype, probs_dtype=a.probs_dtype,
+                                               with_probs=not a.no_probs, seed=a.seed)
+
+
+INDEX_FLAGS = frozenset({"num_out_tokens", "no_probs", "probs_dtype"})
+
 OPS = {
     "moe_token_permute": OpAdapter(
         descs=_permute_descs,
@@ -316,6 +411,46 @@ OPS = {
         check=_pad_close_or_exact,
     ),
 }
+OPS.update({
+    "moe_token_unpermute": OpAdapter(
+        descs=_unpermute_descs,
+        make_inputs=_unpermute_inputs,
+        tiling=lambda args, soc: tiling_unpermute(*args.values(), soc=soc),
+        get_workspace_size=lambda args, outs, soc: unpermute_op.get_workspace_size(*args.values(), *outs, soc=soc),
+        run=unpermute_op.run,
+        outputs=lambda args, soc: (unpermute_op.allocate_outputs(args["permuted_tokens"], args["sorted_indices"],
+                                                                 args["probs"]),),
+        golden=lambda args, tiling: (unpermute_golden.golden(args["permuted_tokens"], args["sorted_indices"],
+                                                             args["probs"], arch35=tiling.soc.is_regbase),),
+        flags=INDEX_FLAGS,
+    ),
+    "moe_token_permute_grad": OpAdapter(
+        descs=_permute_grad_descs,
+        make_inputs=_permute_grad_inputs,
+        tiling=lambda args, soc: tiling_permute_grad(*args.values(), soc=soc),
+        get_workspace_size=lambda args, outs, soc: permute_grad_op.get_workspace_size(*args.values(), *outs,
+                                                                                      soc=soc),
+        run=permute_grad_op.run,
+        outputs=lambda args, soc: (permute_grad_op.allocate_outputs(args["permuted_output_grad"],
+                                                                    args["sorted_indices"], args["num_topk"]),),
+        golden=_permute_grad_golden,
+        flags=frozenset({"num_out_tokens"}),
+    ),
+    "moe_token_unpermute_grad": OpAdapter(
+        descs=_unpermute_grad_descs,
+        make_inputs=_unpermute_grad_inputs,
+        tiling=lambda args, soc: tiling_unpermute_grad(*args.values(), soc=soc),
+        get_workspace_size=lambda args, outs, soc: unpermute_grad_op.get_workspace_size(*args.values(), None, *outs,
+                                                                                        soc=soc),
+        run=unpermute_grad_op.run,
+        outputs=lambda args, soc: unpermute_grad_op.allocate_outputs(args["permuted_tokens"],
+                                                                     args["unpermuted_tokens_grad"],
+                                                                     args["sorted_indices"], args["probs"]),
+        golden=lambda args, tiling: unpermute_grad_golden.golden(
+            *list(args.values())[:4], hidden_piece=tiling.fields["hidden_size_align"], arch35=tiling.soc.is_regbase),
+        flags=frozenset({"no_probs", "probs_dtype"}),
+    ),
+})
 OP_SPECIFIC_FLAGS = frozenset().union(*(o.flags for o in OPS.values()))
 
 
@@ -548,6 +683,31 @@ ROUTING_DEMO = [
     ("moe_token_permute_with_routing_map_grad", "key 1000 dropAndPad (+ Sort, index add)",
      dict(capacity=128, drop_and_pad=True)),
 ]
+INDEX_DEMO = [
+    # (operator, label, make_inputs keywords); tokens 512, hidden 4096, 64 experts, topK 8, bf16
+    ("moe_token_unpermute", "key 1 probs (kernel G)", dict()),
+    ("moe_token_unpermute", "key 25 bf16 tokens, fp32 probs", dict(probs_dtype="fp32")),
+    ("moe_token_unpermute", "key 0 no probs", dict(with_probs=False)),
+    ("moe_token_unpermute", "key 1, rows dropped by numOutTokens", dict(num_out_tokens=3000)),
+    ("moe_token_permute_grad", "key 0 (kernel G, no probs)", dict()),
+    ("moe_token_permute_grad", "key 0, rows dropped by numOutTokens", dict(num_out_tokens=3000)),
+    ("moe_token_unpermute_grad", "key 0 no probs (copy)", dict(with_probs=False)),
+    ("moe_token_unpermute_grad", "key 1 probs (ReduceSumFunc)", dict()),
+    ("moe_token_unpermute_grad", "key 1 bf16 grads, fp32 probs", dict(probs_dtype="fp32")),
+]
+
+
+def _index_demo_args(op: str, tokens: int, hidden: int, experts: int, top_k: int, case: dict, values: bool) -> dict:
+    if op == "moe_token_unpermute":
+        return unpermute_examples.make_inputs(tokens, hidden, experts, top_k, dtype="bf16", seed=4, values=values,
+                                              **case)
+    if op == "moe_token_permute_grad":
+        return permute_grad_examples.make_inputs(tokens, hidden, top_k, experts=experts, dtype="bf16", seed=4,
+                                                 **case)
+    return unpermute_grad_examples.make_inputs(tokens, hidden, topk=top_k, dtype="bf16", seed=4, values=values,
+                                               **case)
+
+
 ROUTING_EXAMPLES = {"moe_token_permute_with_routing_map": pwrm_examples,
                     "moe_token_unpermute_with_routing_map": uwrm_examples,
                     "moe_token_permute_with_routing_map_grad": pwrm_grad_examples}
@@ -587,6 +747,10 @@ def demo_cases(soc, ub_size: int | None = None, aiv_num: int | None = None, valu
         args = ROUTING_EXAMPLES[op].make_inputs(tokens, hidden, experts, dtype="bf16", seed=3, values=values, **case)
         shape = f"{tokens}x{hidden} E{experts} " + (f"cap {case['capacity']}" if "capacity" in case
                                                       else f"topK {case['topk']}")
+        cases.append(DemoCase(op, label, soc, args, shape))
+    for op, label, case in INDEX_DEMO:
+        args = _index_demo_args(op, tokens, hidden, experts, 8, case, values)
+        shape = f"{tokens}x{hidden} topK 8" + (f" keep {case['num_out_tokens']}" if "num_out_tokens" in case else "")
         cases.append(DemoCase(op, label, soc, args, shape))
     return cases
 
@@ -907,7 +1071,8 @@ def build_parser() -> argparse.ArgumentParser:
     layer = sub.add_parser("moe-layer", help="a whole MoE layer forward and backward through the simulated "
                            "operators, checked against NumPy and finite differences")
     layer.add_argument("--style", default="all", choices=("all", "topk", "routing_map", "routing_map_pad"),
-                       help="token movement: top-k indices, routing map, routing map with drop-and-pad (default all)")
+                       help="token movement: topk (MoeTokenPermute indices), routing_map, routing_map_pad (drop-and-pad); "
+                            "all (default) runs the three")
     layer.add_argument("--tokens", type=_positive, default=64, help="tokens N (default 64)")
     layer.add_argument("--hidden", type=_positive, default=64, help="hidden size H (default 64)")
     layer.add_argument("--experts", type=_positive, default=8, help="experts E (default 8)")
@@ -915,7 +1080,8 @@ def build_parser() -> argparse.ArgumentParser:
     layer.add_argument("--capacity", type=_positive,
                        help="routing_map_pad: rows per expert (default ceil(N*K/E), so tokens are dropped and padded)")
     layer.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"),
-                       help="dtype of the tensors the operators move (default fp32; router and experts stay fp32)")
+                       help="dtype of the tensors the operators move: fp32 (default), fp16, bf16 (router and experts stay "
+                            "fp32)")
     layer.add_argument("--seed", type=_integer, default=0, help="random seed (default 0)")
     layer.add_argument("--no-fd", action="store_true", help="skip the finite-difference gradient checks")
     _add_chip_flags(layer)

@@ -37,6 +37,9 @@ def test_demo_runs_every_mode(capsys):
                   "key 1000 dropAndPad (+ Sort, index add)", "key 0 + MaskedScatter of probs grads"):
         assert label in out
     assert "l0op::MoeInplaceIndexAddWithSorted [simulated kernel" in out and "l0op::Sort [host NumPy]" in out
+    for op in ("moe_token_unpermute ", "moe_token_permute_grad ", "moe_token_unpermute_grad "):
+        assert out.count(op) >= 2, op
+    assert "key 25 bf16 tokens, fp32 probs" in out and "key 1 probs (ReduceSumFunc)" in out
     assert "MISMATCH" not in out and "all cases match their goldens" in out
 
 
@@ -49,6 +52,31 @@ def test_run_routing_map_ops_list_their_steps(capsys):
                "--experts", "256", "--topk", "8", "--json"])
     out = capsys.readouterr().out
     assert rc == 0 and '"tiling_key": 1' in out
+
+
+@pytest.mark.parametrize("soc", ["910b", "950"])
+@pytest.mark.parametrize("op,flags", [
+    ("moe_token_unpermute", ["--topk", "3", "--probs-dtype", "fp32", "--num-out-tokens", "100"]),
+    ("moe_token_unpermute", ["--no-probs", "--dtype", "fp16"]),
+    ("moe_token_permute_grad", ["--topk", "3", "--num-out-tokens", "-20"]),
+    ("moe_token_unpermute_grad", ["--topk", "3", "--dtype", "fp32", "--probs-dtype", "bf16"]),
+    ("moe_token_unpermute_grad", ["--no-probs"]),
+], ids=["unpermute-mixed-probs-dropped", "unpermute-no-probs", "permute-grad-dropped", "unpermute-grad-probs",
+        "unpermute-grad-no-probs"])
+def test_run_index_family(op, flags, soc, capsys):
+    rc = main(["run", op, "--tokens", "40", "--hidden", "300", "--experts", "6", "--soc", soc, *flags])
+    out = capsys.readouterr().out
+    assert rc == 0 and "bit-exact vs golden" in out, out
+    if soc == "950":      # the aclnn forwards to another l0 operator there, named in the steps
+        assert "l0op::MoeFinalizeRoutingV2" in out or "l0op::MoeInitRoutingV2Grad" in out
+
+
+def test_moe_layer_command(capsys):
+    rc = main(["moe-layer", "--tokens", "24", "--hidden", "16", "--experts", "4", "--topk", "2", "--soc", "910_93"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "3 of 3 styles passed on ascend910_93" in out
+    for op in ("MoeTokenUnpermuteGrad", "MoeTokenPermuteWithRoutingMapGrad", "finite difference"):
+        assert op in out
 
 
 def test_run_permute_with_quantisation(capsys):
@@ -85,6 +113,15 @@ def test_tiling_permute_prints_every_tpipe(capsys):
     (["tiling", OP, "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "2", "--soc", "910c"], 2,
      "unknown SoC"),
     (["frobnicate"], 2, "invalid choice"),
+    (["run", "moe_token_unpermute", "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "2",
+      "--capacity", "3"], 2, "not allowed with argument"),
+    (["run", "moe_token_permute_grad", "--tokens", "8", "--hidden", "8", "--experts", "4", "--topk", "2",
+      "--no-probs"], 2, "--no-probs does not apply to moe_token_permute_grad"),
+    (["run", "moe_token_unpermute_grad", "--tokens", "8", "--hidden", "8", "--experts", "4"], 2, "needs --topk"),
+    (["run", "moe_token_unpermute", "--tokens", "8", "--hidden", "8", "--experts", "4", "--no-probs",
+      "--probs-dtype", "fp32"], 2, "exclude each other"),
+    (["moe-layer", "--experts", "4", "--topk", "5"], 2, "must not exceed"),
+    (["moe-layer", "--style", "dense"], 2, "invalid choice"),
 ])
 def test_errors_are_one_line(argv, status, fragment, capsys):
     rc = main(argv)
@@ -100,7 +137,7 @@ def _subparsers():
     return sub.choices
 
 
-@pytest.mark.parametrize("command", ["demo", "tiling", "run"])
+@pytest.mark.parametrize("command", ["demo", "tiling", "run", "moe-layer"])
 def test_every_flag_has_help_listing_its_values(command):
     for action in _subparsers()[command]._actions:
         if action.help == "==SUPPRESS==" or action.dest == "help":
