@@ -130,7 +130,7 @@ def leading_zeros64(typingctx, x):
 # --- widening (exact) ---------------------------------------------------------------------
 @aicore
 def bf16_bits_to_f32_bits(h):
-    return np.uint32(h) << np.uint32(16)
+    return np.uint32(np.uint32(h) << np.uint32(16))     # kept 32-bit: a loop of it vectorises 8 lanes wide
 
 
 @aicore
@@ -189,6 +189,20 @@ def f32_bits_to_bf16_bits(x, mode):
                                       or (mode == CAST_CEIL and sign != 0)):
         kept = np.uint32(0x7F7F)  # directed rounding towards zero never reaches infinity
     return np.uint16(sign | kept)
+
+
+@aicore
+def f32_bits_to_bf16_bits_rint(x):
+    """f32_bits_to_bf16_bits(x, CAST_RINT) without branches, so a loop of it vectorises: round half to even
+    by adding 0x7FFF plus the kept lowest bit (a carry into the exponent rounds up to the next binade or to
+    infinity, as it must); a NaN keeps its sign and top payload bits and becomes quiet."""
+    u32 = np.uint32     # every step cast back to 32 bits: numba widens to 64, and 64-bit lanes halve the speed
+    x = u32(x)
+    hi = u32(x >> u32(16))
+    rounded = u32(u32(u32(x + u32(0x7FFF)) + u32(hi & u32(1))) >> u32(16))   # only NaNs can wrap: not used
+    quiet_nan = u32(hi | u32(0x0040))
+    is_nan = u32(x & u32(0x7FFFFFFF)) > u32(0x7F800000)
+    return np.uint16(quiet_nan if is_nan else rounded)
 
 
 @aicore

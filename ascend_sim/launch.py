@@ -35,10 +35,10 @@ import numpy as np
 
 from . import errors
 from .core import (CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE, counters, fault_record, flags,
-                   make_core, start_pipe)
+                   make_core, release_core, start_pipe)
 from .dtypes import dt_name
 from .events import HARD_EVENT_NAMES
-from ._jit import ensure_compiled
+from ._jit import ensure_compiled, stage_signature
 from .faults import to_error
 from .pipe import UbBuffer, plan_pipe
 from .report import CoreReport, RunReport
@@ -250,6 +250,12 @@ def _stage_calls(programs: _Programs) -> list[tuple[Callable, tuple]]:
     return [(item[2], (core, *item[3])) for item in programs.every_item() if item[0] == _STAGE]
 
 
+def _entry_point(stage, args: tuple):
+    """The compiled function `stage(*args)` dispatches to (the stage itself if it is not compiled for them)."""
+    compiled = stage.overloads.get(stage_signature(stage, args))
+    return stage if compiled is None else compiled.entry_point
+
+
 def _group_plan(kernel: Kernel, phases: list[PipePhase], plan: Sequence[UbBuffer]) -> list[list[UbBuffer]]:
     groups = []
     for phase in phases:
@@ -321,6 +327,10 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                                         core=i, call=f"if ({branch.name})", **where)
         return int(arm)
 
+    # compiled entry points by program item: every core calls a stage with arguments of the same types, so
+    # numba's per-call type dispatch (a fingerprint of every argument) is done once per launch, not per core
+    entries: dict = {}
+
     def run_core(i: int):
         """Run core i up to its next SyncAll (returns True) or its end (False); an exception is returned."""
         core = cores[i]
@@ -340,7 +350,10 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                     tables = core_tables[p]
                     start_pipe(core, tables[i] if len(tables) > 1 else tables[0])
                     live_phase[i] = p
-                stage(core, *stage_args)
+                entry = entries.get(id(item))
+                if entry is None:
+                    entry = entries[id(item)] = _entry_point(stage, (core, *stage_args))
+                entry(core, *stage_args)
                 if core.state[ERR_BASE] != 0:
                     return False
         except Exception as failure:  # noqa: BLE001 - kernels record faults; anything else is a simulator bug
@@ -387,6 +400,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     wall = time.perf_counter() - start
 
     for core in cores:
+        if not flags(core).any():
+            continue
         left = np.argwhere(flags(core) != 0)
         if left.size:
             evt, event_id = (int(v) for v in left[0])
@@ -396,11 +411,14 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
 
     pipe_plans = list({id(p): p for p in first_plans}.values())
     table = [row for p in pipe_plans for row in p.table()]
+    core_reports = tuple(CoreReport.from_counters(c.block_idx, counters(c)) for c in cores)
+    for core in cores:
+        release_core(core)
     return RunReport(
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
         ub_capacity_bytes=chip.ub_size, ub_plan=tuple(table),
         ub_plan_bytes=max(p.used_bytes for p in laid_out.values()),
-        cores=tuple(CoreReport.from_counters(c.block_idx, counters(c)) for c in cores), wall_time_s=wall,
+        cores=core_reports, wall_time_s=wall,
         threads=threads, compile_time_s=compile_s)
 
 

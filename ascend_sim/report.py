@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .core import COUNTER_NAMES
 
 
@@ -27,7 +29,10 @@ class CoreReport:
 
     @classmethod
     def from_counters(cls, block_idx: int, counters) -> "CoreReport":
-        return cls(block_idx, **{name: int(v) for name, v in zip(COUNTER_NAMES, counters, strict=True)})
+        values = counters.tolist() if isinstance(counters, np.ndarray) else [int(v) for v in counters]
+        if len(values) != len(COUNTER_NAMES):
+            raise ValueError(f"{len(values)} counters, expected {len(COUNTER_NAMES)}")
+        return cls(block_idx, *values)
 
     @classmethod
     def combined(cls, reports) -> "CoreReport":

@@ -26,6 +26,7 @@ from ._jit import DEVICE_JIT_OPTIONS, aicore
 from .core import CNT_V_ELEMS, CNT_V_INSTR
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16,
                      DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
+                     f32_bits_to_bf16_bits_rint,
                      f32_bits_to_f16_bits, i64_to_f32_bits)
 from .faults import (CALL_ADD, CALL_ADDS, CALL_BLOCK_REDUCE_SUM, CALL_CAST, CALL_COPY, CALL_DUPLICATE, CALL_MUL,
                      CALL_MULS, CALL_WHOLE_REDUCE_SUM, F_CAST_PAIR, F_PARAM, F_UB_ALIGN, F_UB_OOB, P_BLK_STRIDE,
@@ -220,7 +221,10 @@ def _cast_f32_to_half(c, dst, dst_dt, src, src_dt, mode, count):
     if d < 0 or s < 0:
         return
     bits = c.ub[s: s + 4 * count].view(np.uint32)
-    if dst_dt == DT_BF16:
+    if dst_dt == DT_BF16 and mode == CAST_RINT:     # the common case, branch-free so that it vectorises
+        for i in range(count):
+            dst[i] = f32_bits_to_bf16_bits_rint(bits[i])
+    elif dst_dt == DT_BF16:
         for i in range(count):
             dst[i] = f32_bits_to_bf16_bits(bits[i], mode)
     else:

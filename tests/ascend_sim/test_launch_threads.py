@@ -122,3 +122,25 @@ def test_kernel_cache_stamp_covers_every_inlined_module():
     assert not any(n.startswith(("ops.cli", "ops.permute.golden", "tiling")) for n in closure)
     assert len(source_stamp("ops.permute.kernel")) == 16
     assert source_stamp("ops.permute.kernel") != source_stamp("ops.unpermute_with_routing_map_grad.kernel")
+
+
+@global_aicore
+def write_then_dump(c, out, write_bytes):
+    """Fill the first `write_bytes` of the UB with 0x11 (write_bytes > 0), or copy the untouched UB out."""
+    buf = asc.tbuf_get(c, 0, asc.ub_u8(c))
+    if write_bytes > 0:
+        asc.duplicate(c, asc.view_as(c, buf, asc.ub_u16(c)), np.uint16(0x1111), write_bytes // 2)
+    else:
+        asc.data_copy(c, asc.gm_at(out, c.block_idx * 4096), buf, 4096)
+
+
+def test_a_reused_ub_shows_poison_where_its_last_launch_wrote():
+    """UBs of finished launches are pooled; the next kernel must still find poison, never the last one's data."""
+    from ascend_sim.core import POISON, UB_POOL
+    out = np.zeros(4 * 4096, dtype=np.uint8)
+    for _ in range(2):
+        run([write_then_dump], [tbuf("buf", 4096)], asc.GlobalTensor(out, 0, 0), 4096, block_dim=4)
+        assert UB_POOL.take(get_soc("910b").ub_size) is not None       # the cores' UBs went back to the pool
+        run([write_then_dump], [tbuf("buf", 4096)], asc.GlobalTensor(out, 0, 0), 4096, block_dim=4)
+        run([write_then_dump], [tbuf("buf", 4096)], asc.GlobalTensor(out, 0, 0), 0, block_dim=4)
+        assert np.array_equal(out, np.resize(POISON, out.size)), "a pooled UB leaked the previous kernel's bytes"

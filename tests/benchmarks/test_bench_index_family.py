@@ -17,6 +17,8 @@ from ops.permute_grad.examples import make_inputs as permute_grad_inputs
 from ops.permute_grad.golden import golden as permute_grad_golden
 from ops.unpermute.examples import make_inputs as unpermute_inputs
 from ops.unpermute.golden import golden as unpermute_golden
+from ops.unpermute_grad.examples import make_inputs as unpermute_grad_inputs
+from ops.unpermute_grad.golden import golden as unpermute_grad_golden
 
 from .conftest import RESULTS, copyto_same_bytes, record
 
@@ -92,6 +94,20 @@ def permute_grad():
     return case
 
 
+@pytest.fixture(scope="module")
+def unpermute_grad():
+    a = unpermute_grad_inputs(TOKENS, HIDDEN, topk=TOPK, dtype="bf16", seed=0)
+    inputs = (a["permuted_tokens"], a["unpermuted_tokens_grad"], a["sorted_indices"], a["probs"])
+    outs = (np.ones((TOKENS * TOPK, HIDDEN), dtype=BF16), np.ones((TOKENS, TOPK), dtype=a["probs"].dtype))
+    case = Case(f"unpermute_grad key1 probs ({SHAPE})", ops.aclnn.moe_token_unpermute_grad_get_workspace_size,
+                ops.aclnn.moe_token_unpermute_grad, (*inputs, False, None), outs)
+    piece = case.executor.tiling.fields["hidden_size_align"]
+    want = unpermute_grad_golden(*inputs, hidden_piece=piece)
+    assert _same_bits(outs[0], want[0]) and _same_bits(outs[1], want[1]), "simulator differs from the golden"
+    case.inputs, case.piece = inputs, piece
+    return case
+
+
 def test_unpermute_simulator(benchmark, unpermute):
     benchmark.pedantic(unpermute.run, rounds=5, iterations=1, warmup_rounds=1)
     record(unpermute.name, "sim", benchmark, unpermute.gm_bytes)
@@ -129,6 +145,27 @@ def test_permute_grad_numpy_fp32(benchmark, permute_grad):
 def test_permute_grad_copyto_of_the_gradient_it_reads(benchmark, permute_grad):
     # the yardstick: np.copyto of the permuted-gradient bytes (read once, written once by copyto)
     copyto_same_bytes(benchmark, permute_grad.name, 2 * permute_grad.inputs[0].nbytes)
+
+
+def test_unpermute_grad_simulator(benchmark, unpermute_grad):
+    benchmark.pedantic(unpermute_grad.run, rounds=5, iterations=1, warmup_rounds=1)
+    record(unpermute_grad.name, "sim", benchmark, unpermute_grad.gm_bytes)
+
+
+def test_unpermute_grad_golden(benchmark, unpermute_grad):
+    benchmark.pedantic(unpermute_grad_golden, args=unpermute_grad.inputs,
+                       kwargs=dict(hidden_piece=unpermute_grad.piece),
+                       rounds=1, iterations=1)
+    record(unpermute_grad.name, "golden", benchmark, unpermute_grad.gm_bytes)
+
+
+def test_unpermute_grad_numpy_fp32(benchmark, unpermute_grad):
+    benchmark.pedantic(numpy_unpermute_grad, args=unpermute_grad.inputs, rounds=3, iterations=1)
+    record(unpermute_grad.name, "numpy", benchmark, unpermute_grad.gm_bytes)
+
+
+def test_unpermute_grad_copyto(benchmark, unpermute_grad):
+    copyto_same_bytes(benchmark, unpermute_grad.name, unpermute_grad.gm_bytes)
 
 
 def test_ratios():
