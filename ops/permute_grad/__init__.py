@@ -26,7 +26,8 @@ activeNum = R) into a new tensor of out's shape, and ViewCopy into out. That l0 
 is empty; otherwise its tiling fails (-> l0 nullptr -> 561103, InnerNullptrError) for: num_topk <= 0 (-1 is
 not read as 1 here), a gradient that is not 2-D or 3-D, R == 0, out not 2-D, out dim 1 != H, an empty
 sorted_indices, len(sorted_indices) not a multiple of num_topk, out dim 0 != len(sorted_indices) // num_topk.
-The simulator also refuses a 3-D gradient (561103; the real 950 kernel would read it as (R, dim1) rows).
+The simulator also refuses a 3-D gradient (561103; the real 950 kernel would read it as (R, dim1) rows) and
+a sorted_indices that is not 1-D (561103; the real tiling reads only its dim 0).
 
 The simulated 950 kernel: kernel G's tiling (T-G sized for the 950 profile), buffers and loop nest with
 MoeInitRoutingV2Grad's summation (ops.permute_grad.kernel): slots with index < 0 or >= R count as zero rows,

@@ -33,6 +33,9 @@ probs: N == len(S); the output (len(S), H). Mixed token / probs dtypes are allow
 The simulated 950 step is this op's own kernel, tiled for the 950 profile, with tmpl.arch35 set so that
 it returns what the arch35 MoeFinalizeRoutingV2Grad kernels return (see kernel.py): negative indices are
 skipped, a skipped slot's probs gradient is exactly 0, probs gradients are summed in the arch35 order.
+On the chip the l0 operator writes a fresh tensor (it zeroes nothing with dropPadMode 0) that the aclnn
+copies into the outputs, so rows no index names hold undefined data there, and without probs so does a
+non-empty probs_grad_out; the simulator leaves those bytes as the caller had them (the friendly call: 0).
 Not simulated on 950 (Arch35NotSimulatedError): shapes this op's tiling cannot tile for the 950 profile
 (a zero dimension, topK > 512) and a hidden size its 950 tiling would cut into pieces (the arch35 sum
 needs whole rows: with a small topK, fp32 rows longer than 6912 elements, bf16 / fp16 rows longer than

@@ -33,24 +33,20 @@ def _f32(a) -> np.ndarray:
 def reduce_sum_rows_arch35(x: np.ndarray) -> np.ndarray:
     """Row sums of x (rows, L) fp32 in the order of the arch35 CalcGradScaleVF:
 
-    L <= 64: a 64-lane pairwise tree (unused lanes +0). Otherwise, with Q the largest power of two <= L:
-    the tail x[:, Q:] is added element-wise onto the head x[:, :Q] (only over the 64-lane chunks the tail
-    reaches, zero-padded), each 64-lane chunk of the head becomes one pairwise-tree sum, the Q / 64 chunk
+    L <= 64: a 64-lane pairwise tree (unused lanes -0.0, which add nothing). Otherwise, with Q the largest power of two <= L:
+    the tail x[:, Q:] is added element-wise onto the head x[:, :Q] (head lanes it does not reach are left
+    alone), each 64-lane chunk of the head becomes one pairwise-tree sum, the Q / 64 chunk
     sums are folded in halves of 64 while more than 64 remain, and a last 64-lane pairwise tree sums them.
     """
     rows, length = x.shape
     x = np.asarray(x, dtype=np.float32)
-    lanes = np.zeros((rows, VL_FP32), dtype=np.float32)
+    lanes = np.full((rows, VL_FP32), -0.0, dtype=np.float32)     # masked-off lanes add nothing
     if length <= VL_FP32:
         lanes[:, :length] = x
         return tree_lanes(lanes)
     q = 1 << (length.bit_length() - 1)
     head = x[:, :q].copy()
-    tail_len = length - q
-    reach = -(-tail_len // VL_FP32) * VL_FP32          # the chunks that take a tail part
-    tail = np.zeros((rows, reach), dtype=np.float32)
-    tail[:, :tail_len] = x[:, q:]
-    head[:, :reach] += tail
+    head[:, : length - q] += x[:, q:]          # only lanes the tail reaches take an Add (-0.0 elsewhere stays)
     sums = tree_lanes(head.reshape(rows, q // VL_FP32, VL_FP32))   # (rows, Q / 64)
     while sums.shape[1] > VL_FP32:
         half = sums.shape[1] // 2

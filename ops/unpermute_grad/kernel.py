@@ -185,18 +185,20 @@ def _reduce_sum_arch35(c, dst, index, prod, count):
 
     * count <= 64: one register ReduceSum of count lanes;
     * else, with Q the largest power of two <= count: 64-lane chunk i (i < Q / 64) is added lane by lane
-      to chunk Q / 64 + i of the tail (lanes past count are 0), each chunk is register-ReduceSum'd into
+      to chunk Q / 64 + i of the tail where the tail has lanes (the others are left as they are, so a -0.0
+      product keeps its sign), each chunk is register-ReduceSum'd into
       partial[i], then the partials are folded in halves of 64-lane vectors down to one vector (only when
       Q / 64 > 64) and register-ReduceSum'd over min(Q / 64, 64) lanes.
 
-    A register ReduceSum is modelled as the pairwise tree of WholeReduceSum (masked lanes +0): the lane
-    order of the 950's in-register reduction is not published.
+    A register ReduceSum is modelled as the pairwise tree of WholeReduceSum with masked lanes absent (filled
+    with -0.0, which leaves any sum unchanged, also a -0.0 one): the lane order of the 950's in-register
+    reduction is not published.
     """
     if not asc.vf_call(c, count) or not asc.vf_operand(c, prod, count, False) \
             or not asc.vf_operand(c, dst, index + 1, True):
         return
     lanes = np.zeros(VL_FP32, dtype=np.float32)
-    zero = np.float32(0.0)
+    zero = np.float32(-0.0)     # masked-off lanes: -0.0 is the identity of IEEE addition, so they add nothing
     if count <= VL_FP32:
         for i in range(VL_FP32):
             lanes[i] = prod[i] if i < count else zero
@@ -211,7 +213,7 @@ def _reduce_sum_arch35(c, dst, index, prod, count):
         for lane in range(VL_FP32):
             k = i * VL_FP32 + lane
             t = q + k
-            lanes[lane] = prod[k] + (prod[t] if t < count else zero)
+            lanes[lane] = prod[k] + prod[t] if t < count else prod[k]    # no Add where the tail has no lane
         partial[i] = _tree_lanes(lanes, VL_FP32)
     if chunks > VL_FP32:
         cur = chunks // VL_FP32

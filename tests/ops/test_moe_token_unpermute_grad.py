@@ -174,6 +174,15 @@ def test_950_reduce_shapes(hidden):
     _check(make_inputs(3, hidden, topk=2, dtype="bf16", probs_dtype="fp32", seed=hidden), "ascend950")
 
 
+def test_950_negative_zero_sum_keeps_its_sign():
+    """Products that are all -0.0 sum to -0.0 in the arch35 order: head lanes the tail does not reach take no
+    Add of +0.0 (a 100-long row: a 64-lane head chunk, a 36-lane tail)."""
+    row = np.full(100, -0.0, dtype=np.float32)
+    args = _one_row_case(row)
+    got = moe_token_unpermute_grad(*list(args.values())[:4], soc="ascend950")[1][0, 0]
+    assert got == 0 and np.signbit(got) and np.signbit(reduce_sum_rows_arch35(row[None])[0])
+
+
 # --- probs == 0, unwritten rows, bad indices ---------------------------------------------------------------
 def test_prob_zero_rows_are_written_not_skipped():
     args = make_inputs(6, 48, topk=2, dtype="bf16", seed=20)
