@@ -933,9 +933,10 @@ def cmd_moe_layer(a) -> int:
     results = []
     for style in styles:
         try:
-            r = moe_layer(style, tokens=a.tokens, hidden=a.hidden, experts=a.experts, topk=a.topk,
-                          capacity=a.capacity, dtype=a.dtype, soc=soc, seed=a.seed,
-                          finite_differences=not a.no_fd)
+            with listening_to_compiles(CompileProgress()):    # a first run compiles kernels: say so as it goes
+                r = moe_layer(style, tokens=a.tokens, hidden=a.hidden, experts=a.experts, topk=a.topk,
+                              capacity=a.capacity, dtype=a.dtype, soc=soc, seed=a.seed,
+                              finite_differences=not a.no_fd)
         except (AclnnError, SimulatorError) as e:
             print(f"MoE layer, style {style}: {type(e).__name__}: {str(e).splitlines()[0]}")
             results.append(False)
