@@ -26,6 +26,7 @@ from ascend_sim import ConfigError, SimulatorError, UBOverflowError, cache_state
 from ascend_sim._jit import ensure_compiled
 from tiling import get_soc
 from tiling import moe_token_permute as tiling_permute
+from tiling.moe_token_permute import effective_num_out_tokens
 from tiling import moe_token_permute_grad as tiling_permute_grad
 from tiling import moe_token_unpermute as tiling_unpermute
 from tiling import moe_token_unpermute_grad as tiling_unpermute_grad
@@ -282,19 +283,16 @@ def _index_topk(a: argparse.Namespace, op: str) -> int:
 
 def _kept_rows(a: argparse.Namespace, slots: int) -> int:
     """Rows the forward kept: MoeTokenPermute's numOutTokens rule (0 = all, negative = drop from the end)."""
-    m = a.num_out_tokens or 0
-    m = m + slots if m <= 0 else m
-    return max(0, min(m, slots))
+    return effective_num_out_tokens(a.num_out_tokens or 0, slots)
 
 
-def _unpermute_k(a: argparse.Namespace) -> int:
-    if a.no_probs and a.probs_dtype:
-        raise CliError("--probs-dtype and --no-probs exclude each other")
-    return 1 if a.no_probs else _index_topk(a, "moe_token_unpermute")
+def _slots_per_token(a: argparse.Namespace, op: str) -> int:
+    """K of an index-family op with optional probs: 1 without probs (the op's rule), else --topk."""
+    return 1 if a.no_probs else _index_topk(a, op)
 
 
 def _unpermute_descs(a: argparse.Namespace) -> dict:
-    k = _unpermute_k(a)
+    k = _slots_per_token(a, "moe_token_unpermute")
     return dict(permuted_tokens=TensorDesc((_kept_rows(a, a.tokens * k), a.hidden), as_dtype(a.dtype)),
                 sorted_indices=TensorDesc((a.tokens * k,), np.int32),
                 probs=None if a.no_probs else TensorDesc((a.tokens, k), as_dtype(a.probs_dtype or a.dtype)),
@@ -302,7 +300,7 @@ def _unpermute_descs(a: argparse.Namespace) -> dict:
 
 
 def _unpermute_inputs(a: argparse.Namespace) -> dict:
-    k = _unpermute_k(a)
+    k = _slots_per_token(a, "moe_token_unpermute")
     return unpermute_examples.make_inputs(a.tokens, a.hidden, a.experts, k, dtype=a.dtype, probs_dtype=a.probs_dtype,
                                           with_probs=not a.no_probs, num_out_tokens=_kept_rows(a, a.tokens * k),
                                           seed=a.seed)
@@ -329,14 +327,8 @@ def _permute_grad_golden(args: dict, tiling) -> tuple:
     return (permute_grad_golden.golden(g, s, k),)
 
 
-def _unpermute_grad_k(a: argparse.Namespace) -> int:
-    if a.no_probs and a.probs_dtype:
-        raise CliError("--probs-dtype and --no-probs exclude each other")
-    return 1 if a.no_probs else _index_topk(a, "moe_token_unpermute_grad")
-
-
 def _unpermute_grad_descs(a: argparse.Namespace) -> dict:
-    k = _unpermute_grad_k(a)
+    k = _slots_per_token(a, "moe_token_unpermute_grad")
     dt = as_dtype(a.dtype)
     return dict(permuted_tokens=TensorDesc((a.tokens * k, a.hidden), dt),
                 unpermuted_tokens_grad=TensorDesc((a.tokens, a.hidden), dt),
@@ -346,7 +338,7 @@ def _unpermute_grad_descs(a: argparse.Namespace) -> dict:
 
 
 def _unpermute_grad_inputs(a: argparse.Namespace) -> dict:
-    k = _unpermute_grad_k(a)
+    k = _slots_per_token(a, "moe_token_unpermute_grad")
     return unpermute_grad_examples.make_inputs(a.tokens, a.hidden, topk=k, dtype=a.dtype, probs_dtype=a.probs_dtype,
                                                with_probs=not a.no_probs, seed=a.seed)
 
@@ -471,6 +463,8 @@ def _check_flags_apply(a: argparse.Namespace, adapter: OpAdapter, soc) -> None:
     if stray:
         own = ", ".join(sorted(_flag(d) for d in adapter.flags))
         raise CliError(f"{', '.join(_flag(d) for d in stray)} does not apply to {a.op} (its own flags: {own})")
+    if getattr(a, "no_probs", False) and getattr(a, "probs_dtype", None):
+        raise CliError("--probs-dtype and --no-probs exclude each other")
     if getattr(a, "quant_mode", None) not in (None, -1) and not soc.is_regbase:
         raise CliError(f"--quant-mode {a.quant_mode} quantises on ascend950 only; {soc.name} runs V1 and the real op "
                        "ignores quant_mode there: drop the flag or pass --soc ascend950")

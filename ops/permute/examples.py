@@ -21,3 +21,13 @@ def make_inputs(tokens: int, hidden: int, experts: int, *, topk: int = 2, dtype=
         idx = rng.integers(0, experts, (tokens, topk))
     idx = idx.astype(as_dtype(indices_dtype))
     return x, (idx[:, 0] if one_dim else idx)
+
+
+def forward_sorted_indices(expert_ids: np.ndarray) -> np.ndarray:
+    """sortedIndicesOut of MoeTokenPermute for small ids: the permuted row of every flat slot (slots ordered by
+    expert id, stably), as int32. Lets the gradient and unpermute examples lay out inputs as the forward does."""
+    flat = np.asarray(expert_ids).reshape(-1)
+    order = np.argsort(flat, kind="stable")                  # permuted row -> flat slot
+    sorted_indices = np.empty(flat.size, dtype=np.int32)
+    sorted_indices[order] = np.arange(flat.size, dtype=np.int32)
+    return sorted_indices

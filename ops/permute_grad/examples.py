@@ -10,6 +10,8 @@ import numpy as np
 
 from tiling.common import as_dtype
 
+from ..permute.examples import forward_sorted_indices
+
 
 def make_inputs(tokens: int, hidden: int, topk: int = 2, *, experts: int | None = None, dtype="bf16",
                 num_out_tokens: int = 0, seed: int = 0) -> dict:
@@ -18,9 +20,7 @@ def make_inputs(tokens: int, hidden: int, topk: int = 2, *, experts: int | None 
     rng = np.random.default_rng(seed)
     experts = max(topk, 4) if experts is None else experts
     expert_ids = np.argsort(rng.random((tokens, experts)), axis=1)[:, :topk].reshape(-1)
-    order = np.argsort(expert_ids, kind="stable")            # slot of each permuted row
-    sorted_indices = np.empty(order.size, dtype=np.int32)
-    sorted_indices[order] = np.arange(order.size, dtype=np.int32)
+    sorted_indices = forward_sorted_indices(expert_ids)
     total = tokens * topk
     rows = total if num_out_tokens <= 0 else min(num_out_tokens, total)
     grad = (rng.random((rows, hidden), dtype=np.float32) * 4 - 2).astype(as_dtype(dtype))

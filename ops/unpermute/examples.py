@@ -12,6 +12,8 @@ import numpy as np
 
 from tiling.common import as_dtype
 
+from ..permute.examples import forward_sorted_indices
+
 
 def make_inputs(tokens: int, hidden: int, experts: int = 8, topk: int = 2, *, dtype="bf16", probs_dtype=None,
                 with_probs: bool = True, num_out_tokens: int | None = None, seed: int = 0,
@@ -29,9 +31,7 @@ def make_inputs(tokens: int, hidden: int, experts: int = 8, topk: int = 2, *, dt
     scores = np.exp(logits - logits.max(axis=1, keepdims=True))
     scores /= scores.sum(axis=1, keepdims=True)
     chosen = np.argsort(-scores, axis=1, kind="stable")[:, :k]                # (N, K) expert ids
-    order = np.argsort(chosen.reshape(-1), kind="stable")                    # permuted row -> flat slot
-    sorted_indices = np.empty(tokens * k, dtype=np.int32)
-    sorted_indices[order] = np.arange(tokens * k, dtype=np.int32)            # flat slot -> permuted row
+    sorted_indices = forward_sorted_indices(chosen)                            # flat slot -> permuted row
     rows = tokens * k if num_out_tokens is None else int(num_out_tokens)
     if values:
         permuted = (rng.random((rows, hidden), dtype=np.float32) * 4 - 2).astype(dtype)

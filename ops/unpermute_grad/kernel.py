@@ -1,6 +1,6 @@
 """Kernels of MoeTokenUnpermuteGrad, one per AscendC kernel class ([M26] op_kernel/).
 
-    moe_token_unpermute_grad_base.h          -> _start_offsets (Base::Init); ReduceSumFunc is ops/common/reduce_sum
+    moe_token_unpermute_grad_base.h          -> ops/common/core_split (Base::Init), ops/common/reduce_sum
     moe_token_unpermute_grad_prob_none.h     key 0 -> prob_none_process
     moe_token_unpermute_grad_prob_not_none.h key 1 -> prob_not_none_process
 
@@ -32,6 +32,7 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel
 from ascend_sim._jit import aicore, global_aicore
 from ops.common import int_math
+from ops.common.core_split import former_tail_offsets
 from ops.common.reduce_sum import FP32_ONE_REPEAT, copy_fp32, reduce_sum
 
 OP = "MoeTokenUnpermuteGrad"
@@ -63,16 +64,6 @@ def _bytes_of(dt):
 
 
 @aicore
-def _start_offsets(c, td):
-    """Base::Init: (rowIdMapStartOffset, unpermutedOutputDStartOffset) of this core."""
-    i = c.block_idx
-    if i < td.former_core_num:
-        return i * td.row_id_map_each_core, i * td.token_num_each_core
-    return (td.former_core_num * td.row_id_map_each_core + (i - td.former_core_num) * td.row_id_map_tail_core,
-            td.former_core_num * td.token_num_each_core + (i - td.former_core_num) * td.token_num_tail_core)
-
-
-@aicore
 def _row_written(tmpl, index, num_out_tokens):
     """Whether slot index `index` addresses a row: < numOutTokens (membase); also >= 0 on arch35."""
     if tmpl.arch35 and index < 0:
@@ -90,7 +81,7 @@ def prob_none_process(c, td, gm, tmpl):
     """Key 0: permutedTokensGrad[S[j]] = unpermutedTokensGrad[j] (topK is 1), rows with S[j] >= numOutTokens
     skipped. Batches of indicesReserveNum rows: the indices, then per hidden piece one strided multi-row
     DataCopyPad of the gradient rows and one DataCopyPad out per row to the row its index names."""
-    row_start, _ = _start_offsets(c, td)
+    row_start, _ = former_tail_offsets(c, td)
     indices_core_num = td.row_id_map_each_core if c.block_idx < td.former_core_num else td.row_id_map_tail_core
     indices_each_loop = td.indices_reserve_num
     indices_loop_times = int_math.ceil_div(indices_core_num, indices_each_loop)
@@ -234,7 +225,7 @@ def prob_not_none_process(c, td, gm, tmpl):
     """Key 1, slot j = t * topK + k of token t: permutedTokensGrad[S[j]] = G[t] * probs[t, k] (CAST_RINT) and
     probsGrad[t, k] = sum_h permutedTokens[S[j], h] * G[t, h] (ReduceSumFunc per hidden piece, pieces added in
     order), both in fp32. A slot with S[j] >= numOutTokens writes no row and sums a zero row."""
-    row_start, token_start = _start_offsets(c, td)
+    row_start, token_start = former_tail_offsets(c, td)
     top_k, h = td.top_k, td.hidden_size
     tok = _bytes_of(tmpl.token_t)
     pb = _bytes_of(tmpl.probs_t)

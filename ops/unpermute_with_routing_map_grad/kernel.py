@@ -26,6 +26,7 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel
 from ascend_sim._jit import aicore, global_aicore
 from ops.common import int_math
+from ops.common.core_split import former_tail_offsets
 from ops.common.reduce_sum import FP32_ONE_REPEAT, copy_fp32 as _copy_fp32, reduce_sum
 
 OP = "MoeTokenUnpermuteWithRoutingMapGrad"
@@ -55,16 +56,6 @@ ARR_PROBS_ADDR = 3
 
 
 @aicore
-def _start_offsets(c, td):
-    """Base::Init: (rowIdMapStartOffset, unpermutedOutputDStartOffset) of this core."""
-    i = c.block_idx
-    if i < td.former_core_num:
-        return i * td.row_id_map_each_core, i * td.token_num_each_core
-    return (td.former_core_num * td.row_id_map_each_core + (i - td.former_core_num) * td.row_id_map_tail_core,
-            td.former_core_num * td.token_num_each_core + (i - td.former_core_num) * td.token_num_tail_core)
-
-
-@aicore
 def _hidden_piece(td, hidden_loop):
     """(elements, element offset) of hidden piece `hidden_loop`; the last piece is the tail."""
     n = td.hidden_size_tail if hidden_loop == td.hidden_size_loop_times - 1 else td.hidden_size_align
@@ -83,7 +74,7 @@ def _copy_rows_process(c, td, gm, tmpl, drop_and_pad):
     the destination row is outIndex[r]; key 0 skips slots whose outIndex is -1. Each hidden
     piece goes GM -> UB -> GM through the bound queue, with no vector work.
     """
-    row_start, _ = _start_offsets(c, td)
+    row_start, _ = former_tail_offsets(c, td)
     out_num = td.row_id_map_each_core if c.block_idx < td.former_core_num else td.row_id_map_tail_core
     T = asc.ub_like(c, gm.unpermuted_tokens_grad)
     type_size = T.itemsize
@@ -138,7 +129,7 @@ def prob_not_none_drop_pad_true_init(c, td, gm, tmpl):
     0 in this mode, so all cores zero the whole tensor). arch35: the fill is split over cores.
     """
     if not tmpl.arch35:
-        _, token_start = _start_offsets(c, td)
+        _, token_start = former_tail_offsets(c, td)
         asc.init_output(c, asc.gm_at(gm.probs_grad, token_start * td.num_expert), td.tokens_num * td.num_expert, 0)
         return
     task_num = td.tokens_num * td.num_expert
@@ -157,7 +148,7 @@ def prob_not_none_drop_pad_true_init(c, td, gm, tmpl):
 def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
     """Keys 11 / 111: for each slot r: t = permuteTokenId[r], p = outIndex[r], e = p / capacity:
     permutedTokensGrad[p] = G[t] * probs[t, e]; probsGrad[t, e] = sum_h permutedTokens[p, h] * G[t, h]."""
-    row_start, _ = _start_offsets(c, td)
+    row_start, _ = former_tail_offsets(c, td)
     out_num = td.row_id_map_each_core if c.block_idx < td.former_core_num else td.row_id_map_tail_core
     T = asc.ub_like(c, gm.unpermuted_tokens_grad)      # PermutedTokenT
     P = asc.ub_like(c, gm.probs)                        # ProbsT
@@ -261,7 +252,7 @@ EVENT_ID0, EVENT_ID1, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 = 0, 1, 4, 5, 6
 @global_aicore
 def prob_not_none_drop_pad_false_init(c, td, gm, tmpl):
     """Init(): zero this core's rows of probsGrad (InitOutput; Fill on arch35) before SyncAll()."""
-    _, token_start = _start_offsets(c, td)
+    _, token_start = former_tail_offsets(c, td)
     tokens = td.token_num_each_core if c.block_idx < td.former_core_num else td.token_num_tail_core
     asc.init_output(c, asc.gm_at(gm.probs_grad, token_start * td.num_expert), tokens * td.num_expert, 0)
 
@@ -271,7 +262,7 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
     """Keys 1 / 101: slot q = t * topK + k takes the k-th selected expert of token t (ascending; missing
     ones get prob 0 and address -1); p = outIndex[q] (skipped if < 0):
     permutedTokensGrad[p] = G[t] * prob; probsGrad[t, e] = sum_h permutedTokens[p, h] * G[t, h]."""
-    row_start, token_start = _start_offsets(c, td)
+    row_start, token_start = former_tail_offsets(c, td)
     top_k, h, num_expert = td.top_k, td.hidden_size, td.num_expert
     indices_num_each_core = td.row_id_map_each_core if c.block_idx < td.former_core_num else td.row_id_map_tail_core
     indices_loop_times = int_math.ceil_div(indices_num_each_core, td.indices_reserve_num)
