@@ -919,11 +919,14 @@ def _print_demo_table(results) -> None:
 # --- tiling and run -------------------------------------------------------------------------------------
 def cmd_moe_layer(a) -> int:
     """A whole MoE layer, forward and backward, per style; exit 0 only when every style passes its checks."""
-    from .moe_layer import STYLES, moe_layer
+    from .moe_layer import STYLES, check_arguments, moe_layer
     soc = _soc(a)
-    if a.topk > a.experts:
-        raise CliError(f"--topk ({a.topk}) must not exceed --experts ({a.experts})")
     styles = STYLES if a.style == "all" else (a.style,)
+    for style in styles:
+        try:
+            check_arguments(style, a.dtype, a.tokens, a.hidden, a.experts, a.topk, a.capacity)
+        except ValueError as e:
+            raise CliError(f"{e} (flags --tokens --hidden --experts --topk --capacity)") from None
     results = []
     for style in styles:
         try:

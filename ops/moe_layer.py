@@ -182,11 +182,16 @@ def kept_mask(mask: np.ndarray, capacity: int | None) -> np.ndarray:
     return mask & (rank < capacity)
 
 
-def reference_layer(p: LayerParams, topk: int, capacity: int | None):
-    """Dense float64 forward and analytic gradients: (y, loss, grads, mask)."""
+def _route(p: LayerParams, topk: int, capacity: int | None):
+    """(router probabilities s, routing mask, pairs that reach their expert) of the layer's parameters."""
     s = softmax(p.x @ p.w_router)
     mask = routing_mask(top_k(s, topk), s.shape[1])
-    kept = kept_mask(mask, capacity)
+    return s, mask, kept_mask(mask, capacity)
+
+
+def reference_layer(p: LayerParams, topk: int, capacity: int | None):
+    """Dense float64 forward and analytic gradients: (y, loss, grads, mask)."""
+    s, mask, kept = _route(p, topk, capacity)
     h = np.einsum("nh,ehk->enk", p.x, p.w_experts)                # every expert on every token
     weight = (s * kept).T[:, :, None]                              # (E, N, 1)
     y = (weight * h).sum(axis=0)
@@ -200,9 +205,8 @@ def reference_layer(p: LayerParams, topk: int, capacity: int | None):
 
 
 def _loss(p: LayerParams, topk: int, capacity: int | None) -> tuple[float, np.ndarray]:
-    s = softmax(p.x @ p.w_router)
-    mask = routing_mask(top_k(s, topk), s.shape[1])
-    kept = kept_mask(mask, capacity)
+    """The float64 loss alone (for finite differences) and the routing mask it used."""
+    s, mask, kept = _route(p, topk, capacity)
     y = np.einsum("ne,nh,ehk->nk", s * kept, p.x, p.w_experts)
     return float((y * p.upstream).sum()), mask
 
@@ -328,6 +332,27 @@ def default_capacity(tokens: int, experts: int, topk: int) -> int:
     return max(1, -(-tokens * topk // experts))
 
 
+def check_arguments(style: str, dtype: str, tokens: int, hidden: int, experts: int, topk: int,
+                    capacity: int | None) -> int | None:
+    """Validate moe_layer's arguments (ValueError naming the argument); returns the drop-and-pad capacity
+    (ceil(N * K / E) when not given), or None for the other styles."""
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    for name, v in (("tokens", tokens), ("hidden", hidden), ("experts", experts), ("topk", topk)):
+        if int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive whole number, got {v!r}")
+    if topk > experts:
+        raise ValueError(f"topk ({topk}) must not exceed experts ({experts})")
+    if style != "routing_map_pad":
+        return None
+    cap = default_capacity(tokens, experts, topk) if capacity is None else int(capacity)
+    if cap < 1:
+        raise ValueError(f"capacity must be a positive whole number, got {capacity!r}")
+    return cap
+
+
 def moe_layer(style: str = "topk", *, tokens: int = 64, hidden: int = 64, experts: int = 8, topk: int = 2,
               capacity: int | None = None, dtype: str = "fp32", soc="ascend910b", seed: int = 0,
               finite_differences: bool = True) -> MoeLayerResult:
@@ -345,21 +370,8 @@ def moe_layer(style: str = "topk", *, tokens: int = 64, hidden: int = 64, expert
 
     Returns a MoeLayerResult; `.passed` is the verdict, `str(result)` the report.
     """
-    if style not in STYLES:
-        raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    for name, v in (("tokens", tokens), ("hidden", hidden), ("experts", experts), ("topk", topk)):
-        if int(v) != v or v < 1:
-            raise ValueError(f"{name} must be a positive whole number, got {v!r}")
-    if topk > experts:
-        raise ValueError(f"topk ({topk}) must not exceed experts ({experts})")
+    cap = check_arguments(style, dtype, tokens, hidden, experts, topk, capacity)
     profile = get_soc(soc)
-    cap = None
-    if style == "routing_map_pad":
-        cap = default_capacity(tokens, experts, topk) if capacity is None else int(capacity)
-        if cap < 1:
-            raise ValueError(f"capacity must be a positive whole number, got {capacity!r}")
     params = make_params(tokens, hidden, experts, seed)
     y_ref, _, grads_ref, _ = reference_layer(params, topk, cap)
     y, grads, runs = simulated_layer(params, style, topk, cap, profile, DTYPES[dtype])
