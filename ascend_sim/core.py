@@ -9,7 +9,9 @@ call receives it:
   the chip limits, the atomic-add mode (SetAtomicAdd), the hardware event flags, the kernel's
   member variables (values a kernel object keeps across SyncAll()) and the queue table of the
   live TPipe,
-* `block_idx` / `block_num`: GetBlockIdx() / GetBlockNum().
+* `block_idx` / `block_num`: GetBlockIdx() / GetBlockNum(),
+* `trace`: the per-call event log of the timeline (timeline.py), TRACE_COLS int64 per row; zero rows
+  when no trace was asked for.
 """
 from __future__ import annotations
 
@@ -22,7 +24,16 @@ from numba import njit
 
 from .pipe import Q_NUM
 
-Core = namedtuple("Core", ["ub", "state", "block_idx", "block_num"])
+Core = namedtuple("Core", ["ub", "state", "block_idx", "block_num", "trace"])
+
+# Pipes of a vector core (PipeBarrier<PIPE_X> and the timeline's lanes).
+PIPE_S = 0
+PIPE_V = 1
+PIPE_MTE2 = 2
+PIPE_MTE3 = 3
+PIPE_ALL = 4
+N_PIPES = 4
+PIPE_NAMES = ("S", "V", "MTE2", "MTE3")   # timeline lanes, in pipe order
 
 # Per-core counters, state[0:N_COUNTERS]. Bytes are GM-side bytes moved by the DMA pipes.
 CNT_MTE2_BYTES = 0      # GM -> UB bytes (DataCopy / DataCopyPad in)
@@ -60,10 +71,47 @@ UB_POISONED = CAP_BASE + 4           # 1 once start_pipe has poisoned the whole 
 UB_DIRTY = CAP_BASE + 5              # bytes a pooled UB's previous launch may have written (see UbPool)
 EVENT_IDS = 8
 N_HARD_EVENTS = 13
+# HardEvent values (events.py): SRC_DST, the DST pipe waits for the SRC pipe
+HARD_EVENT_NAMES = ("MTE2_V", "V_MTE2", "MTE3_V", "V_MTE3", "V_V", "MTE3_MTE2", "MTE2_MTE3",
+                    "S_V", "V_S", "S_MTE2", "MTE2_S", "S_MTE3", "MTE3_S")
 FLAG_BASE = 32          # state[FLAG_BASE + event * EVENT_IDS + id] is 1 while a SetFlag awaits its WaitFlag
 MEMBER_BASE = FLAG_BASE + N_HARD_EVENTS * EVENT_IDS   # kernel member variables that live across SyncAll()
 N_MEMBERS = 64
-QUE_BASE = MEMBER_BASE + N_MEMBERS                    # queue table rows of the live TPipe (pipe.py), QUE_COLS each
+# The timeline (timeline.py): per-pipe clocks, the cost model's figures, flag times and the scalar data cache.
+TL_BASE = MEMBER_BASE + N_MEMBERS
+TL_END = TL_BASE                 # TL_END + pipe: cycle the pipe can start its next instruction (PIPE_S: the scalar
+                                 # unit's time)
+TL_BUSY = TL_BASE + 4            # TL_BUSY + pipe: cycles the pipe was busy
+TL_ON = TL_BASE + 8              # 1 while the cost model runs
+TL_TRACE_N = TL_BASE + 9         # calls offered to the trace (rows past its end are dropped and counted)
+TL_RATE = TL_BASE + 10           # TL_RATE + pipe: DMA bytes per RATE_SCALE cycles (MTE2, MTE3 slots used)
+TL_LATENCY = TL_BASE + 14        # TL_LATENCY + pipe: fixed cycles of one DMA instruction
+TL_BURST = TL_BASE + 18
+TL_VEC_ISSUE = TL_BASE + 19
+TL_CALL = TL_BASE + 20           # scalar cycles to issue a call
+TL_SCALAR_UB = TL_BASE + 21
+TL_GM_HIT = TL_BASE + 22
+TL_GM_MISS = TL_BASE + 23
+TL_GM_WRITE = TL_BASE + 24
+TL_EVENT = TL_BASE + 25
+TL_BARRIER = TL_BASE + 26
+TL_DCACHE_SHIFT = TL_BASE + 27   # log2 of the data cache's line bytes
+TL_DCACHE_MASK = TL_BASE + 28    # lines - 1
+TL_DMA_ISSUE = TL_BASE + 29      # fixed pipe cycles of one DMA instruction
+TL_DONE = TL_BASE + 30           # TL_DONE + pipe: cycle the pipe's work so far is complete (DMA: landed in memory)
+N_CALL_IDS = 64
+TL_CPR = TL_BASE + 34            # TL_CPR + call id: vector cycles per 256-byte repeat
+TL_FLAG_T = TL_CPR + N_CALL_IDS  # TL_FLAG_T + event * EVENT_IDS + id: cycle the flag rises
+TL_FLAG_CALL = TL_FLAG_T + N_HARD_EVENTS * EVENT_IDS   # call number of the SetFlag that raised it (trace flows)
+DCACHE_MAX_LINES = 256
+TL_DCACHE = TL_FLAG_CALL + N_HARD_EVENTS * EVENT_IDS   # tags of the scalar data cache (line address + 1; 0 = empty)
+TL_SIZE = TL_DCACHE + DCACHE_MAX_LINES - TL_BASE
+QUE_BASE = TL_BASE + TL_SIZE                          # queue table rows of the live TPipe (pipe.py), QUE_COLS each
+
+# Trace rows: call number, AscendC call id, pipe, start cycle, end cycle, two arguments, and the call number of
+# the SetFlag / EnQue / FreeTensor whose event this call waited for (-1: none).
+TRACE_COLS = 8
+NO_TRACE = np.zeros((0, TRACE_COLS), dtype=np.int64)
 
 # Two-byte poison pattern for memory nobody wrote: reads as NaN in fp32, fp16 and bf16,
 # and as a huge positive int32, so a kernel that consumes it fails loudly.
@@ -127,9 +175,10 @@ UB_POOL = UbPool()
 
 
 def make_core(block_idx: int, block_num: int, ub_size: int, queue_slots: int, max_block_count: int,
-              npu_arch: int) -> Core:
+              npu_arch: int, trace_rows: int = 0) -> Core:
     """A fresh core: no TPipe yet (the UB is poisoned by start_pipe, before any stage can run), no flags
-    set, counters zero, atomic add off. Its UB comes from UB_POOL when one is idle."""
+    set, counters and clocks zero, atomic add off, the cost model off until timeline.load_costs. Its UB
+    comes from UB_POOL when one is idle; `trace_rows` > 0 gives it a trace of that many calls."""
     state = np.zeros(QUE_BASE + queue_slots, dtype=np.int64)
     pooled = UB_POOL.take(ub_size)
     if pooled is None:
@@ -140,7 +189,8 @@ def make_core(block_idx: int, block_num: int, ub_size: int, queue_slots: int, ma
     state[CAP_MAX_BLOCK_COUNT] = max_block_count
     state[CAP_NPU_ARCH] = npu_arch
     state[ATOMIC_LOCK_TABLE] = ATOMIC_LOCKS.ctypes.data
-    return Core(ub, state, block_idx, block_num)
+    trace = np.zeros((trace_rows, TRACE_COLS), dtype=np.int64) if trace_rows > 0 else NO_TRACE
+    return Core(ub, state, block_idx, block_num, trace)
 
 
 def release_core(core: Core) -> None:

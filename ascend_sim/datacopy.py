@@ -31,7 +31,8 @@ from numba.extending import intrinsic, overload
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import STREAM_MIN_BYTES, data_address, memcpy_bytes, stream_bytes
 from .core import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, ATOMIC_TYPE, CAP_MAX_BLOCK_COUNT, CNT_MTE2_BYTES,
-                   CNT_MTE2_INSTR, CNT_MTE3_BYTES, CNT_MTE3_INSTR, POISON)
+                   CNT_MTE3_BYTES, PIPE_MTE2, PIPE_MTE3, POISON)
+from .timeline import dma, repeats_of, vector
 from .dtypes import (CAST_RINT, DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT8, DT_INT16, DT_INT32, bf16_bits_to_f32_bits,
                      f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_f16_bits, f32_from_bits,
                      view_f32_as_u32)
@@ -293,7 +294,7 @@ def _pad_gm_to_ub(c, dst, src, params, pad):
     left, right = pad.leftPadding, pad.rightPadding
     if not _block_params_ok(c, call, n, blen, isz, sstride, dstride):
         return
-    c.state[CNT_MTE2_INSTR] += 1
+    dma(c, call, PIPE_MTE2, n, blen)
     if n == 0 or blen == 0:
         return
     if left < 0 or left * isz > 32:
@@ -347,7 +348,7 @@ def _pad_ub_to_gm(c, dst, src, params):
     n, blen, sstride, dstride = params.blockCount, params.blockLen, params.srcStride, params.dstStride
     if not _block_params_ok(c, call, n, blen, isz, sstride, dstride):
         return
-    c.state[CNT_MTE3_INSTR] += 1
+    dma(c, call, PIPE_MTE3, n, blen)
     if n == 0 or blen == 0:
         return
     ub0 = ub_aligned_offset(c, src, call)
@@ -434,8 +435,8 @@ def _copy_in(c, dst, src, n, blocks, sstride, dstride):
     call = CALL_DATA_COPY_IN
     if not issue(c, call) or not _strided_ok(c, call, n, blocks, sstride, dstride):
         return
-    c.state[CNT_MTE2_INSTR] += 1
     blen = blocks * 32
+    dma(c, call, PIPE_MTE2, n, blen)
     if n == 0 or blen == 0:
         return
     ub0 = ub_aligned_offset(c, dst, call)
@@ -459,8 +460,8 @@ def _copy_out(c, dst, src, n, blocks, sstride, dstride):
     call = CALL_DATA_COPY_OUT
     if not issue(c, call) or not _strided_ok(c, call, n, blocks, sstride, dstride):
         return
-    c.state[CNT_MTE3_INSTR] += 1
     blen = blocks * 32
+    dma(c, call, PIPE_MTE3, n, blen)
     if n == 0 or blen == 0:
         return
     ub0 = ub_aligned_offset(c, src, call)
@@ -492,6 +493,7 @@ def _copy_ub(c, dst, src, n, blocks, sstride, dstride):
     if not issue(c, call) or not _strided_ok(c, call, n, blocks, sstride, dstride):
         return
     blen = blocks * 32
+    vector(c, call, repeats_of(n * blen, 1))     # a UB -> UB copy runs on PIPE_V
     if n == 0 or blen == 0:
         return
     d0 = ub_aligned_offset(c, dst, call)
@@ -570,5 +572,5 @@ def init_output(c, g, count, value):
     if not _gm_ok(c, CALL_INIT_OUTPUT, g, g.offset * isz, (g.offset + count) * isz):
         return
     g.data[g.offset: g.offset + count] = value
-    c.state[CNT_MTE3_INSTR] += 1
+    dma(c, CALL_INIT_OUTPUT, PIPE_MTE3, 1, count * isz)
     c.state[CNT_MTE3_BYTES] += count * isz

@@ -8,7 +8,9 @@ no flag may be left set when the kernel ends (the launcher checks that).
 from __future__ import annotations
 
 from ._jit import aicore
-from .core import CNT_EVENTS, CNT_PIPE_BARRIERS, EVENT_IDS, FLAG_BASE, N_HARD_EVENTS
+from .core import (HARD_EVENT_NAMES, CNT_EVENTS, CNT_PIPE_BARRIERS, EVENT_IDS, FLAG_BASE, N_HARD_EVENTS, PIPE_ALL, PIPE_MTE2,  # noqa: F401
+                   PIPE_MTE3, PIPE_S, PIPE_V)
+from .timeline import pipe_barrier as tl_pipe_barrier, set_flag as tl_set_flag, wait_flag as tl_wait_flag
 from .faults import (CALL_FETCH_EVENT_ID, CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, F_BARRIER_S,
                      F_EVT_DOUBLE_SET, F_EVT_EXHAUSTED, F_EVT_ID, F_EVT_WAIT_UNSET, fault, issue)
 
@@ -26,16 +28,7 @@ S_MTE2 = 9
 MTE2_S = 10
 S_MTE3 = 11
 MTE3_S = 12
-HARD_EVENT_NAMES = ("MTE2_V", "V_MTE2", "MTE3_V", "V_MTE3", "V_V", "MTE3_MTE2", "MTE2_MTE3",
-                    "S_V", "V_S", "S_MTE2", "MTE2_S", "S_MTE3", "MTE3_S")
-assert len(HARD_EVENT_NAMES) == N_HARD_EVENTS  # the flag area of Core.state holds this many events
 
-# Pipes (PipeBarrier<PIPE_X>)
-PIPE_S = 0
-PIPE_V = 1
-PIPE_MTE2 = 2
-PIPE_MTE3 = 3
-PIPE_ALL = 4
 
 
 @aicore
@@ -60,6 +53,7 @@ def set_flag(c, evt, event_id):
         return
     c.state[slot] = 1
     c.state[CNT_EVENTS] += 1
+    tl_set_flag(c, evt, event_id)
 
 
 @aicore
@@ -75,6 +69,7 @@ def wait_flag(c, evt, event_id):
         return
     c.state[slot] = 0
     c.state[CNT_EVENTS] += 1
+    tl_wait_flag(c, evt, event_id)
 
 
 @aicore
@@ -111,3 +106,4 @@ def pipe_barrier(c, pipe):
         fault(c, F_BARRIER_S, CALL_PIPE_BARRIER)
         return
     c.state[CNT_PIPE_BARRIERS] += 1
+    tl_pipe_barrier(c, pipe)

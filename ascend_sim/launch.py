@@ -17,6 +17,10 @@ as the real kernels do (atomic adds excepted: their fp32 order follows core timi
 chip). Cores that reach SyncAll() a different number of times (a deadlock on the chip) end the
 launch with SyncError.
 
+Each core keeps a timeline of its calls (timeline.py) under the chip's cost model (`chip.cost`);
+at every SyncAll() all cores resume at the slowest core's time, and the report carries the
+estimate (estimate.py). Inside `trace.tracing(...)` the selected cores also log every call.
+
 Before any byte moves, every phase's buffer plan is laid out (UBOverflowError if one does
 not fit). A fault inside a stage becomes the matching SimulatorError naming core, kernel
 and call; after the last stage a flag left set is a SyncError.
@@ -34,14 +38,18 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import errors
-from .core import (CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE, counters, fault_record, flags,
-                   make_core, release_core, start_pipe)
+from .core import (CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE, N_PIPES, TL_BUSY, TL_TRACE_N,
+                   counters, fault_record, flags, make_core, release_core, start_pipe)
+from .cost import CostModel
+from .estimate import CoreTime, Estimate
+from . import timeline
+from .trace import CoreTrace, KernelTrace, current_request
 from .dtypes import dt_name
 from .events import HARD_EVENT_NAMES
 from ._jit import ensure_compiled, stage_signature
 from .faults import to_error
 from .pipe import UbBuffer, plan_pipe
-from .report import CoreReport, RunReport
+from .report import CoreReport, RunReport, gm_bytes_of
 
 SYNC_ALL = "SyncAll"
 """Schedule marker: AscendC::SyncAll() between the stages before and after it."""
@@ -302,8 +310,14 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
             f"SyncAll() with {block_dim} blocks on a chip with {chip.aiv_num} vector cores: the blocks would run "
             "in several rounds and the barrier would deadlock", call="SyncAll", **where)
     slots = max((t.size for tables in core_tables for t in tables), default=0)
-    cores = [make_core(i, block_dim, chip.ub_size, slots, chip.max_block_count, chip.npu_arch)
+    cost = chip_cost(chip)
+    request = current_request()
+    trace_rows = request.rows_for(block_dim) if request is not None else {}
+    cores = [make_core(i, block_dim, chip.ub_size, slots, chip.max_block_count, chip.npu_arch, trace_rows.get(i, 0))
              for i in range(block_dim)]
+    for core in cores:
+        timeline.load_costs(core.state, cost, min(block_dim, chip.aiv_num))
+    sync_marks = []
     live_phase = [-1] * block_dim
     program = [programs.top] * block_dim     # each core's items; a branch splices its chosen arm in
     pc = [0] * block_dim
@@ -397,6 +411,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         barriers += 1
         for core in cores:
             core.state[CNT_SYNC_ALL] += 1
+        if cost.enabled:
+            sync_marks.append(timeline.barrier([core.state for core in cores], cost.sync_all_cycles))
     wall = time.perf_counter() - start
 
     for core in cores:
@@ -412,14 +428,32 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     pipe_plans = list({id(p): p for p in first_plans}.values())
     table = [row for p in pipe_plans for row in p.table()]
     core_reports = tuple(CoreReport.from_counters(c.block_idx, counters(c)) for c in cores)
+    times = tuple(CoreTime(c.block_idx, timeline.end_cycle(c.state),
+                           tuple(int(v) for v in c.state[TL_BUSY:TL_BUSY + N_PIPES])) for c in cores)
+    trace = None
+    if trace_rows:
+        trace = KernelTrace(tuple(CoreTrace(c.block_idx, c.trace[: int(min(c.state[TL_TRACE_N], len(c.trace)))].copy(),
+                                            int(c.state[TL_TRACE_N])) for c in cores if len(c.trace)),
+                            tuple(sync_marks))
     for core in cores:
         release_core(core)
-    return RunReport(
+    report = RunReport(
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
         ub_capacity_bytes=chip.ub_size, ub_plan=tuple(table),
         ub_plan_bytes=max(p.used_bytes for p in laid_out.values()),
         cores=core_reports, wall_time_s=wall,
-        threads=threads, compile_time_s=compile_s)
+        threads=threads, compile_time_s=compile_s,
+        estimate=Estimate(cost, chip.aiv_num, times, gm_bytes_of(CoreReport.combined(core_reports)), len(sync_marks)),
+        trace=trace)
+    if request is not None:
+        request.took(report)
+    return report
+
+
+def chip_cost(chip) -> CostModel:
+    """The chip profile's cost model (a profile without one gets the default CostModel)."""
+    cost = getattr(chip, "cost", None)
+    return cost if isinstance(cost, CostModel) else CostModel()
 
 
 def _lay_out(kernel, phases, plan, block_dim, args, chip, ub_advice, where):

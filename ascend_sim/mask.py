@@ -24,7 +24,8 @@ from numba import types
 from numba.extending import overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
-from .core import CAP_NPU_ARCH, CNT_V_ELEMS, CNT_V_INSTR
+from .core import CAP_NPU_ARCH, CNT_V_ELEMS
+from .timeline import repeats_of, vector
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16, DT_FLOAT,
                      DT_FLOAT16, DT_INT32, DT_UINT8, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits,
                      f32_bits_to_bf16_bits, f32_bits_to_f16_bits, i64_to_f32_bits, view_f32_as_u32)
@@ -121,7 +122,7 @@ def compare_scalar(c, dst, src, src_dt, scalar, cmp_mode, count):
     if (count * src.itemsize) % REPEAT_BYTES != 0:
         fault(c, F_COUNT_BYTES, call, count * src.itemsize, REPEAT_BYTES)
         return
-    c.state[CNT_V_INSTR] += 1
+    vector(c, call, repeats_of(count, src.itemsize))
     c.state[CNT_V_ELEMS] += count
     if count == 0:
         return
@@ -215,7 +216,7 @@ def _gather_mask(c, dst, src0, src1_pattern, reduce_mode, mask, params):
         fault(c, F_PARAM, call, P_BLK_STRIDE,
               min(params.src0BlockStride, params.src0RepeatStride, params.src1RepeatStride), 0, 65535)
         return 0
-    c.state[CNT_V_INSTR] += 1
+    vector(c, call, repeat)
     lanes = mask if reduce_mode else REPEAT_BYTES // isz
     if repeat == 0:
         return 0
@@ -298,7 +299,7 @@ def _cast_checks(c, supported, dst_dt, src_dt, mode, dst, src, count):
     if count < 0:
         fault(c, F_PARAM, CALL_CAST, P_COUNT, count, 0, 2147483647)
         return -1
-    c.state[CNT_V_INSTR] += 1
+    vector(c, CALL_CAST, repeats_of(count, max(dst.itemsize, src.itemsize)))
     c.state[CNT_V_ELEMS] += count
     if count == 0:
         return -1

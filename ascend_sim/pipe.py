@@ -42,7 +42,12 @@ Q_USED = 8        # tensors currently enqueued
 Q_SEQ = 9         # EnQue sequence counter (DeQue is FIFO)
 Q_STATE = 10      # Q_STATE + i: state of buffer i (FREE/OCCUPIED/ENQUE/DEQUE)
 Q_ENQ_SEQ = Q_STATE + MAX_BUFFERS_PER_POSITION   # Q_ENQ_SEQ + i: EnQue order of buffer i
-QUE_COLS = Q_ENQ_SEQ + MAX_BUFFERS_PER_POSITION
+# timeline (timeline.py): when buffer i's EnQue event and its FreeTensor event fire, and which call set them
+Q_READY_T = Q_ENQ_SEQ + MAX_BUFFERS_PER_POSITION
+Q_FREE_T = Q_READY_T + MAX_BUFFERS_PER_POSITION
+Q_READY_CALL = Q_FREE_T + MAX_BUFFERS_PER_POSITION
+Q_FREE_CALL = Q_READY_CALL + MAX_BUFFERS_PER_POSITION
+QUE_COLS = Q_FREE_CALL + MAX_BUFFERS_PER_POSITION
 
 
 class UbBuffer(NamedTuple):

@@ -22,6 +22,7 @@ from .faults import (CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR
                      F_QUE_DEPTH, F_QUE_EMPTY, F_QUE_FOREIGN, F_QUE_INDEX, F_QUE_KIND, F_QUE_NO_FREE, F_QUE_STATE,
                      F_UB_OOB, fault, issue)
 from .local import ub_offset
+from . import timeline as tl
 from .pipe import (KIND_TBUF, Q_BASE, Q_CURSOR, Q_DEPTH, Q_ENQ_SEQ, Q_KIND, Q_LEN, Q_NUM, Q_SEQ,
                    Q_STATE, Q_USED, QUE_COLS)
 
@@ -95,6 +96,7 @@ def alloc_tensor(c, q, T):
         if c.state[r + Q_STATE + i] == FREE:
             c.state[r + Q_STATE + i] = OCCUPIED
             c.state[CNT_EVENTS] += 1  # waits for the free event of this buffer
+            tl.alloc_tensor(c, q, r, i)
             return _buffer_view(c, q, i, T)
     fault(c, F_QUE_NO_FREE, CALL_ALLOC_TENSOR, q, num)
     return _buffer_view(c, q, 0, T)
@@ -121,6 +123,7 @@ def en_que(c, q, t):
     c.state[r + Q_SEQ] += 1
     c.state[r + Q_USED] += 1
     c.state[CNT_EVENTS] += 1
+    tl.en_que(c, q, r, i)
 
 
 @aicore
@@ -140,6 +143,7 @@ def de_que(c, q, T):
     c.state[r + Q_STATE + best] = DEQUE
     c.state[r + Q_USED] -= 1
     c.state[CNT_EVENTS] += 1
+    tl.de_que(c, q, r, best)
     return _buffer_view(c, q, best, T)
 
 
@@ -160,6 +164,7 @@ def free_tensor(c, q, t):
         c.state[r + Q_USED] -= 1
     c.state[r + Q_STATE + i] = FREE
     c.state[CNT_EVENTS] += 1
+    tl.free_tensor(c, q, r, i)
 
 
 @aicore
@@ -167,6 +172,7 @@ def tbuf_get(c, q, T):
     """TBuf::Get<T>(): the whole TBuf as a LocalTensor (no state, no events)."""
     if not issue(c, CALL_TBUF_GET) or not _exists(c, q, CALL_TBUF_GET):
         return T[0:0]
+    tl.scalar(c, CALL_TBUF_GET, 0, q)
     kind = c.state[_row(q) + Q_KIND]
     if kind != KIND_TBUF:
         fault(c, F_QUE_KIND, CALL_TBUF_GET, q, kind)
@@ -178,6 +184,7 @@ def tbuf_get_with_offset(c, q, T, count_elems, offset_bytes):
     """TBuf::GetWithOffset<T>(count, offset): count elements starting offset bytes into the TBuf."""
     if not issue(c, CALL_TBUF_GET) or not _exists(c, q, CALL_TBUF_GET):
         return T[0:0]
+    tl.scalar(c, CALL_TBUF_GET, 0, q)
     r = _row(q)
     base = c.state[r + Q_BASE]
     size = T.itemsize

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .core import COUNTER_NAMES
+from .estimate import Estimate
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,20 @@ class CoreReport:
         }
 
 
+def gm_bytes_of(total: CoreReport) -> int:
+    """GM bytes behind a report's counters: both DMA directions plus 4 bytes per scalar GM access."""
+    return total.mte2_bytes + total.mte3_bytes + (total.scalar_gm_reads + total.scalar_gm_writes) * 4
+
+
 @dataclass(frozen=True)
 class RunReport:
     """Everything one kernel launch did, per core; `total` sums the cores.
 
     `wall_time_s` is the time the cores ran (simulated kernel only); `compile_time_s` is the time spent
     compiling or loading the kernel's stages before that (large on a cold numba cache only).
+    `estimate` is the time the launch would take on the chip (estimate.Estimate: per core and pipe,
+    bounding pipe, roofline; `to_csv()` gives msprof's PipeUtilization.csv); `trace` the per-call
+    trace when one was asked for (trace.tracing).
     """
     op: str
     kernel: str
@@ -76,15 +85,20 @@ class RunReport:
     threads: int = 1
     compile_time_s: float = 0.0
     extra: dict = field(default_factory=dict)
+    estimate: Estimate | None = None
+    trace: object = None
 
     @property
     def total(self) -> CoreReport:
         return CoreReport.combined(self.cores)
 
+    def to_csv(self, path=None) -> str:
+        """msprof's PipeUtilization.csv of this launch (one row per block); also written to `path` if given."""
+        return self.estimate.to_csv(path)
+
     @property
     def gm_bytes(self) -> int:
-        t = self.total
-        return t.mte2_bytes + t.mte3_bytes + (t.scalar_gm_reads + t.scalar_gm_writes) * 4
+        return gm_bytes_of(self.total)
 
     def __str__(self) -> str:
         t = self.total
@@ -97,6 +111,7 @@ class RunReport:
             f"  V    {t.vec_elem_ops:>14,d} element-ops in {t.vec_instr:,d} instr   "
             f"S {t.scalar_gm_reads:,d} GM reads, {t.scalar_ub_ops:,d} UB ops",
             f"  sync {t.events:,d} events, {t.pipe_barriers:,d} pipe barriers, {t.sync_all} SyncAll",
+            *(f"  {line}" for line in (self.estimate.lines() if self.estimate is not None else ())),
             f"  wall {self.wall_time_s * 1e3:.2f} ms on {self.threads} threads"
             + (f" (+{self.compile_time_s:.1f} s before it to compile or load the kernels)"
                if self.compile_time_s >= 0.05 else ""),

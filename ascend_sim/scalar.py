@@ -1,8 +1,8 @@
 """Scalar-unit access: GetValue / SetValue on GM and UB, and checked scalar arrays (numba).
 
 Scalar GM reads go through the core's data cache on the device; the simulator reads GM
-directly (no cache model), which is equivalent for kernels that only read GM data no
-other core writes during the kernel. An out-of-range access records a fault and reads 0.
+directly (the cache exists only in the timeline's cost, timeline.scalar_gm_read), which is
+equivalent for kernels that only read GM data no other core writes during the kernel. An out-of-range access records a fault and reads 0.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .dtypes import DT_BF16, DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_
 from .faults import (CALL_GM_GET_VALUE, CALL_GM_SET_VALUE, CALL_SCALAR_ARRAY, CALL_UB_GET_VALUE, CALL_UB_SET_VALUE,
                      F_GM_OOB, F_SCALAR_OOB, F_UB_OOB, fault, faulted, issue)
 from .local import note_ub_write, ub_offset
+from . import timeline as tl
 from .vector import as_elem
 
 
@@ -59,6 +60,7 @@ def _get_value(c, t, index):
             if not _ub_index_ok(c, CALL_UB_GET_VALUE, t, index):
                 return as_elem(t, 0)
             c.state[CNT_S_UB_OPS] += 1
+            tl.scalar_ub(c, CALL_UB_GET_VALUE, index)
             return t[index]
         return ub_get
 
@@ -67,6 +69,7 @@ def _get_value(c, t, index):
         if i < 0:
             return as_elem(t.data, 0)
         c.state[CNT_S_GM_READS] += 1
+        tl.scalar_gm_read(c, CALL_GM_GET_VALUE, t.data.ctypes.data + i * t.data.itemsize)
         return t.data[i]
     return gm_get
 
@@ -78,6 +81,7 @@ def _set_value(c, t, index, value):
             if not _ub_index_ok(c, CALL_UB_SET_VALUE, t, index):
                 return
             c.state[CNT_S_UB_OPS] += 1
+            tl.scalar_ub(c, CALL_UB_SET_VALUE, index)
             t[index] = value
             note_ub_write(c, ub_offset(c, t, CALL_UB_SET_VALUE) + (index + 1) * t.itemsize)
         return ub_set
@@ -87,6 +91,7 @@ def _set_value(c, t, index, value):
         if i < 0:
             return
         c.state[CNT_S_GM_WRITES] += 1
+        tl.scalar_gm_write(c, CALL_GM_SET_VALUE, t.data.ctypes.data + i * t.data.itemsize)
         t.data[i] = value
     return gm_set
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._jit import aicore
-from .core import CNT_V_ELEMS, CNT_V_INSTR
+from .core import CNT_V_ELEMS
+from .timeline import repeats_of, vector
 from .faults import (CALL_ARITH_PROGRESSION, CALL_CONCAT, CALL_DUPLICATE_MASK, CALL_EXTRACT, CALL_MRG_SORT,
                      CALL_SORT, F_PARAM, F_UB_OOB, P_COUNT, P_MASK, P_REPEAT, fault, issue)
 from .dtypes import view_f32_as_u32
@@ -29,7 +30,7 @@ def _begin(c, call, repeat, elems):
     if repeat < 0 or repeat > MAX_REPEAT:
         fault(c, F_PARAM, call, P_REPEAT, repeat, 0, MAX_REPEAT)
         return False
-    c.state[CNT_V_INSTR] += 1
+    vector(c, call, repeat)
     c.state[CNT_V_ELEMS] += elems
     return repeat > 0
 
@@ -83,7 +84,7 @@ def arith_progression(c, dst, first_value, diff_value, count):
     d = ub_aligned_offset(c, dst, CALL_ARITH_PROGRESSION)
     if d < 0 or not check_count(c, dst, count, CALL_ARITH_PROGRESSION):
         return
-    c.state[CNT_V_INSTR] += 1
+    vector(c, CALL_ARITH_PROGRESSION, repeats_of(count, dst.itemsize))
     c.state[CNT_V_ELEMS] += count
     for i in range(count):
         dst[i] = first_value + diff_value * i
@@ -175,7 +176,7 @@ def mrg_sort(c, dst, src0, src1, src2, src3, counts, valid_bit, repeat, exhauste
         return z
     if (lists > 2 and not _list_ok(c, src2, n2)) or (lists > 3 and not _list_ok(c, src3, n3)):
         return z
-    c.state[CNT_V_INSTR] += 1
+    vector(c, CALL_MRG_SORT, repeats_of(n0 + n1 + n2 + n3, 8))     # (score, index) pairs of 8 bytes
     # read every input before writing: dst may share UB with a source in real kernels' ping-pong use
     s0, s1, s2, s3 = src0[: 2 * n0].copy(), src1[: 2 * n1].copy(), src2[: 2 * n2].copy(), src3[: 2 * n3].copy()
     lens = (n0, n1, n2, n3)

@@ -23,7 +23,8 @@ from numba.extending import overload
 from numba.np.numpy_support import as_dtype
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
-from .core import CNT_V_ELEMS, CNT_V_INSTR
+from .core import CNT_V_ELEMS
+from .timeline import repeats_of, vector
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16,
                      DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
                      f32_bits_to_bf16_bits_rint,
@@ -64,14 +65,15 @@ def _operand(c, call, t, count):
 
 
 @aicore
-def _begin(c, call, count):
-    """Start a count-form instruction: False if it must do nothing (fault, or count 0)."""
+def _begin(c, call, count, elem_bytes):
+    """Start a count-form instruction over `count` elements whose widest operand has `elem_bytes` bytes each:
+    False if it must do nothing (fault, or count 0)."""
     if not issue(c, call):
         return False
     if count < 0:
         fault(c, F_PARAM, call, P_COUNT, count, 0, 2147483647)
         return False
-    c.state[CNT_V_INSTR] += 1
+    vector(c, call, repeats_of(count, elem_bytes))
     c.state[CNT_V_ELEMS] += count
     return count > 0
 
@@ -79,7 +81,7 @@ def _begin(c, call, count):
 @aicore
 def add(c, dst, src0, src1, count):
     """Add(dst, src0, src1, count): dst[i] = src0[i] + src1[i]."""
-    if not _begin(c, CALL_ADD, count):
+    if not _begin(c, CALL_ADD, count, dst.itemsize):
         return
     d = _operand(c, CALL_ADD, dst, count)
     s0 = _operand(c, CALL_ADD, src0, count)
@@ -103,7 +105,7 @@ def add(c, dst, src0, src1, count):
 @aicore
 def mul(c, dst, src0, src1, count):
     """Mul(dst, src0, src1, count): dst[i] = src0[i] * src1[i]."""
-    if not _begin(c, CALL_MUL, count):
+    if not _begin(c, CALL_MUL, count, dst.itemsize):
         return
     d = _operand(c, CALL_MUL, dst, count)
     s0 = _operand(c, CALL_MUL, src0, count)
@@ -125,7 +127,7 @@ def mul(c, dst, src0, src1, count):
 @aicore
 def muls(c, dst, src, scalar, count):
     """Muls(dst, src, scalar, count): dst[i] = src[i] * scalar (scalar in the tensor's type)."""
-    if not _begin(c, CALL_MULS, count):
+    if not _begin(c, CALL_MULS, count, dst.itemsize):
         return
     d = _operand(c, CALL_MULS, dst, count)
     o = _operand(c, CALL_MULS, src, count)
@@ -144,7 +146,7 @@ def muls(c, dst, src, scalar, count):
 @aicore
 def adds(c, dst, src, scalar, count):
     """Adds(dst, src, scalar, count): dst[i] = src[i] + scalar."""
-    if not _begin(c, CALL_ADDS, count):
+    if not _begin(c, CALL_ADDS, count, dst.itemsize):
         return
     d = _operand(c, CALL_ADDS, dst, count)
     o = _operand(c, CALL_ADDS, src, count)
@@ -163,7 +165,7 @@ def adds(c, dst, src, scalar, count):
 @aicore
 def duplicate(c, dst, scalar, count):
     """Duplicate(dst, scalar, count): fill the first count elements with scalar."""
-    if not _begin(c, CALL_DUPLICATE, count):
+    if not _begin(c, CALL_DUPLICATE, count, dst.itemsize):
         return
     d = _operand(c, CALL_DUPLICATE, dst, count)
     if d < 0:
@@ -181,20 +183,20 @@ def cast(c, dst, dst_dt, src, src_dt, round_mode, count):
 
 
 @aicore
-def _cast_begin(c, supported, dst_dt, src_dt, mode, count):
+def _cast_begin(c, supported, dst_dt, src_dt, mode, count, elem_bytes):
     """Start a Cast: False after recording F_CAST_PAIR when the (dtypes, round mode) pair is unsupported,
     or when the instruction must do nothing."""
     if not supported:
         if issue(c, CALL_CAST):
             fault(c, F_CAST_PAIR, CALL_CAST, dst_dt, src_dt, mode)
         return False
-    return _begin(c, CALL_CAST, count)
+    return _begin(c, CALL_CAST, count, elem_bytes)
 
 
 @aicore
 def _cast_half_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
     supported = mode == CAST_NONE and (src_dt == DT_BF16 or src_dt == DT_FLOAT16)
-    if not _cast_begin(c, supported, dst_dt, src_dt, mode, count):
+    if not _cast_begin(c, supported, dst_dt, src_dt, mode, count, 4):
         return
     d = _operand(c, CALL_CAST, dst, count)
     if d < 0 or _operand(c, CALL_CAST, src, count) < 0:
@@ -214,7 +216,7 @@ def _cast_f32_to_half(c, dst, dst_dt, src, src_dt, mode, count):
     bf16_ok = dst_dt == DT_BF16 and (mode == CAST_RINT or mode == CAST_FLOOR or mode == CAST_CEIL
                                      or mode == CAST_ROUND or mode == CAST_TRUNC)
     f16_ok = dst_dt == DT_FLOAT16 and CAST_NONE <= mode <= CAST_ODD
-    if not _cast_begin(c, bf16_ok or f16_ok, dst_dt, src_dt, mode, count):
+    if not _cast_begin(c, bf16_ok or f16_ok, dst_dt, src_dt, mode, count, 4):
         return
     d = _operand(c, CALL_CAST, dst, count)
     s = _operand(c, CALL_CAST, src, count)
@@ -235,7 +237,7 @@ def _cast_f32_to_half(c, dst, dst_dt, src, src_dt, mode, count):
 
 @aicore
 def _cast_int_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
-    if not _cast_begin(c, CAST_NONE <= mode <= CAST_TRUNC, dst_dt, src_dt, mode, count):
+    if not _cast_begin(c, CAST_NONE <= mode <= CAST_TRUNC, dst_dt, src_dt, mode, count, max(4, src.itemsize)):
         return
     d = _operand(c, CALL_CAST, dst, count)
     if d < 0 or _operand(c, CALL_CAST, src, count) < 0:
@@ -300,7 +302,7 @@ def copy(c, dst, src, mask, repeat, params):
     """Copy(dst, src, mask, repeatTime, CopyRepeatParams): UB -> UB, repeat by repeat."""
     if not issue(c, CALL_COPY) or not _repeat_ok(c, CALL_COPY, dst.itemsize, mask, repeat):
         return
-    c.state[CNT_V_INSTR] += 1
+    vector(c, CALL_COPY, repeat)
     if mask == 0 or repeat == 0:
         return
     if min(params.dstStride, params.srcStride, params.dstRepeatSize, params.srcRepeatSize) < 0:
@@ -361,7 +363,7 @@ def _reduce_begin(c, call, dst, src, mask, repeat, dst_rep_stride, src_blk_strid
     """Shared checks of the fp32 reductions; dst UB offset, or -1 if the instruction must do nothing."""
     if not issue(c, call) or not _repeat_ok(c, call, src.itemsize, mask, repeat):
         return -1
-    c.state[CNT_V_INSTR] += 1
+    vector(c, call, repeat)
     if mask == 0 or repeat == 0:
         return -1
     if min(dst_rep_stride, src_blk_stride, src_rep_stride) < 0:

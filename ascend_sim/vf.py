@@ -18,8 +18,9 @@ from .vector import _begin, _operand
 @aicore
 def vf_call(c, elems):
     """Start a vector function doing `elems` element operations; False if it must not run (a fault, or
-    nothing to do) -- the same prologue as a count-form instruction."""
-    return _begin(c, CALL_VF, elems)
+    nothing to do) -- the same prologue as a count-form instruction. Its time is that of one instruction
+    over `elems` fp32 lanes (a VF's operations are counted, not its register loads and stores)."""
+    return _begin(c, CALL_VF, elems, 4)
 
 
 @aicore

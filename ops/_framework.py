@@ -15,6 +15,7 @@ import numpy as np
 
 from ascend_sim import CoreReport, Kernel, OutOfBoundsError, RunReport, launch, stage_calls
 from ascend_sim.datacopy import GlobalTensor
+from ascend_sim.estimate import LaunchSequence
 from ascend_sim.dtypes import dt_of, gm_view
 from tiling.common import TilingResult, dtype_name
 from tiling.status import ParamInvalidError, ParamNullptrError
@@ -210,6 +211,16 @@ class CompositeReport:
         return sum(s.wall_time_s for s in self.steps)
 
     @property
+    def estimate(self) -> LaunchSequence:
+        """The simulated kernels' estimated chip time, one launch after another (host steps are not estimated)."""
+        return LaunchSequence(tuple((s.name, s.run.estimate) for s in self.steps
+                                    if s.run is not None and s.run.estimate is not None))
+
+    def to_csv(self, path=None) -> str:
+        """PipeUtilization.csv rows of every simulated kernel, with a leading `kernel` column."""
+        return self.estimate.to_csv(path)
+
+    @property
     def compile_time_s(self) -> float:
         return sum(r.compile_time_s for r in self.kernel_runs)
 
@@ -229,6 +240,8 @@ class CompositeReport:
             lines.append(f"  {k}. {s.name} [{where}] {s.wall_time_s * 1e3:.2f} ms")
             if s.run is not None:
                 lines += ["     " + line for line in str(s.run).splitlines()]
+        if len(self.kernel_runs) > 1:
+            lines.append(f"  all simulated kernels: estimate {self.estimate.time_us:,.2f} us (host steps not estimated)")
         return "\n".join(lines)
 
 

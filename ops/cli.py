@@ -1021,12 +1021,14 @@ def _add_chip_flags(p) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ascend-sim", description="CPU simulator of CANN's MoE token permute/unpermute kernels. "
                      "Environment: ASCEND_SIM_THREADS = worker threads for the simulated cores (default: CPU count).")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{demo,tiling,run,moe-layer}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{demo,tiling,run,profile,moe-layer}")
     demo = sub.add_parser("demo", help="run every mode of every operator on built-in MoE shapes and check them")
     _add_chip_flags(demo)
     ops_list = ", ".join(OPS)
     for name, helptext in (("tiling", "print the tiling and UB plan (no run); exit 1 if the plan does not fit"),
-                           ("run", "run one case, check it against the golden, report the per-pipe work")):
+                           ("run", "run one case, check it against the golden, report the per-pipe work"),
+                           ("profile", "run one case and estimate its chip time per pipe; write a Perfetto trace, "
+                                       "msprof's PipeUtilization.csv, a what-if against the stock chip")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("op", metavar="OP", help=f"operator: {ops_list}")
         p.add_argument("--tokens", type=_positive, required=True, help="tokens N (rows of the token tensor)")
@@ -1066,6 +1068,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "run":
             p.add_argument("--no-check", action="store_true", help="skip the golden comparison")
             p.add_argument("--per-core", action="store_true", help="also show every core's counters")
+        if name == "profile":
+            from .cli_profile import add_profile_flags
+            add_profile_flags(p)
     layer = sub.add_parser("moe-layer", help="a whole MoE layer forward and backward through the simulated "
                            "operators, checked against NumPy and finite differences")
     layer.add_argument("--style", default="all", choices=("all", "topk", "routing_map", "routing_map_pad"),
@@ -1089,6 +1094,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     try:
         a = build_parser().parse_args(argv)
+        if a.command == "profile":
+            from .cli_profile import cmd_profile
+            return cmd_profile(a)
         return {"demo": cmd_demo, "tiling": cmd_tiling, "run": cmd_run, "moe-layer": cmd_moe_layer}[a.command](a)
     except CliError as e:
         print(f"ascend-sim: error: {e}", file=sys.stderr)

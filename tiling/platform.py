@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ascend_sim.cost import STOCK_COSTS, CostModel, check_cost
 from ascend_sim.errors import ConfigError, whole_number
 
 LIB_API_WORKSPACE_BYTES = 16 * 1024 * 1024   # GetLibApiWorkSpaceSize() on these chips
@@ -43,6 +44,7 @@ class SocProfile:
         npu_arch: 2201 (910B / 910_93, "membase") or 3510 (950, "regbase").
         max_block_count: DataCopy(Pad) blockCount limit (12 bits on 2201, 16 bits on 3510).
         lib_api_workspace: GetLibApiWorkSpaceSize() in bytes.
+        cost: the timeline's cost model (clock, DMA and HBM rates, vector and scalar costs, sync latencies).
     """
     name: str
     aiv_num: int
@@ -50,6 +52,7 @@ class SocProfile:
     npu_arch: int = 2201
     max_block_count: int = 4095
     lib_api_workspace: int = LIB_API_WORKSPACE_BYTES
+    cost: CostModel = CostModel()
 
     @property
     def ub_size_for_tiling(self) -> int:
@@ -63,9 +66,12 @@ class SocProfile:
 
 
 PROFILES = {
-    "ascend910b": SocProfile("ascend910b", aiv_num=48, ub_size=196608, npu_arch=2201, max_block_count=4095),
-    "ascend910_93": SocProfile("ascend910_93", aiv_num=48, ub_size=196608, npu_arch=2201, max_block_count=4095),
-    "ascend950": SocProfile("ascend950", aiv_num=64, ub_size=253952, npu_arch=3510, max_block_count=65535),
+    "ascend910b": SocProfile("ascend910b", aiv_num=48, ub_size=196608, npu_arch=2201, max_block_count=4095,
+                             cost=STOCK_COSTS["ascend910b"]),
+    "ascend910_93": SocProfile("ascend910_93", aiv_num=48, ub_size=196608, npu_arch=2201, max_block_count=4095,
+                               cost=STOCK_COSTS["ascend910_93"]),
+    "ascend950": SocProfile("ascend950", aiv_num=64, ub_size=253952, npu_arch=3510, max_block_count=65535,
+                            cost=STOCK_COSTS["ascend950"]),
 }
 _ALIASES = {"910b": "ascend910b", "910_93": "ascend910_93", "950": "ascend950"}
 
@@ -80,6 +86,9 @@ def check_profile(soc: SocProfile) -> SocProfile:
     _whole("ub_size", soc.ub_size, MIN_UB_BYTES, MAX_UB_BYTES, "bytes")
     _whole("aiv_num", soc.aiv_num, 1, MAX_AIV_NUM, "vector cores")
     _whole("max_block_count", soc.max_block_count, 1, 65535, "blocks")
+    if not isinstance(soc.cost, CostModel):
+        raise ProfileError(f"cost must be an ascend_sim.cost.CostModel, got {type(soc.cost).__name__}")
+    check_cost(soc.cost)
     if soc.npu_arch not in (2201, 3510):
         raise ProfileError(f"npu_arch must be 2201 (910B / 910_93) or 3510 (950), got {soc.npu_arch!r}")
     host = soc.aiv_num * soc.ub_size
@@ -91,12 +100,14 @@ def check_profile(soc: SocProfile) -> SocProfile:
     return soc
 
 
-def get_soc(name="ascend910b", *, ub_size: int | None = None, aiv_num: int | None = None) -> SocProfile:
+def get_soc(name="ascend910b", *, ub_size: int | None = None, aiv_num: int | None = None,
+            cost: dict | CostModel | None = None) -> SocProfile:
     """A chip profile by name (case-insensitive; "910b", "910_93", "950" also accepted), or a
     SocProfile as is; `ub_size` (bytes per vector core) / `aiv_num` (vector cores) override the
-    profile's values (custom profile). Raises ProfileError (a ValueError) for an unknown name, a
-    value that is not a whole number, outside [MIN_UB_BYTES, MAX_UB_BYTES] / [1, MAX_AIV_NUM], or
-    beyond the host-memory budget."""
+    profile's values (custom profile); `cost` replaces its cost model (a CostModel) or some of its
+    figures ({"hbm_bytes_per_cycle": 900, ...}). Raises ProfileError (a ValueError) for an unknown name, a
+    value that is not a whole number, outside [MIN_UB_BYTES, MAX_UB_BYTES] / [1, MAX_AIV_NUM], beyond
+    the host-memory budget, or a cost figure that is unknown or out of range."""
     if isinstance(name, SocProfile):
         soc = name
     elif isinstance(name, str):
@@ -112,4 +123,10 @@ def get_soc(name="ascend910b", *, ub_size: int | None = None, aiv_num: int | Non
         cores = soc.aiv_num if aiv_num is None else _whole("aiv_num", aiv_num, 1, MAX_AIV_NUM, "vector cores")
         suffix = "".join(f"+{k}={v}" for k, v in (("ub", ub_size), ("aiv", aiv_num)) if v is not None)
         soc = replace(soc, name=f"{soc.name}{suffix}", ub_size=ub, aiv_num=cores)
+    if cost is not None:
+        try:
+            model = cost if isinstance(cost, CostModel) else soc.cost.with_overrides(dict(cost))
+        except (ConfigError, TypeError, ValueError) as e:
+            raise ProfileError(str(e)) from None
+        soc = replace(soc, cost=model)
     return check_profile(soc)

@@ -1,0 +1,352 @@
+"""The timeline: every AscendC call gets a start and end cycle on its pipe (numba).
+
+A vector core has four pipes that run in parallel, each in order: S (the scalar unit, which
+also issues every call in program order), V, MTE2 (GM -> UB) and MTE3 (UB -> GM). A call
+issued at scalar time t on pipe P starts at max(t, P's last end) and occupies P for its cost
+(cost.py). Each pipe keeps two clocks: `end`, when it can start its next instruction, and
+`done`, when its work so far is complete; they differ for DMA, whose data lands `latency`
+cycles after the pipe moved on. Pipes wait for each other only where the hardware makes them:
+
+* SetFlag<SRC_DST>(id) raises the flag `event_cycles` after SRC's work issued so far is done;
+  WaitFlag<SRC_DST>(id) holds DST (the scalar unit itself for *_S events) until the flag is up.
+* A queue's EnQue / DeQue and FreeTensor / AllocTensor are the same pair of flags between its
+  producer pipe (MTE2 for VECIN, V for VECOUT / VECCALC) and its consumer pipe (V for VECIN /
+  VECCALC, MTE3 for VECOUT); a TQueBind VECIN->VECOUT pairs MTE2 with MTE3.
+* PipeBarrier<P> waits for P's work to be done, then costs `barrier_cycles` on P;
+  PipeBarrier<PIPE_ALL> joins every pipe.
+* SyncAll() joins every core (the launcher does it between stages, timeline_barrier).
+
+Each call adds a few integer operations to the core's state. With a trace (Core.trace has rows)
+every call also writes one row: call number, call id, pipe, start, end, two arguments and the
+call number of the flag-setting call it waited for, which the trace writer turns into Perfetto
+slices and flow arrows. A flag-setting call (SetFlag, EnQue, FreeTensor) is a zero-length row at
+the cycle its pipe signals; the flag rises `event_cycles` later. The per-core clocks are independent of host threads, so estimates do not
+depend on the thread count.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ._jit import aicore
+from .core import (HARD_EVENT_NAMES, PIPE_NAMES, CNT_CALLS, CNT_MTE2_INSTR, CNT_MTE3_INSTR, CNT_V_INSTR, EVENT_IDS, N_CALL_IDS, N_PIPES,
+                   PIPE_ALL, PIPE_MTE2, PIPE_MTE3, PIPE_S, PIPE_V, TL_BARRIER, TL_BURST, TL_BUSY, TL_CALL, TL_CPR,
+                   TL_DCACHE, TL_DCACHE_MASK, TL_DMA_ISSUE, TL_DONE, TL_DCACHE_SHIFT, TL_END, TL_EVENT, TL_FLAG_CALL, TL_FLAG_T, TL_GM_HIT,
+                   TL_BASE, TL_GM_MISS, TL_GM_WRITE, TL_LATENCY, TL_ON, TL_RATE, TL_SCALAR_UB, TL_TRACE_N, TL_VEC_ISSUE,
+                   DCACHE_MAX_LINES)
+from .cost import RATE_SCALE, CostModel
+from .faults import CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_NAMES, CALL_SET_FLAG, \
+    CALL_WAIT_FLAG, CALL_PIPE_BARRIER
+from .pipe import (POS_VECIN, POS_VECOUT, Q_DST_POS, Q_FREE_CALL, Q_FREE_T, Q_READY_CALL, Q_READY_T, Q_SRC_POS)
+
+_PIPE_BY_NAME = {name: i for i, name in enumerate(PIPE_NAMES)}
+# HardEvent SRC_DST: the pipe that sets the flag and the pipe that waits, read from the event's name
+EVENT_SRC = np.array([_PIPE_BY_NAME[n.split("_")[0]] for n in HARD_EVENT_NAMES], dtype=np.int64)
+EVENT_DST = np.array([_PIPE_BY_NAME[n.split("_")[1]] for n in HARD_EVENT_NAMES], dtype=np.int64)
+NO_CALL = -1
+
+
+# --- loading the cost model --------------------------------------------------------------
+@functools.lru_cache(maxsize=64)
+def cost_words(cost: CostModel, cores_running: int) -> np.ndarray:
+    """The state words [TL_BASE, TL_FLAG_T) of a core at launch: clocks zero, `cost` loaded. `cores_running`
+    sets the core's share of the chip's HBM bandwidth. Read-only (shared by every launch with these costs)."""
+    words = np.zeros(TL_FLAG_T - TL_BASE, dtype=np.int64)
+
+    def put(slot, value):
+        words[slot - TL_BASE] = value
+
+    put(TL_ON, 1 if cost.enabled else 0)
+    put(TL_RATE + PIPE_MTE2, cost.dma_rate_scaled(cost.mte2_bytes_per_cycle, cores_running))
+    put(TL_RATE + PIPE_MTE3, cost.dma_rate_scaled(cost.mte3_bytes_per_cycle, cores_running))
+    put(TL_LATENCY + PIPE_MTE2, cost.mte2_latency_cycles)
+    put(TL_LATENCY + PIPE_MTE3, cost.mte3_latency_cycles)
+    put(TL_BURST, cost.burst_cycles)
+    put(TL_DMA_ISSUE, cost.dma_issue_cycles)
+    put(TL_VEC_ISSUE, cost.vec_issue_cycles)
+    put(TL_CALL, cost.scalar_call_cycles)
+    put(TL_SCALAR_UB, cost.scalar_ub_cycles)
+    put(TL_GM_HIT, cost.scalar_gm_hit_cycles)
+    put(TL_GM_MISS, cost.scalar_gm_miss_cycles)
+    put(TL_GM_WRITE, cost.scalar_gm_write_cycles)
+    put(TL_EVENT, cost.event_cycles)
+    put(TL_BARRIER, cost.barrier_cycles)
+    put(TL_DCACHE_SHIFT, cost.dcache_line_bytes.bit_length() - 1)
+    put(TL_DCACHE_MASK, min(cost.dcache_lines, DCACHE_MAX_LINES) - 1)
+    for call in range(N_CALL_IDS):
+        put(TL_CPR + call, cost.cycles_per_repeat(_call_key(CALL_NAMES.get(call, ""))))
+    words.flags.writeable = False
+    return words
+
+
+def load_costs(state: np.ndarray, cost: CostModel, cores_running: int) -> None:
+    """Start a core's timeline: clocks zero, `cost` loaded (host side, before its first stage)."""
+    state[TL_BASE:TL_FLAG_T] = cost_words(cost, cores_running)
+
+
+def _call_key(name: str) -> str:
+    """"Duplicate(mask)" -> "Duplicate": the cost table names calls without their variant."""
+    return name.split("(")[0]
+
+
+def barrier(states: list[np.ndarray], sync_all_cycles: int) -> int:
+    """SyncAll() across `states` (every core of a launch): all pipes of all cores resume together, after
+    the last pipe of the slowest core is done. Returns the cycle they resume at."""
+    resume = max(end_cycle(s) for s in states) + sync_all_cycles
+    for s in states:
+        s[TL_END:TL_END + N_PIPES] = resume
+        s[TL_DONE:TL_DONE + N_PIPES] = resume
+    return resume
+
+
+def end_cycle(state: np.ndarray) -> int:
+    """The cycle a core's work is complete (its last pipe done, DMA landed)."""
+    return int(max(state[TL_END:TL_END + N_PIPES].max(), state[TL_DONE:TL_DONE + N_PIPES].max()))
+
+
+# --- inside the kernels ------------------------------------------------------------------
+@aicore
+def _log(c, call, pipe, start, end, a0, a1, waited_for):
+    n = c.state[TL_TRACE_N]
+    c.state[TL_TRACE_N] = n + 1
+    if n < c.trace.shape[0]:
+        row = c.trace[n]
+        row[0] = c.state[CNT_CALLS]
+        row[1] = call
+        row[2] = pipe
+        row[3] = start
+        row[4] = end
+        row[5] = a0
+        row[6] = a1
+        row[7] = waited_for
+
+
+@aicore
+def _issue(c):
+    """The scalar unit issues the current call; returns the cycle it does."""
+    t = c.state[TL_END + PIPE_S] + c.state[TL_CALL]
+    c.state[TL_END + PIPE_S] = t
+    c.state[TL_BUSY + PIPE_S] += c.state[TL_CALL]
+    return t
+
+
+@aicore
+def _occupy(c, call, pipe, cycles, latency, a0, a1):
+    """Issue the call and run it for `cycles` on `pipe` after the pipe's earlier work; its result is there
+    `latency` cycles after that."""
+    t = _issue(c)
+    start = max(t, c.state[TL_END + pipe])
+    end = start + cycles
+    c.state[TL_END + pipe] = end
+    c.state[TL_DONE + pipe] = max(c.state[TL_DONE + pipe], end + latency)
+    c.state[TL_BUSY + pipe] += cycles
+    if c.trace.shape[0] > 0:
+        _log(c, call, pipe, start, end, a0, a1, NO_CALL)
+
+
+@aicore
+def _hold(c, call, pipe, until, a0, a1, waited_for):
+    """Issue a waiting call: `pipe` (or the scalar unit) does nothing new before cycle `until`. `waited_for` is the
+    call number of the call that set the event (0: none, e.g. a buffer's first AllocTensor)."""
+    t = _issue(c)
+    before = t if pipe == PIPE_S else max(t, c.state[TL_END + pipe])
+    after = max(before, until)
+    c.state[TL_END + pipe] = after
+    c.state[TL_DONE + pipe] = max(c.state[TL_DONE + pipe], after)
+    if c.trace.shape[0] > 0:
+        _log(c, call, pipe, before, after, a0, a1, waited_for if waited_for > 0 else NO_CALL)
+
+
+@aicore
+def _flag_time(c, src):
+    """(cycle src signals, cycle the flag rises): after src's work issued so far is done (the scalar unit: now)."""
+    t = _issue(c)
+    ready = t if src == PIPE_S else max(t, c.state[TL_DONE + src])
+    return ready, ready + c.state[TL_EVENT]
+
+
+@aicore
+def dma(c, call, pipe, rows, row_bytes):
+    """One MTE2 / MTE3 instruction of `rows` rows of `row_bytes` GM bytes (each row moves whole 32-byte blocks);
+    a copy of nothing is a NOP."""
+    c.state[CNT_MTE2_INSTR if pipe == PIPE_MTE2 else CNT_MTE3_INSTR] += 1
+    if c.state[TL_ON] == 0:
+        return
+    nbytes = rows * ((row_bytes + 31) // 32 * 32)
+    if nbytes > 0:
+        rate = c.state[TL_RATE + pipe]
+        cycles = c.state[TL_DMA_ISSUE] + rows * c.state[TL_BURST] + (nbytes * RATE_SCALE + rate - 1) // rate
+        _occupy(c, call, pipe, cycles, c.state[TL_LATENCY + pipe], nbytes, rows)
+    else:
+        _occupy(c, call, pipe, 0, 0, 0, rows)
+
+
+@aicore
+def vector(c, call, repeats):
+    """One PIPE_V instruction of `repeats` 256-byte repeats."""
+    c.state[CNT_V_INSTR] += 1
+    if c.state[TL_ON] == 0:
+        return
+    _occupy(c, call, PIPE_V, c.state[TL_VEC_ISSUE] + repeats * c.state[TL_CPR + call], 0, repeats, 0)
+
+
+@aicore
+def repeats_of(count, elem_bytes):
+    """256-byte repeats a count-form instruction over `count` elements of `elem_bytes` takes."""
+    return (count * elem_bytes + 255) // 256
+
+
+@aicore
+def scalar(c, call, extra_cycles, a0):
+    """A call done by the scalar unit itself: its issue plus `extra_cycles`."""
+    if c.state[TL_ON] == 0:
+        return
+    t0 = c.state[TL_END + PIPE_S]
+    cycles = c.state[TL_CALL] + extra_cycles
+    c.state[TL_END + PIPE_S] = t0 + cycles
+    c.state[TL_BUSY + PIPE_S] += cycles
+    if c.trace.shape[0] > 0:
+        _log(c, call, PIPE_S, t0, t0 + cycles, a0, 0, NO_CALL)
+
+
+@aicore
+def scalar_ub(c, call, index):
+    """LocalTensor::GetValue / SetValue."""
+    if c.state[TL_ON] != 0:
+        scalar(c, call, c.state[TL_SCALAR_UB], index)
+
+
+@aicore
+def scalar_gm_read(c, call, address):
+    """GlobalTensor::GetValue of the byte at host `address`, through the direct-mapped data cache."""
+    if c.state[TL_ON] == 0:
+        return
+    line = address >> c.state[TL_DCACHE_SHIFT]
+    slot = TL_DCACHE + (line & c.state[TL_DCACHE_MASK])
+    if c.state[slot] == line + 1:
+        scalar(c, call, c.state[TL_GM_HIT], address & 0xFFFF)
+    else:
+        c.state[slot] = line + 1
+        scalar(c, call, c.state[TL_GM_MISS], address & 0xFFFF)
+
+
+@aicore
+def scalar_gm_write(c, call, address):
+    """GlobalTensor::SetValue (write-through; the line is dropped from the data cache)."""
+    if c.state[TL_ON] == 0:
+        return
+    line = address >> c.state[TL_DCACHE_SHIFT]
+    slot = TL_DCACHE + (line & c.state[TL_DCACHE_MASK])
+    if c.state[slot] == line + 1:
+        c.state[slot] = 0
+    scalar(c, call, c.state[TL_GM_WRITE], address & 0xFFFF)
+
+
+@aicore
+def set_flag(c, evt, event_id):
+    """SetFlag<evt>(id): the flag rises once the source pipe's earlier work is done."""
+    if c.state[TL_ON] == 0:
+        return
+    slot = evt * EVENT_IDS + event_id
+    src = EVENT_SRC[evt]
+    ready, up = _flag_time(c, src)
+    c.state[TL_FLAG_T + slot] = up
+    c.state[TL_FLAG_CALL + slot] = c.state[CNT_CALLS]
+    if c.trace.shape[0] > 0:
+        _log(c, CALL_SET_FLAG, src, ready, ready, evt, event_id, NO_CALL)
+
+
+@aicore
+def wait_flag(c, evt, event_id):
+    """WaitFlag<evt>(id): the destination pipe holds until the flag is up."""
+    if c.state[TL_ON] == 0:
+        return
+    slot = evt * EVENT_IDS + event_id
+    _hold(c, CALL_WAIT_FLAG, EVENT_DST[evt], c.state[TL_FLAG_T + slot], evt, event_id, c.state[TL_FLAG_CALL + slot])
+
+
+@aicore
+def pipe_barrier(c, pipe):
+    """PipeBarrier<pipe>: barrier_cycles on that pipe once its earlier work is done; PIPE_ALL joins every pipe
+    (the scalar unit included)."""
+    if c.state[TL_ON] == 0:
+        return
+    t = _issue(c)
+    if pipe == PIPE_ALL:
+        start = t
+        for p in range(N_PIPES):
+            start = max(start, c.state[TL_END + p], c.state[TL_DONE + p])
+        end = start + c.state[TL_BARRIER]
+        for p in range(N_PIPES):
+            c.state[TL_END + p] = end
+            c.state[TL_DONE + p] = end
+        if c.trace.shape[0] > 0:
+            _log(c, CALL_PIPE_BARRIER, PIPE_S, start, end, pipe, 0, NO_CALL)
+        return
+    start = max(t, c.state[TL_END + pipe], c.state[TL_DONE + pipe])
+    end = start + c.state[TL_BARRIER]
+    c.state[TL_END + pipe] = end
+    c.state[TL_DONE + pipe] = end
+    if c.trace.shape[0] > 0:
+        _log(c, CALL_PIPE_BARRIER, pipe, start, end, pipe, 0, NO_CALL)
+
+
+@aicore
+def _producer(c, row):
+    return PIPE_MTE2 if c.state[row + Q_SRC_POS] == POS_VECIN else PIPE_V
+
+
+@aicore
+def _consumer(c, row):
+    return PIPE_MTE3 if c.state[row + Q_DST_POS] == POS_VECOUT else PIPE_V
+
+
+@aicore
+def alloc_tensor(c, q, row, i):
+    """AllocTensor took buffer i of queue q: the producer pipe waits for the buffer's free event."""
+    if c.state[TL_ON] == 0:
+        return
+    _hold(c, CALL_ALLOC_TENSOR, _producer(c, row), c.state[row + Q_FREE_T + i], q, i, c.state[row + Q_FREE_CALL + i])
+
+
+@aicore
+def en_que(c, q, row, i):
+    """EnQue of buffer i: its forward event rises once the producer's work so far is done."""
+    if c.state[TL_ON] == 0:
+        return
+    prod = _producer(c, row)
+    ready, up = _flag_time(c, prod)
+    if prod == _consumer(c, row):
+        up = ready      # VECCALC: one pipe, no hardware event
+    c.state[row + Q_READY_T + i] = up
+    c.state[row + Q_READY_CALL + i] = c.state[CNT_CALLS]
+    if c.trace.shape[0] > 0:
+        _log(c, CALL_ENQUE, prod, ready, ready, q, i, NO_CALL)
+
+
+@aicore
+def de_que(c, q, row, i):
+    """DeQue of buffer i: the consumer pipe waits for its forward event."""
+    if c.state[TL_ON] == 0:
+        return
+    _hold(c, CALL_DEQUE, _consumer(c, row), c.state[row + Q_READY_T + i], q, i, c.state[row + Q_READY_CALL + i])
+
+
+@aicore
+def free_tensor(c, q, row, i):
+    """FreeTensor of buffer i: its free event rises once the consumer's work so far is done."""
+    if c.state[TL_ON] == 0:
+        return
+    cons = _consumer(c, row)
+    ready, up = _flag_time(c, cons)
+    if cons == _producer(c, row):
+        up = ready
+    c.state[row + Q_FREE_T + i] = up
+    c.state[row + Q_FREE_CALL + i] = c.state[CNT_CALLS]
+    if c.trace.shape[0] > 0:
+        _log(c, CALL_FREE_TENSOR, cons, ready, ready, q, i, NO_CALL)
+
+
+def call_name(call_id: int) -> str:
+    return CALL_NAMES.get(int(call_id), f"call {call_id}")

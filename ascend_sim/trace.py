@@ -1,0 +1,224 @@
+"""Per-call traces of the timeline, and their Chrome / Perfetto JSON and occupancy plot.
+
+Tracing is asked for around the calls to trace:
+
+    with ascend_sim.trace.tracing(cores=(0, 1), max_events=200_000) as request:
+        ops.moe_token_unpermute(...)
+    ascend_sim.trace.write_json(request.runs, "out.json")
+
+Every launch inside the block (on this thread: the request is a context variable) gives the
+selected cores a trace buffer; together the launches keep at most `max_events` calls, shared
+evenly by the traced cores of each launch. Calls past a core's share are counted, not kept,
+and the JSON says how many were left out. Without a request no core has a buffer and the
+timeline writes nothing but its clocks.
+"""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .core import HARD_EVENT_NAMES, PIPE_NAMES
+from .errors import ConfigError, whole_number
+from .faults import (CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DATA_COPY_PAD_IN, CALL_DATA_COPY_PAD_OUT,
+                     CALL_INIT_OUTPUT, CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_NAMES, CALL_PIPE_BARRIER,
+                     CALL_SET_FLAG, CALL_WAIT_FLAG)
+
+DEFAULT_MAX_EVENTS = 1_000_000
+MAX_EVENTS_LIMIT = 50_000_000
+
+_DMA_CALLS = {CALL_DATA_COPY_PAD_IN, CALL_DATA_COPY_PAD_OUT, CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_INIT_OUTPUT}
+_QUEUE_CALLS = {CALL_ALLOC_TENSOR, CALL_ENQUE, CALL_DEQUE, CALL_FREE_TENSOR}
+_FLAG_CALLS = {CALL_SET_FLAG, CALL_WAIT_FLAG}
+
+
+@dataclass(frozen=True)
+class CoreTrace:
+    """One traced block: its rows (see core.TRACE_COLS) and how many calls it made in all (`offered`)."""
+    block_idx: int
+    rows: np.ndarray
+    offered: int
+
+    @property
+    def dropped(self) -> int:
+        return self.offered - len(self.rows)
+
+
+@dataclass(frozen=True)
+class KernelTrace:
+    """The traced blocks of one launch, and the cycles at which its SyncAll() barriers released the cores."""
+    cores: tuple[CoreTrace, ...]
+    sync_marks: tuple[int, ...] = ()
+
+    @property
+    def dropped(self) -> int:
+        return sum(c.dropped for c in self.cores)
+
+    @property
+    def events(self) -> int:
+        return sum(len(c.rows) for c in self.cores)
+
+
+@dataclass
+class TraceRequest:
+    """What `tracing` asked for, and the RunReports of the launches it traced (in order)."""
+    cores: tuple[int, ...] | None
+    max_events: int
+    remaining: int
+    runs: list = field(default_factory=list)
+
+    def rows_for(self, block_dim: int) -> dict[int, int]:
+        """Trace rows for each traced block of a launch of `block_dim` blocks."""
+        chosen = [b for b in (range(block_dim) if self.cores is None else self.cores) if 0 <= b < block_dim]
+        if not chosen or self.remaining <= 0:
+            return {}
+        share = max(1, self.remaining // len(chosen))
+        return {b: share for b in chosen}
+
+    def took(self, report) -> None:
+        """Book a traced launch."""
+        if report.trace is not None:
+            self.remaining -= report.trace.events
+            self.runs.append(report)
+
+
+_REQUEST: ContextVar[TraceRequest | None] = ContextVar("ascend_sim_trace_request", default=None)
+
+
+def current_request() -> TraceRequest | None:
+    return _REQUEST.get()
+
+
+@contextmanager
+def tracing(cores=None, max_events: int = DEFAULT_MAX_EVENTS):
+    """Trace the launches made inside the block (this thread only). `cores`: block indices to trace
+    (default all); `max_events`: calls kept over all launches. Yields the TraceRequest (`.runs`)."""
+    max_events = whole_number("max_events", max_events, 1, MAX_EVENTS_LIMIT, "events")
+    if cores is not None:
+        cores = tuple(whole_number("cores", c, 0, 1 << 20, "block index") for c in cores)
+        if not cores:
+            raise ConfigError("cores: give at least one block index to trace, or None for all")
+    request = TraceRequest(cores, max_events, max_events)
+    token = _REQUEST.set(request)
+    try:
+        yield request
+    finally:
+        _REQUEST.reset(token)
+
+
+def _args(call: int, a0: int, a1: int, number: int) -> str:
+    if call in _DMA_CALLS:
+        extra = f'"bytes":{a0},"rows":{a1}'
+    elif call in _FLAG_CALLS:
+        name = HARD_EVENT_NAMES[a0] if 0 <= a0 < len(HARD_EVENT_NAMES) else a0
+        extra = f'"event":"{name}","id":{a1}'
+    elif call in _QUEUE_CALLS:
+        extra = f'"queue":{a0},"buffer":{a1}'
+    elif call == CALL_PIPE_BARRIER:
+        extra = f'"pipe":"{PIPE_NAMES[a0] if 0 <= a0 < 4 else "ALL"}"'
+    elif CALL_NAMES.get(call, "").startswith(("GlobalTensor", "LocalTensor", "TBuf")):
+        extra = f'"arg":{a0}'
+    else:
+        extra = f'"repeats":{a0}'
+    return f'{{"call":{number},{extra}}}'
+
+
+def write_json(runs, path, *, note: str = "") -> dict:
+    """Write the traces of `runs` (RunReports with a trace, in launch order) as a Chrome / Perfetto JSON object:
+    one process per block, one thread per pipe, one slice per call, flow arrows from each SetFlag / EnQue /
+    FreeTensor to the call that waited for it, SyncAll() marks. Launches follow each other in time. Returns a
+    summary: events written, calls left out, kernels."""
+    traced = [r for r in runs if r.trace is not None]
+    offset_us = 0.0
+    events = flows = dropped = 0
+    with open(path, "w", encoding="utf-8") as f:
+        f.write('{"displayTimeUnit":"ns","traceEvents":[\n')
+        first = True
+
+        def put(text: str) -> None:
+            nonlocal first
+            f.write(text if first else ",\n" + text)
+            first = False
+
+        named = set()
+        for k, run in enumerate(traced):
+            cost = run.estimate.cost
+            to_us = 1.0 / cost.clock_mhz
+            label = f"{run.op} / {run.kernel} (tilingKey {run.tiling_key})"
+            put(json.dumps({"name": label, "ph": "i", "s": "g", "ts": round(offset_us, 6), "pid": 0, "tid": 0,
+                            "args": {"block_dim": run.block_dim, "soc": run.soc,
+                                     "estimate_us": round(run.estimate.time_us, 3)}}))
+            for ct in run.trace.cores:
+                pid = ct.block_idx
+                if pid not in named:
+                    named.add(pid)
+                    put(json.dumps({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"core {pid}"}}))
+                    put(json.dumps({"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}}))
+                    for tid, pipe in enumerate(PIPE_NAMES):
+                        put(json.dumps({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                                        "args": {"name": pipe}}))
+                rows = ct.rows
+                numbers = rows[:, 0]
+                for r in range(len(rows)):
+                    number, call, pipe, start, end, a0, a1, waited = (int(v) for v in rows[r])
+                    ts = offset_us + start * to_us
+                    dur = (end - start) * to_us
+                    name = CALL_NAMES.get(call, f"call {call}")
+                    put(f'{{"name":"{name}","cat":"{PIPE_NAMES[pipe]}","ph":"X","ts":{ts:.6f},"dur":{dur:.6f},'
+                        f'"pid":{pid},"tid":{pipe},"args":{_args(call, a0, a1, number)}}}')
+                    events += 1
+                    if waited >= 0:
+                        j = int(np.searchsorted(numbers, waited))
+                        if j < len(rows) and numbers[j] == waited:
+                            flows += 1
+                            fid = f"{k}.{pid}.{waited}"
+                            put(f'{{"name":"event","cat":"sync","ph":"s","id":"{fid}","pid":{pid},'
+                                f'"tid":{int(rows[j, 2])},"ts":{offset_us + int(rows[j, 3]) * to_us:.6f}}}')
+                            put(f'{{"name":"event","cat":"sync","ph":"f","bp":"e","id":"{fid}","pid":{pid},'
+                                f'"tid":{pipe},"ts":{ts + dur:.6f}}}')
+                dropped += ct.dropped
+            for n, mark in enumerate(run.trace.sync_marks, 1):
+                put(json.dumps({"name": f"SyncAll #{n}", "ph": "i", "s": "g", "ts": round(offset_us + mark * to_us, 6),
+                                "pid": 0, "tid": 0}))
+            offset_us += run.estimate.time_us
+        summary = {"events": events, "flows": flows, "dropped_calls": dropped, "kernels": len(traced)}
+        if note or dropped:
+            summary["note"] = (note + " " if note else "") + (
+                f"{dropped:,d} calls were left out (trace budget or core selection)" if dropped else "")
+        f.write('\n],"otherData":' + json.dumps(summary) + "}\n")
+    return summary
+
+
+def plot_occupancy(runs, path) -> None:
+    """Pipe occupancy per traced core as horizontal bars (needs matplotlib: pip install 'ascend-sim[plot]')."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib: pip install 'ascend-sim[plot]' (or pip install matplotlib)") \
+            from None
+    traced = [r for r in runs if r.trace is not None]
+    lanes = sorted({c.block_idx for r in traced for c in r.trace.cores})
+    fig, ax = plt.subplots(figsize=(12, 1 + 0.9 * max(1, len(lanes))))
+    colours = ("tab:gray", "tab:green", "tab:blue", "tab:orange")
+    offset = 0.0
+    for run in traced:
+        to_us = 1.0 / run.estimate.cost.clock_mhz
+        for ct in run.trace.cores:
+            y = lanes.index(ct.block_idx)
+            for pipe in range(len(PIPE_NAMES)):
+                sel = ct.rows[ct.rows[:, 2] == pipe]
+                bars = [(offset + s * to_us, max((e - s) * to_us, 1e-6)) for s, e in zip(sel[:, 3], sel[:, 4]) if e > s]
+                ax.broken_barh(bars, (y + pipe * 0.22, 0.2), color=colours[pipe])
+        offset += run.estimate.time_us
+    ax.set_yticks([i + 0.44 for i in range(len(lanes))], [f"core {b}" for b in lanes])
+    ax.set_xlabel("estimated time (us)")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours], labels=list(PIPE_NAMES),
+              loc="upper right", ncols=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,172 @@
+"""`ascend-sim profile`: the estimated chip time of one operator call, its trace, CSV and what-if.
+
+The command runs the operator as `ascend-sim run` does (same shape flags, no golden check) and
+prints the timeline's estimate per kernel: time, bounding pipe, pipe use and roofline. With
+`--trace` it writes a Chrome / Perfetto JSON of every call of the selected cores, with `--csv`
+msprof's PipeUtilization.csv, with `--plot` a PNG of pipe occupancy. When the chip is changed
+(`--ub-size`, `--cores`, `--cost`), the same call also runs on the stock profile and both
+estimates are printed side by side, so the gain of a UB size or a tiling change is visible.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from ascend_sim.cost import parse_override
+from ascend_sim.errors import ConfigError
+from ascend_sim.trace import DEFAULT_MAX_EVENTS, plot_occupancy, tracing, write_json
+from tiling import get_soc
+
+from ._framework import listening_to_compiles
+from .cli import (CliError, CompileProgress, _announce_compile, _check_flags_apply, _op, _positive,
+                  cold_stages, prepare_op)
+
+
+def add_profile_flags(p) -> None:
+    p.add_argument("--trace", metavar="OUT.json", help="write a Chrome / Perfetto trace (open in ui.perfetto.dev)")
+    p.add_argument("--csv", metavar="OUT.csv", help="write msprof's PipeUtilization.csv (one row per block)")
+    p.add_argument("--plot", metavar="OUT.png", help="draw pipe occupancy per traced core (needs matplotlib)")
+    p.add_argument("--trace-cores", metavar="LIST", type=_core_list,
+                   help="blocks to trace, e.g. 0,1,5-7 (default: all); with --trace / --plot")
+    p.add_argument("--max-events", type=_positive, default=DEFAULT_MAX_EVENTS, metavar="N",
+                   help=f"calls the trace keeps over all kernels (default {DEFAULT_MAX_EVENTS:,}); the rest are "
+                        "counted and the trace says how many were left out")
+    p.add_argument("--cost", action="append", default=[], metavar="NAME=VALUE",
+                   help="what-if: replace one cost-model figure (e.g. hbm_bytes_per_cycle=1536); repeatable")
+
+
+def _core_list(text: str) -> tuple[int, ...]:
+    cores: list[int] = []
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            lo, sep, hi = part.partition("-")
+            first, last = int(lo), int(hi) if sep else int(lo)
+            if first < 0 or last < first:
+                raise ValueError
+            cores += range(first, last + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected block indices like 0,1,5-7, got {text!r}") from None
+    if not cores:
+        raise argparse.ArgumentTypeError("give at least one block index")
+    return tuple(dict.fromkeys(cores))
+
+
+def _overrides(a) -> dict:
+    out = {}
+    for text in a.cost:
+        try:
+            name, value = parse_override(text)
+        except ConfigError as e:
+            raise CliError(str(e)) from None
+        out[name] = value
+    return out
+
+
+def _profile_soc(a, custom: bool):
+    try:
+        if custom:
+            return get_soc(a.soc, ub_size=a.ub_size, aiv_num=a.cores, cost=_overrides(a) or None)
+        return get_soc(a.soc)
+    except ConfigError as e:
+        raise CliError(str(e)) from None
+
+
+def _run(adapter, a, soc, *, trace: bool):
+    """Both aclnn phases of the operator on `soc`; (tiling, report, trace request or None)."""
+    _check_flags_apply(a, adapter, soc)
+    args = adapter.make_inputs(a)
+    tiling_result, _, size, executor = prepare_op(adapter, args, soc)
+    _announce_compile(cold_stages([executor]))
+    with listening_to_compiles(CompileProgress()):
+        if trace:
+            with tracing(cores=a.trace_cores, max_events=a.max_events) as request:
+                adapter.run(np.empty(size, dtype=np.uint8), size, executor)
+        else:
+            request = None
+            adapter.run(np.empty(size, dtype=np.uint8), size, executor)
+    return tiling_result, executor.report, request
+
+
+def _summary(t, rep) -> dict:
+    est = rep.estimate if rep is not None else None
+    return dict(ub=t.soc.ub_size, cores=t.soc.aiv_num, key=t.tiling_key, block_dim=t.block_dim,
+                plan=t.ub_plan_bytes, us=est.time_us if est is not None else 0.0,
+                bound=est.bound if est is not None else "-")
+
+
+def cmd_profile(a) -> int:
+    adapter = _op(a.op)
+    custom = a.ub_size is not None or a.cores is not None or bool(a.cost)
+    soc = _profile_soc(a, custom)
+    wants_trace = bool(a.trace or a.plot)
+    if a.trace_cores and not wants_trace:
+        raise CliError("--trace-cores selects the cores of a trace: add --trace OUT.json or --plot OUT.png")
+    tiling_result, rep, request = _run(adapter, a, soc, trace=wants_trace)
+    stock_summary = None
+    if custom and rep is not None:
+        stock = get_soc(a.soc)
+        stock_t, stock_rep, _ = _run(adapter, a, stock, trace=False)
+        stock_summary = (stock.name, _summary(stock_t, stock_rep))
+    if a.json:
+        print(json.dumps(_json(a, soc, tiling_result, rep, stock_summary), indent=2))
+        _write_files(a, soc, rep, request, quiet=True)
+        return 0
+    print(f"{a.op} on {soc.name}: tilingKey {tiling_result.tiling_key}, block_dim {tiling_result.block_dim}, "
+          f"UB plan {tiling_result.ub_plan_bytes} of {soc.ub_size} B")
+    if rep is None:
+        print("  no kernel ran (empty tensors): nothing to estimate")
+        return 0
+    for line in rep.estimate.lines():
+        print("  " + line)
+    if stock_summary is not None:
+        _print_what_if(stock_summary[1], _summary(tiling_result, rep), stock_summary[0], soc.name)
+    _write_files(a, soc, rep, request, quiet=False)
+    return 0
+
+
+def _write_files(a, soc, rep, request, *, quiet: bool) -> None:
+    say = (lambda *_: None) if quiet else print
+    if rep is None:
+        return
+    if a.csv:
+        rep.to_csv(a.csv)
+        say(f"  wrote {a.csv} (msprof PipeUtilization columns, one row per block)")
+    if a.trace:
+        summary = write_json(request.runs, a.trace, note=f"ascend-sim profile {a.op} on {soc.name}")
+        left = f"; {summary['dropped_calls']:,d} calls left out (raise --max-events or pick --trace-cores)" \
+            if summary["dropped_calls"] else ""
+        say(f"  wrote {a.trace}: {summary['events']:,d} slices, {summary['flows']:,d} flow arrows over "
+            f"{summary['kernels']} kernel(s){left}; open it in ui.perfetto.dev")
+    if a.plot:
+        plot_occupancy(request.runs, a.plot)
+        say(f"  wrote {a.plot}")
+
+
+def _json(a, soc, t, rep, stock_summary) -> dict:
+    out = dict(op=a.op, soc=soc.name, tiling_key=t.tiling_key, block_dim=t.block_dim, estimate=None)
+    if rep is not None:
+        est = rep.estimate
+        launches = est.launches if hasattr(est, "launches") else ((rep.kernel, est),)
+        out["estimate"] = dict(time_us=est.time_us, cycles=est.cycles, bound=est.bound, kernels=[
+            dict(kernel=label, time_us=e.time_us, cycles=e.cycles, bound=e.bound, core_bound_cycles=e.core_bound_cycles,
+                 hbm_bound_cycles=e.hbm_bound_cycles, roofline_us=e.cost.us(e.roofline_cycles),
+                 utilisation=e.utilisation()) for label, e in launches])
+    if stock_summary is not None:
+        out["stock"] = dict(soc=stock_summary[0], **stock_summary[1])
+    return out
+
+
+def _print_what_if(stock: dict, custom: dict, stock_name: str, custom_name: str) -> None:
+    print(f"  what-if: {custom_name} beside the stock {stock_name}")
+    print(f"    {'':<14} {'stock':>14} {'this chip':>14}")
+    for label, key, fmt in (("UB bytes", "ub", "{:,d}"), ("vector cores", "cores", "{:,d}"),
+                            ("tilingKey", "key", "{}"), ("block_dim", "block_dim", "{:,d}"),
+                            ("UB plan bytes", "plan", "{:,d}"), ("estimate us", "us", "{:,.2f}"),
+                            ("bound by", "bound", "{}")):
+        print(f"    {label:<14} {fmt.format(stock[key]):>14} {fmt.format(custom[key]):>14}")
+    if stock["us"] and custom["us"]:
+        ratio = stock["us"] / custom["us"]
+        print(f"    this chip is {ratio:.2f}x {'faster' if ratio >= 1 else 'slower'} on this call")
+
