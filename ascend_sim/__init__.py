@@ -5,7 +5,9 @@ DataCopy / DataCopyPad, vector instructions, intra-core events and SyncAll, exec
 numba-compiled kernels on simulated cores running in parallel threads. It knows no
 operator: operators (package `ops`) bring their kernels and buffer plans.
 
-Kernel code uses `ascend_sim.kernel_api`; hosts use `launch`.
+Kernel code uses `ascend_sim.kernel_api`; hosts use `launch`. Every launch also keeps a timeline
+of its calls under the chip's cost model (`RunReport.estimate`); `tracing` logs every call for a
+Perfetto trace.
 """
 from .errors import (AlignmentError, ConfigError, ElementTypeError, OutOfBoundsError, ParamRangeError, QueueError, SimulatorError,  # noqa: F401
                      SyncError, UBOverflowError)
@@ -13,10 +15,14 @@ from ._jit import cache_state, ensure_compiled, stage_signature  # noqa: F401
 from .launch import SYNC_ALL, Branch, Kernel, PipePhase, default_threads, launch, resolve_threads, stage_calls  # noqa: F401
 from .pipe import PipePlan, UbBuffer, plan_pipe  # noqa: F401
 from .report import CoreReport, RunReport  # noqa: F401
+from .cost import CostModel  # noqa: F401
+from .estimate import CoreTime, Estimate, LaunchSequence  # noqa: F401
+from .trace import tracing, write_json  # noqa: F401
 
 __all__ = [
     "ConfigError", "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ElementTypeError", "ParamRangeError",
     "QueueError",
     "SyncError", "Kernel", "PipePhase", "Branch", "SYNC_ALL", "launch", "default_threads", "UbBuffer", "PipePlan", "plan_pipe",
-    "RunReport", "CoreReport", "resolve_threads", "stage_calls", "ensure_compiled", "cache_state", "stage_signature",
+    "RunReport", "CoreReport", "CostModel", "Estimate", "CoreTime", "LaunchSequence", "tracing", "write_json",
+    "resolve_threads", "stage_calls", "ensure_compiled", "cache_state", "stage_signature",
 ]

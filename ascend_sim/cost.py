@@ -157,8 +157,10 @@ def parse_override(text: str) -> tuple[str, object]:
     name, sep, raw = text.partition("=")
     name = name.strip()
     known = {f.name: f for f in fields(CostModel)}
-    if not sep or name not in known:
-        raise ConfigError(f"--cost takes name=value with name one of {', '.join(known)}; got {text!r}")
+    if not sep:
+        raise ConfigError(f"--cost takes name=value (e.g. hbm_bytes_per_cycle=1536), got {text!r}")
+    if name not in known:
+        raise ConfigError(f"unknown cost parameter {name!r}; known: {', '.join(known)}")
     kind = type(getattr(CostModel(), name))
     try:
         if kind is bool:

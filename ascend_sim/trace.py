@@ -161,24 +161,16 @@ def write_json(runs, path, *, note: str = "") -> dict:
                         put(json.dumps({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                                         "args": {"name": pipe}}))
                 rows = ct.rows
-                numbers = rows[:, 0]
-                for r in range(len(rows)):
-                    number, call, pipe, start, end, a0, a1, waited = (int(v) for v in rows[r])
-                    ts = offset_us + start * to_us
-                    dur = (end - start) * to_us
-                    name = CALL_NAMES.get(call, f"call {call}")
-                    put(f'{{"name":"{name}","cat":"{PIPE_NAMES[pipe]}","ph":"X","ts":{ts:.6f},"dur":{dur:.6f},'
-                        f'"pid":{pid},"tid":{pipe},"args":{_args(call, a0, a1, number)}}}')
-                    events += 1
-                    if waited >= 0:
-                        j = int(np.searchsorted(numbers, waited))
-                        if j < len(rows) and numbers[j] == waited:
-                            flows += 1
-                            fid = f"{k}.{pid}.{waited}"
-                            put(f'{{"name":"event","cat":"sync","ph":"s","id":"{fid}","pid":{pid},'
-                                f'"tid":{int(rows[j, 2])},"ts":{offset_us + int(rows[j, 3]) * to_us:.6f}}}')
-                            put(f'{{"name":"event","cat":"sync","ph":"f","bp":"e","id":"{fid}","pid":{pid},'
-                                f'"tid":{pipe},"ts":{ts + dur:.6f}}}')
+                # the row of the call each waiting call waited for (-1: none, or not in the trace)
+                setter = np.full(len(rows), -1, dtype=np.int64)
+                waiting = np.nonzero(rows[:, 7] >= 0)[0]
+                at = np.searchsorted(rows[:, 0], rows[waiting, 7])
+                hit = at < len(rows)
+                hit[hit] = rows[at[hit], 0] == rows[waiting[hit], 7]
+                setter[waiting[hit]] = at[hit]
+                for first_row in range(0, len(rows), _CHUNK_ROWS):
+                    flows += _write_rows(put, rows, setter, first_row, k, pid, offset_us, to_us)
+                events += len(rows)
                 dropped += ct.dropped
             for n, mark in enumerate(run.trace.sync_marks, 1):
                 put(json.dumps({"name": f"SyncAll #{n}", "ph": "i", "s": "g", "ts": round(offset_us + mark * to_us, 6),
@@ -190,6 +182,33 @@ def write_json(runs, path, *, note: str = "") -> dict:
                 f"{dropped:,d} calls were left out (trace budget or core selection)" if dropped else "")
         f.write('\n],"otherData":' + json.dumps(summary) + "}\n")
     return summary
+
+
+_CHUNK_ROWS = 65536     # rows turned into Python values at a time: bounds the writer's memory
+
+
+def _write_rows(put, rows, setter, first_row, kernel, pid, offset_us, to_us) -> int:
+    """Slices (and flow arrows) of rows[first_row : first_row + _CHUNK_ROWS]; returns the flows written."""
+    flows = 0
+    batch = []
+    for r, (number, call, pipe, start, end, a0, a1, _) in enumerate(rows[first_row:first_row + _CHUNK_ROWS].tolist(),
+                                                                   first_row):
+        ts = offset_us + start * to_us
+        dur = (end - start) * to_us
+        batch.append(f'{{"name":"{CALL_NAMES.get(call) or f"call {call}"}","cat":"{PIPE_NAMES[pipe]}","ph":"X",'
+                     f'"ts":{ts:.6f},"dur":{dur:.6f},"pid":{pid},"tid":{pipe},"args":{_args(call, a0, a1, number)}}}')
+        j = setter[r]
+        if j >= 0:
+            src_number, _, src_pipe, src_start = (int(v) for v in rows[j, :4])
+            fid = f"{kernel}.{pid}.{src_number}"
+            batch.append(f'{{"name":"event","cat":"sync","ph":"s","id":"{fid}","pid":{pid},"tid":{src_pipe},'
+                         f'"ts":{offset_us + src_start * to_us:.6f}}}')
+            batch.append(f'{{"name":"event","cat":"sync","ph":"f","bp":"e","id":"{fid}","pid":{pid},"tid":{pipe},'
+                         f'"ts":{ts + dur:.6f}}}')
+            flows += 1
+    if batch:
+        put(",\n".join(batch))
+    return flows
 
 
 def plot_occupancy(runs, path) -> None:
@@ -218,7 +237,7 @@ def plot_occupancy(runs, path) -> None:
     ax.set_yticks([i + 0.44 for i in range(len(lanes))], [f"core {b}" for b in lanes])
     ax.set_xlabel("estimated time (us)")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours], labels=list(PIPE_NAMES),
-              loc="upper right", ncols=4)
+              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=4, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -137,7 +137,7 @@ def _subparsers():
     return sub.choices
 
 
-@pytest.mark.parametrize("command", ["demo", "tiling", "run", "moe-layer"])
+@pytest.mark.parametrize("command", ["demo", "tiling", "run", "profile", "moe-layer"])
 def test_every_flag_has_help_listing_its_values(command):
     for action in _subparsers()[command]._actions:
         if action.help == "==SUPPRESS==" or action.dest == "help":
@@ -234,3 +234,57 @@ def test_cold_demo_compile_tickets_are_split_between_two_ends(monkeypatch):
     cli._take_tickets(tickets, bounds, from_front=False)          # the other process took everything
     cli._take_tickets(tickets, bounds, from_front=True)           # nothing left for this one
     assert taken == stages[::-1]
+
+
+PROFILE = ["profile", "moe_token_unpermute", "--tokens", "96", "--hidden", "256", "--experts", "8", "--topk", "2"]
+
+
+def test_profile_writes_a_perfetto_trace_and_the_pipe_utilization_csv(tmp_path, capsys):
+    import csv
+    import json
+    trace, table = tmp_path / "out.json", tmp_path / "out.csv"
+    assert main(PROFILE + ["--trace", str(trace), "--csv", str(table), "--trace-cores", "0-1,5"]) == 0
+    out = capsys.readouterr().out
+    assert "estimate" in out and "bound by" in out and "roofline" in out and "wrote" in out
+    doc = json.loads(trace.read_text())
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert slices and {e["pid"] for e in slices} == {0, 1, 5}
+    assert doc["otherData"]["events"] == len(slices) and doc["otherData"]["dropped_calls"] == 0
+    rows = list(csv.reader(table.open()))
+    assert rows[0][:3] == ["block_id", "aiv_time(us)", "aiv_total_cycles"] and len(rows) == 1 + 48
+
+
+def test_profile_says_when_the_trace_was_cut(tmp_path, capsys):
+    assert main(PROFILE + ["--trace", str(tmp_path / "t.json"), "--max-events", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "calls left out" in out
+
+
+def test_profile_what_if_prints_the_stock_chip_beside_the_custom_one(capsys):
+    assert main(PROFILE + ["--cores", "8", "--cost", "hbm_bytes_per_cycle=96"]) == 0
+    out = capsys.readouterr().out
+    assert "what-if" in out and "stock" in out
+    cores_row = next(line for line in out.splitlines() if "vector cores" in line).split()
+    assert cores_row[-2:] == ["48", "8"]
+    assert "slower on this call" in out
+
+
+def test_profile_json(capsys):
+    import json
+    assert main(PROFILE + ["--json", "--ub-size", "131072"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["estimate"]["time_us"] > 0 and doc["stock"]["ub"] == 196608
+    assert doc["estimate"]["kernels"][0]["bound"] in ("S", "V", "MTE2", "MTE3", "HBM")
+
+
+@pytest.mark.parametrize("extra,fragment", [
+    (["--cost", "warp_speed=9"], "unknown cost parameter"),
+    (["--cost", "clock_mhz=fast"], "cannot read"),
+    (["--cost", "event_cycles=-4"], "event_cycles"),
+    (["--trace-cores", "1"], "--trace-cores selects"),
+    (["--trace-cores", "3-1", "--trace", "x.json"], "block indices"),
+], ids=["unknown-cost", "bad-value", "negative-cycles", "cores-without-trace", "bad-range"])
+def test_profile_bad_flags_are_one_line(extra, fragment, capsys):
+    assert main(PROFILE + extra) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1, err

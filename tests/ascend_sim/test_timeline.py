@@ -258,3 +258,24 @@ def test_cost_overrides_make_a_custom_profile():
     soc = get_soc("ascend910b", cost={"hbm_bytes_per_cycle": 900.0, "sync_all_cycles": 10})
     assert soc.cost.hbm_bytes_per_cycle == 900.0 and soc.cost.sync_all_cycles == 10
     assert get_soc("ascend910b").cost == CostModel()
+
+
+def test_plot_needs_matplotlib_and_says_how_to_get_it(tmp_path, monkeypatch):
+    import sys
+
+    from ascend_sim.errors import ConfigError
+    from ascend_sim.trace import plot_occupancy
+    with tracing() as request:
+        copy_launch(tiles=2, buffers=2)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ConfigError, match=r"ascend-sim\[plot\]"):
+        plot_occupancy(request.runs, tmp_path / "p.png")
+
+
+def test_plot_draws_pipe_occupancy(tmp_path):
+    pytest.importorskip("matplotlib")
+    from ascend_sim.trace import plot_occupancy
+    with tracing() as request:
+        copy_launch(tiles=3, buffers=2, block_dim=2)
+    plot_occupancy(request.runs, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 RESULTS: dict[str, dict[str, dict]] = {}
+OVERHEAD: dict[str, dict] = {}
+"""Timeline overhead cases: median seconds with the cost model on / off / on with a trace, and events traced."""
 
 
 def record(case: str, role: str, benchmark, gm_bytes: int) -> None:
@@ -16,6 +18,8 @@ def record(case: str, role: str, benchmark, gm_bytes: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter):
+    if OVERHEAD:
+        _overhead_summary(terminalreporter)
     if not RESULTS:
         return
     tr = terminalreporter
@@ -34,6 +38,16 @@ def pytest_terminal_summary(terminalreporter):
                       f"{vs_numpy:>8.2f}x")
     tr.write_line("ratios: the other's median time / the simulator's (above 1: the simulator is faster); vs numpy: "
                   "a vectorised NumPy implementation a user would write instead")
+
+
+def _overhead_summary(tr) -> None:
+    tr.section("ascend-sim timeline overhead (same run, alternated)")
+    width = max(len(case) for case in OVERHEAD)
+    tr.write_line(f"{'case':<{width}} {'off ms':>8} {'on ms':>8} {'on/off':>7} {'traced ms':>10} {'traced/off':>10} "
+                  f"{'calls traced':>13}")
+    for case, m in OVERHEAD.items():
+        tr.write_line(f"{case:<{width}} {m['off'] * 1e3:>8.1f} {m['on'] * 1e3:>8.1f} {m['on'] / m['off']:>6.2f}x "
+                      f"{m['traced'] * 1e3:>10.1f} {m['traced'] / m['off']:>9.2f}x {m['events']:>13,d}")
 
 
 def copyto_same_bytes(benchmark, case: str, gm_bytes: int) -> None:
