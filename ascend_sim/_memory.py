@@ -46,6 +46,35 @@ def data_address(typingctx, arr):
     return sig, codegen
 
 
+@intrinsic
+def store_i64(typingctx, address, index, value):
+    """*(int64*)address[index] = value: a store into a host buffer known by its address (the timeline's
+    trace). An address in the core state instead of one more array in Core keeps Core small: a fifth
+    array field makes every AscendC call several times slower (LLVM no longer keeps Core in registers)."""
+    sig = types.void(types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        ptr = builder.inttoptr(args[0], i64.as_pointer())
+        builder.store(args[2], builder.gep(ptr, [args[1]]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def load_i64(typingctx, address, index):
+    """*(int64*)address[index]: the load matching store_i64."""
+    sig = types.int64(types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        ptr = builder.inttoptr(args[0], i64.as_pointer())
+        return builder.load(builder.gep(ptr, [args[1]]))
+
+    return sig, codegen
+
+
 def _borrowed(context, builder, ty, value):
     """`value` with every array in it (also inside tuples) turned into a view that owns nothing."""
     if isinstance(ty, types.Array):

@@ -9,9 +9,10 @@ call receives it:
   the chip limits, the atomic-add mode (SetAtomicAdd), the hardware event flags, the kernel's
   member variables (values a kernel object keeps across SyncAll()) and the queue table of the
   live TPipe,
-* `block_idx` / `block_num`: GetBlockIdx() / GetBlockNum(),
-* `trace`: the per-call event log of the timeline (timeline.py), TRACE_COLS int64 per row; zero rows
-  when no trace was asked for.
+* `block_idx` / `block_num`: GetBlockIdx() / GetBlockNum().
+
+Anything else a core needs (the timeline's trace buffer) is reached through an address in `state`:
+a fifth array in Core makes every AscendC call several times slower.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from numba import njit
 
 from .pipe import Q_NUM
 
-Core = namedtuple("Core", ["ub", "state", "block_idx", "block_num", "trace"])
+Core = namedtuple("Core", ["ub", "state", "block_idx", "block_num"])
 
 # Pipes of a vector core (PipeBarrier<PIPE_X> and the timeline's lanes).
 PIPE_S = 0
@@ -99,8 +100,10 @@ TL_DCACHE_SHIFT = TL_BASE + 27   # log2 of the data cache's line bytes
 TL_DCACHE_MASK = TL_BASE + 28    # lines - 1
 TL_DMA_ISSUE = TL_BASE + 29      # fixed pipe cycles of one DMA instruction
 TL_DONE = TL_BASE + 30           # TL_DONE + pipe: cycle the pipe's work so far is complete (DMA: landed in memory)
+TL_TRACE_ADDR = TL_BASE + 34     # address of the core's trace rows (int64, TRACE_COLS each)
+TL_TRACE_CAP = TL_BASE + 35      # rows the trace holds (0: no trace)
 N_CALL_IDS = 64
-TL_CPR = TL_BASE + 34            # TL_CPR + call id: vector cycles per 256-byte repeat
+TL_CPR = TL_BASE + 36            # TL_CPR + call id: vector cycles per 256-byte repeat
 TL_FLAG_T = TL_CPR + N_CALL_IDS  # TL_FLAG_T + event * EVENT_IDS + id: cycle the flag rises
 TL_FLAG_CALL = TL_FLAG_T + N_HARD_EVENTS * EVENT_IDS   # call number of the SetFlag that raised it (trace flows)
 DCACHE_MAX_LINES = 256
@@ -111,7 +114,6 @@ QUE_BASE = TL_BASE + TL_SIZE                          # queue table rows of the 
 # Trace rows: call number, AscendC call id, pipe, start cycle, end cycle, two arguments, and the call number of
 # the SetFlag / EnQue / FreeTensor whose event this call waited for (-1: none).
 TRACE_COLS = 8
-NO_TRACE = np.zeros((0, TRACE_COLS), dtype=np.int64)
 
 # Two-byte poison pattern for memory nobody wrote: reads as NaN in fp32, fp16 and bf16,
 # and as a huge positive int32, so a kernel that consumes it fails loudly.
@@ -175,10 +177,10 @@ UB_POOL = UbPool()
 
 
 def make_core(block_idx: int, block_num: int, ub_size: int, queue_slots: int, max_block_count: int,
-              npu_arch: int, trace_rows: int = 0) -> Core:
+              npu_arch: int) -> Core:
     """A fresh core: no TPipe yet (the UB is poisoned by start_pipe, before any stage can run), no flags
-    set, counters and clocks zero, atomic add off, the cost model off until timeline.load_costs. Its UB
-    comes from UB_POOL when one is idle; `trace_rows` > 0 gives it a trace of that many calls."""
+    set, counters and clocks zero, atomic add off, the cost model off and no trace until
+    timeline.load_costs / timeline.attach_trace. Its UB comes from UB_POOL when one is idle."""
     state = np.zeros(QUE_BASE + queue_slots, dtype=np.int64)
     pooled = UB_POOL.take(ub_size)
     if pooled is None:
@@ -189,8 +191,7 @@ def make_core(block_idx: int, block_num: int, ub_size: int, queue_slots: int, ma
     state[CAP_MAX_BLOCK_COUNT] = max_block_count
     state[CAP_NPU_ARCH] = npu_arch
     state[ATOMIC_LOCK_TABLE] = ATOMIC_LOCKS.ctypes.data
-    trace = np.zeros((trace_rows, TRACE_COLS), dtype=np.int64) if trace_rows > 0 else NO_TRACE
-    return Core(ub, state, block_idx, block_num, trace)
+    return Core(ub, state, block_idx, block_num)
 
 
 def release_core(core: Core) -> None:

@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import errors
-from .core import (CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE, N_PIPES, TL_BUSY, TL_TRACE_N,
+from .core import (CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE, N_PIPES, TL_BUSY, TL_TRACE_N, TRACE_COLS,
                    counters, fault_record, flags, make_core, release_core, start_pipe)
 from .cost import CostModel
 from .estimate import CoreTime, Estimate
@@ -313,10 +313,13 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     cost = chip_cost(chip)
     request = current_request()
     trace_rows = request.rows_for(block_dim) if request is not None else {}
-    cores = [make_core(i, block_dim, chip.ub_size, slots, chip.max_block_count, chip.npu_arch, trace_rows.get(i, 0))
+    cores = [make_core(i, block_dim, chip.ub_size, slots, chip.max_block_count, chip.npu_arch)
              for i in range(block_dim)]
+    traces = {i: np.zeros((rows, TRACE_COLS), dtype=np.int64) for i, rows in trace_rows.items()}
     for core in cores:
         timeline.load_costs(core.state, cost, min(block_dim, chip.aiv_num))
+        if core.block_idx in traces:
+            timeline.attach_trace(core.state, traces[core.block_idx])
     sync_marks = []
     live_phase = [-1] * block_dim
     program = [programs.top] * block_dim     # each core's items; a branch splices its chosen arm in
@@ -432,8 +435,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                            tuple(int(v) for v in c.state[TL_BUSY:TL_BUSY + N_PIPES])) for c in cores)
     trace = None
     if trace_rows:
-        trace = KernelTrace(tuple(CoreTrace(c.block_idx, c.trace[: int(min(c.state[TL_TRACE_N], len(c.trace)))].copy(),
-                                            int(c.state[TL_TRACE_N])) for c in cores if len(c.trace)),
+        trace = KernelTrace(tuple(CoreTrace(i, rows[: int(min(cores[i].state[TL_TRACE_N], len(rows)))],
+                                            int(cores[i].state[TL_TRACE_N])) for i, rows in traces.items()),
                             tuple(sync_marks))
     for core in cores:
         release_core(core)

@@ -11,6 +11,7 @@ from numba import types
 from numba.extending import overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
+from ._memory import data_address
 from .core import CNT_S_GM_READS, CNT_S_GM_WRITES, CNT_S_UB_OPS, MEMBER_BASE, N_MEMBERS
 from .dtypes import DT_BF16, DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits
 from .faults import (CALL_GM_GET_VALUE, CALL_GM_SET_VALUE, CALL_SCALAR_ARRAY, CALL_UB_GET_VALUE, CALL_UB_SET_VALUE,
@@ -69,7 +70,7 @@ def _get_value(c, t, index):
         if i < 0:
             return as_elem(t.data, 0)
         c.state[CNT_S_GM_READS] += 1
-        tl.scalar_gm_read(c, CALL_GM_GET_VALUE, t.data.ctypes.data + i * t.data.itemsize)
+        tl.scalar_gm_read(c, CALL_GM_GET_VALUE, data_address(t.data) + i * t.data.itemsize)
         return t.data[i]
     return gm_get
 
@@ -91,7 +92,7 @@ def _set_value(c, t, index, value):
         if i < 0:
             return
         c.state[CNT_S_GM_WRITES] += 1
-        tl.scalar_gm_write(c, CALL_GM_SET_VALUE, t.data.ctypes.data + i * t.data.itemsize)
+        tl.scalar_gm_write(c, CALL_GM_SET_VALUE, data_address(t.data) + i * t.data.itemsize)
         t.data[i] = value
     return gm_set
 

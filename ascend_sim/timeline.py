@@ -16,7 +16,7 @@ cycles after the pipe moved on. Pipes wait for each other only where the hardwar
   PipeBarrier<PIPE_ALL> joins every pipe.
 * SyncAll() joins every core (the launcher does it between stages, timeline_barrier).
 
-Each call adds a few integer operations to the core's state. With a trace (Core.trace has rows)
+Each call adds a few integer operations to the core's state. With a trace (attach_trace)
 every call also writes one row: call number, call id, pipe, start, end, two arguments and the
 call number of the flag-setting call it waited for, which the trace writer turns into Perfetto
 slices and flow arrows. A flag-setting call (SetFlag, EnQue, FreeTensor) is a zero-length row at
@@ -33,8 +33,9 @@ from ._jit import aicore
 from .core import (HARD_EVENT_NAMES, PIPE_NAMES, CNT_CALLS, CNT_MTE2_INSTR, CNT_MTE3_INSTR, CNT_V_INSTR, EVENT_IDS, N_CALL_IDS, N_PIPES,
                    PIPE_ALL, PIPE_MTE2, PIPE_MTE3, PIPE_S, PIPE_V, TL_BARRIER, TL_BURST, TL_BUSY, TL_CALL, TL_CPR,
                    TL_DCACHE, TL_DCACHE_MASK, TL_DMA_ISSUE, TL_DONE, TL_DCACHE_SHIFT, TL_END, TL_EVENT, TL_FLAG_CALL, TL_FLAG_T, TL_GM_HIT,
-                   TL_BASE, TL_GM_MISS, TL_GM_WRITE, TL_LATENCY, TL_ON, TL_RATE, TL_SCALAR_UB, TL_TRACE_N, TL_VEC_ISSUE,
+                   TL_BASE, TL_GM_MISS, TL_GM_WRITE, TL_LATENCY, TL_TRACE_ADDR, TL_TRACE_CAP, TRACE_COLS, TL_ON, TL_RATE, TL_SCALAR_UB, TL_TRACE_N, TL_VEC_ISSUE,
                    DCACHE_MAX_LINES)
+from ._memory import store_i64
 from .cost import RATE_SCALE, CostModel
 from .faults import CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_NAMES, CALL_SET_FLAG, \
     CALL_WAIT_FLAG, CALL_PIPE_BARRIER
@@ -85,6 +86,14 @@ def load_costs(state: np.ndarray, cost: CostModel, cores_running: int) -> None:
     state[TL_BASE:TL_FLAG_T] = cost_words(cost, cores_running)
 
 
+def attach_trace(state: np.ndarray, rows: np.ndarray) -> None:
+    """Give a core a trace buffer (host side): `rows` is a C-contiguous int64 (n, TRACE_COLS) array the caller
+    keeps alive until the launch has ended."""
+    assert rows.dtype == np.int64 and rows.ndim == 2 and rows.shape[1] == TRACE_COLS and rows.flags.c_contiguous
+    state[TL_TRACE_ADDR] = rows.ctypes.data
+    state[TL_TRACE_CAP] = rows.shape[0]
+
+
 def _call_key(name: str) -> str:
     """"Duplicate(mask)" -> "Duplicate": the cost table names calls without their variant."""
     return name.split("(")[0]
@@ -110,16 +119,17 @@ def end_cycle(state: np.ndarray) -> int:
 def _log(c, call, pipe, start, end, a0, a1, waited_for):
     n = c.state[TL_TRACE_N]
     c.state[TL_TRACE_N] = n + 1
-    if n < c.trace.shape[0]:
-        row = c.trace[n]
-        row[0] = c.state[CNT_CALLS]
-        row[1] = call
-        row[2] = pipe
-        row[3] = start
-        row[4] = end
-        row[5] = a0
-        row[6] = a1
-        row[7] = waited_for
+    if n < c.state[TL_TRACE_CAP]:
+        addr = c.state[TL_TRACE_ADDR]
+        k = n * TRACE_COLS
+        store_i64(addr, k, c.state[CNT_CALLS])
+        store_i64(addr, k + 1, call)
+        store_i64(addr, k + 2, pipe)
+        store_i64(addr, k + 3, start)
+        store_i64(addr, k + 4, end)
+        store_i64(addr, k + 5, a0)
+        store_i64(addr, k + 6, a1)
+        store_i64(addr, k + 7, waited_for)
 
 
 @aicore
@@ -141,7 +151,7 @@ def _occupy(c, call, pipe, cycles, latency, a0, a1):
     c.state[TL_END + pipe] = end
     c.state[TL_DONE + pipe] = max(c.state[TL_DONE + pipe], end + latency)
     c.state[TL_BUSY + pipe] += cycles
-    if c.trace.shape[0] > 0:
+    if c.state[TL_TRACE_CAP] > 0:
         _log(c, call, pipe, start, end, a0, a1, NO_CALL)
 
 
@@ -154,7 +164,7 @@ def _hold(c, call, pipe, until, a0, a1, waited_for):
     after = max(before, until)
     c.state[TL_END + pipe] = after
     c.state[TL_DONE + pipe] = max(c.state[TL_DONE + pipe], after)
-    if c.trace.shape[0] > 0:
+    if c.state[TL_TRACE_CAP] > 0:
         _log(c, call, pipe, before, after, a0, a1, waited_for if waited_for > 0 else NO_CALL)
 
 
@@ -206,7 +216,7 @@ def scalar(c, call, extra_cycles, a0):
     cycles = c.state[TL_CALL] + extra_cycles
     c.state[TL_END + PIPE_S] = t0 + cycles
     c.state[TL_BUSY + PIPE_S] += cycles
-    if c.trace.shape[0] > 0:
+    if c.state[TL_TRACE_CAP] > 0:
         _log(c, call, PIPE_S, t0, t0 + cycles, a0, 0, NO_CALL)
 
 
@@ -253,7 +263,7 @@ def set_flag(c, evt, event_id):
     ready, up = _flag_time(c, src)
     c.state[TL_FLAG_T + slot] = up
     c.state[TL_FLAG_CALL + slot] = c.state[CNT_CALLS]
-    if c.trace.shape[0] > 0:
+    if c.state[TL_TRACE_CAP] > 0:
         _log(c, CALL_SET_FLAG, src, ready, ready, evt, event_id, NO_CALL)
 
 
@@ -281,14 +291,14 @@ def pipe_barrier(c, pipe):
         for p in range(N_PIPES):
             c.state[TL_END + p] = end
             c.state[TL_DONE + p] = end
-        if c.trace.shape[0] > 0:
+        if c.state[TL_TRACE_CAP] > 0:
             _log(c, CALL_PIPE_BARRIER, PIPE_S, start, end, pipe, 0, NO_CALL)
         return
     start = max(t, c.state[TL_END + pipe], c.state[TL_DONE + pipe])
     end = start + c.state[TL_BARRIER]
     c.state[TL_END + pipe] = end
     c.state[TL_DONE + pipe] = end
-    if c.trace.shape[0] > 0:
+    if c.state[TL_TRACE_CAP] > 0:
         _log(c, CALL_PIPE_BARRIER, pipe, start, end, pipe, 0, NO_CALL)
 
 
@@ -321,7 +331,7 @@ def en_que(c, q, row, i):
         up = ready      # VECCALC: one pipe, no hardware event
     c.state[row + Q_READY_T + i] = up
     c.state[row + Q_READY_CALL + i] = c.state[CNT_CALLS]
-    if c.trace.shape[0] > 0:
+    if c.state[TL_TRACE_CAP] > 0:
         _log(c, CALL_ENQUE, prod, ready, ready, q, i, NO_CALL)
 
 
@@ -344,7 +354,7 @@ def free_tensor(c, q, row, i):
         up = ready
     c.state[row + Q_FREE_T + i] = up
     c.state[row + Q_FREE_CALL + i] = c.state[CNT_CALLS]
-    if c.trace.shape[0] > 0:
+    if c.state[TL_TRACE_CAP] > 0:
         _log(c, CALL_FREE_TENSOR, cons, ready, ready, q, i, NO_CALL)
 
 
