@@ -10,7 +10,8 @@ of its calls under the chip's cost model (`RunReport.estimate`); `tracing` logs 
 Perfetto trace.
 """
 from .errors import (AlignmentError, ConfigError, ElementTypeError, OutOfBoundsError, ParamRangeError, QueueError, SimulatorError,  # noqa: F401
-                     SyncError, UBOverflowError)
+                     PipeRaceError, SyncError, UBOverflowError)
+from .check import checked  # noqa: F401
 from ._jit import cache_state, ensure_compiled, stage_signature  # noqa: F401
 from .launch import SYNC_ALL, Branch, Kernel, PipePhase, default_threads, launch, resolve_threads, stage_calls  # noqa: F401
 from .pipe import PipePlan, UbBuffer, plan_pipe  # noqa: F401
@@ -21,7 +22,7 @@ from .trace import tracing, write_json  # noqa: F401
 
 __all__ = [
     "ConfigError", "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ElementTypeError", "ParamRangeError",
-    "QueueError",
+    "QueueError", "PipeRaceError", "checked",
     "SyncError", "Kernel", "PipePhase", "Branch", "SYNC_ALL", "launch", "default_threads", "UbBuffer", "PipePlan", "plan_pipe",
     "RunReport", "CoreReport", "CostModel", "Estimate", "CoreTime", "LaunchSequence", "tracing", "write_json",
     "resolve_threads", "stage_calls", "ensure_compiled", "cache_state", "stage_signature",

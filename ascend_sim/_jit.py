@@ -23,6 +23,7 @@ Two properties of the disk cache are ours to keep:
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import sys
@@ -110,7 +111,9 @@ def source_stamp(module_name: str) -> str:
 
 def stamped_modules(module_name: str) -> dict[str, str]:
     """`module_name` and every module of ascend_sim or of its own top-level package that it reaches through
-    its globals (its imports, and theirs), as {name: source file}: what a stage defined there may inline."""
+    its globals or its import statements (and theirs), as {name: source file}: what a stage defined there may
+    inline. The import statements matter for constants: `from .core import QUE_BASE` leaves an int in the
+    module's globals, which names no module, yet the compiled code holds its value."""
     roots = {__name__.split(".")[0], module_name.split(".")[0]}
     seen: dict[str, str] = {}
     todo = [module_name]
@@ -121,12 +124,36 @@ def stamped_modules(module_name: str) -> dict[str, str]:
         if name in seen or module is None or path is None:
             continue
         seen[name] = path
+        owners = set(_imported_modules(module, path))
         for value in list(vars(module).values()):
             value = getattr(value, "py_func", value)          # numba dispatchers: the Python function
             owner = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
-            if isinstance(owner, str) and owner.split(".")[0] in roots and owner not in seen:
-                todo.append(owner)
+            if isinstance(owner, str):
+                owners.add(owner)
+        todo += [o for o in owners if o.split(".")[0] in roots and o not in seen]
     return seen
+
+
+def _imported_modules(module, path: str) -> list[str]:
+    """Absolute names of the modules `module`'s import statements name (relative ones resolved)."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return []
+    package = module.__package__ or ""
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            names.append(base)
+            names += [f"{base}.{a.name}" for a in node.names]      # `from . import timeline` names a module
+    return [n for n in names if n in sys.modules]
 
 
 KERNEL_OPT_LEVEL = 2

@@ -109,7 +109,24 @@ TL_FLAG_CALL = TL_FLAG_T + N_HARD_EVENTS * EVENT_IDS   # call number of the SetF
 DCACHE_MAX_LINES = 256
 TL_DCACHE = TL_FLAG_CALL + N_HARD_EVENTS * EVENT_IDS   # tags of the scalar data cache (line address + 1; 0 = empty)
 TL_SIZE = TL_DCACHE + DCACHE_MAX_LINES - TL_BASE
-QUE_BASE = TL_BASE + TL_SIZE                          # queue table rows of the live TPipe (pipe.py), QUE_COLS each
+# Checked mode (check.py): pipe epochs and known-epoch vectors, flag vectors, the GM write ring, the shadow's address.
+CHK_BASE = TL_BASE + TL_SIZE
+CHK_MODE = CHK_BASE              # 0 off, 1 race, 2 strict
+CHK_SHADOW_ADDR = CHK_BASE + 1
+CHK_SHADOW_BLOCKS = CHK_BASE + 2
+CHK_GM_N = CHK_BASE + 3          # GM writes recorded so far (the ring keeps the last CHK_GM_ENTRIES)
+CHK_E = CHK_BASE + 4             # CHK_E + pipe: the pipe's release epoch
+CHK_K = CHK_BASE + 8             # CHK_K + pipe * 4 + other: epochs of `other` the pipe is known to come after
+CHK_FLAG_V = CHK_BASE + 24       # CHK_FLAG_V + (event * EVENT_IDS + id) * 4: the vector a SetFlag released
+CHK_GM_ENTRIES = 32
+CHK_GM = CHK_FLAG_V + N_HARD_EVENTS * EVENT_IDS * 4    # ring rows: start, end, pipe, stamp, call number * 64 + call
+CHK_WAIVERS = 8
+CHK_WAIVE_N = CHK_GM + CHK_GM_ENTRIES * 5          # waivers in use
+CHK_WAIVED = CHK_WAIVE_N + 1                        # races a waiver let pass
+CHK_WAIVE = CHK_WAIVE_N + 2                         # rows: first pipe, first call id, second pipe, second call id
+CHK_OWN_WAIVE = CHK_WAIVE + CHK_WAIVERS * 4          # bit q: the live TPipe's queue q may be used after FreeTensor
+CHK_SIZE = CHK_OWN_WAIVE + 1 - CHK_BASE
+QUE_BASE = CHK_BASE + CHK_SIZE                        # queue table rows of the live TPipe (pipe.py), QUE_COLS each
 
 # Trace rows: call number, AscendC call id, pipe, start cycle, end cycle, two arguments, and the call number of
 # the SetFlag / EnQue / FreeTensor whose event this call waited for (-1: none).
@@ -206,6 +223,9 @@ def start_pipe(core: Core, queue_table: np.ndarray) -> None:
     core.state[PIPE_QUEUES] = int(np.count_nonzero(queue_table[:, Q_NUM])) if queue_table.ndim == 2 else 0
     core.state[QUE_BASE:] = 0
     core.state[QUE_BASE:QUE_BASE + table.size] = table
+    if core.state[CHK_MODE]:
+        from .check import barrier_all
+        barrier_all(core.state)      # a new TPipe starts after the old one's work (TPipe::Destroy waits for it)
     if core.state[UB_POISONED]:
         # bytes past the high-water mark (and a pooled UB's dirty extent) were never written since the whole
         # UB was poisoned

@@ -31,7 +31,9 @@ from numba.extending import intrinsic, overload
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import STREAM_MIN_BYTES, data_address, memcpy_bytes, stream_bytes
 from .core import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, ATOMIC_TYPE, CAP_MAX_BLOCK_COUNT, CNT_MTE2_BYTES,
-                   CNT_MTE3_BYTES, PIPE_MTE2, PIPE_MTE3, POISON)
+                   CNT_MTE3_BYTES, PIPE_MTE2, PIPE_MTE3, PIPE_V, POISON)
+from . import check as chk
+from .core import CHK_MODE
 from .timeline import dma, repeats_of, vector
 from .dtypes import (CAST_RINT, DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT8, DT_INT16, DT_INT32, bf16_bits_to_f32_bits,
                      f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_f16_bits, f32_from_bits,
@@ -315,6 +317,9 @@ def _pad_gm_to_ub(c, dst, src, params, pad):
     gm0 = src.offset * isz
     if not _gm_ok(c, call, src, gm0, gm0 + (n - 1) * (blen + sstride) + blen):
         return
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, call, PIPE_MTE2, ub0, ub_need, True)
+        chk.gm_read(c, call, PIPE_MTE2, data_address(src.data) + gm0, (n - 1) * (blen + sstride) + blen)
     lead = left * isz
     for r in range(n):
         row = ub0 + r * row_stride
@@ -363,6 +368,9 @@ def _pad_ub_to_gm(c, dst, src, params):
     gm0 = dst.offset * isz
     if not _gm_ok(c, call, dst, gm0, gm0 + (n - 1) * (blen + dstride) + blen):
         return
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, call, PIPE_MTE3, ub0, ub_need, False)
+        chk.gm_write(c, call, PIPE_MTE3, data_address(dst.data) + gm0, (n - 1) * (blen + dstride) + blen)
     atomic = c.state[ATOMIC_TYPE]
     if atomic != 0:
         if not _atomic_type_ok(c, call, dst.data, atomic - 1):
@@ -449,6 +457,9 @@ def _copy_in(c, dst, src, n, blocks, sstride, dstride):
     gm0 = src.offset * dst.itemsize
     if not _gm_ok(c, call, src, gm0, gm0 + (n - 1) * (blen + sstride * 32) + blen):
         return
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, call, PIPE_MTE2, ub0, ub_need, True)
+        chk.gm_read(c, call, PIPE_MTE2, data_address(src.data) + gm0, (n - 1) * (blen + sstride * 32) + blen)
     for r in range(n):
         memcpy_bytes(c.ub, ub0 + r * (blen + dstride * 32), src.data, gm0 + r * (blen + sstride * 32), blen)
     note_ub_write(c, ub0 + ub_need)
@@ -474,6 +485,9 @@ def _copy_out(c, dst, src, n, blocks, sstride, dstride):
     gm0 = dst.offset * src.itemsize
     if not _gm_ok(c, call, dst, gm0, gm0 + (n - 1) * (blen + dstride * 32) + blen):
         return
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, call, PIPE_MTE3, ub0, ub_need, False)
+        chk.gm_write(c, call, PIPE_MTE3, data_address(dst.data) + gm0, (n - 1) * (blen + dstride * 32) + blen)
     atomic = c.state[ATOMIC_TYPE]
     if atomic != 0:
         if not _atomic_type_ok(c, call, dst.data, atomic - 1):
@@ -508,6 +522,9 @@ def _copy_ub(c, dst, src, n, blocks, sstride, dstride):
     if s_need > src.nbytes:
         fault(c, F_UB_OOB, call, s0, s_need, src.nbytes)
         return
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, call, PIPE_V, s0, s_need, False)
+        chk.ub(c, call, PIPE_V, d0, d_need, True)
     for r in range(n):
         memcpy_bytes(c.ub, d0 + r * (blen + dstride * 32), c.ub, s0 + r * (blen + sstride * 32), blen)
     note_ub_write(c, d0 + d_need)
@@ -573,4 +590,6 @@ def init_output(c, g, count, value):
         return
     g.data[g.offset: g.offset + count] = value
     dma(c, CALL_INIT_OUTPUT, PIPE_MTE3, 1, count * isz)
+    if c.state[CHK_MODE] != 0:
+        chk.gm_write(c, CALL_INIT_OUTPUT, PIPE_MTE3, data_address(g.data) + g.offset * isz, count * isz)
     c.state[CNT_MTE3_BYTES] += count * isz

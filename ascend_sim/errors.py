@@ -117,5 +117,27 @@ class QueueError(SimulatorError):
     """AllocTensor / EnQue / DeQue / FreeTensor used against the TQue state machine."""
 
 
+class PipeRaceError(SimulatorError):
+    """Checked mode: two accesses to the same bytes from different pipes (or a pipe that does not order its own
+    work), at least one a write, with no event, PipeBarrier or SyncAll between them: on the chip the result
+    would depend on timing.
+
+    Attributes:
+        kind: "RAW", "WAR" or "WAW".
+        memory: "UB" or "GM".
+        byte_range: (first, end) bytes of the conflict (UB offsets, or GM addresses of this process).
+        first, second: the two calls, each a dict with call_index, call (AscendC name) and pipe.
+    """
+
+    def __init__(self, summary: str, *, kind: str = "", memory: str = "UB", byte_range=None, first=None, second=None,
+                 **kw):
+        self.kind = kind
+        self.memory = memory
+        self.byte_range = byte_range
+        self.first = first or {}
+        self.second = second or {}
+        super().__init__(summary, **kw)
+
+
 class SyncError(SimulatorError):
     """SetFlag / WaitFlag / PipeBarrier / SyncAll misuse that would hang or leak state on hardware."""

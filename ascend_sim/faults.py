@@ -124,6 +124,8 @@ F_EVT_EXHAUSTED = 23  # event, ids the event has
 F_COUNT_BYTES = 40    # bytes the count covers, the multiple they must be (mask.py)
 F_UNSUPPORTED = 41    # dtype code, mode, NPU arch: a dtype / mode this chip's instruction lacks
 F_PATTERN_TYPE = 42   # pattern element bytes, data element bytes (GatherMask)
+F_PIPE_RACE = 43      # earlier call number, earlier call id, pipes / kind / memory packed, first byte, end byte
+F_QUE_OWNER = 44      # queue, buffer, its state, call number of its last FreeTensor (0: never freed)
 
 P_BLOCK_COUNT = 1
 P_BLOCK_LEN = 2
@@ -267,4 +269,37 @@ def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, cal
         return errors.ElementTypeError(f"the gather pattern has {a[0]}-byte elements but the data {a[1]}-byte ones; "
                                        "GatherMask takes a uint16 pattern for 2-byte data, uint32 for 4-byte data",
                                        **where)
+    if code == F_PIPE_RACE:
+        return _race_error(a, call, call_index, where)
+    if code == F_QUE_OWNER:
+        if a[2] == 2:
+            how = "while it is enqueued (after EnQue, before DeQue): the consumer pipe may be reading it"
+        elif a[3] > 0:
+            how = f"after its FreeTensor (call #{a[3]}): the producer may already be refilling it"
+        else:
+            how = "before any AllocTensor handed it out"
+        return errors.QueueError(f"buffer {a[1]} of '{que(a[0])}' is used {how}", **where)
     return errors.SimulatorError(f"fault code {code} with arguments {a}", **where)
+
+
+_PIPES = ("PIPE_S", "PIPE_V", "PIPE_MTE2", "PIPE_MTE3")
+_RACE_VERBS = {0: ("wrote", "reads"), 1: ("read", "writes"), 2: ("wrote", "writes")}
+
+
+def _race_error(a, call, call_index, where):
+    other_pipe, pipe, kind, mem = a[2] & 15, (a[2] >> 4) & 15, (a[2] >> 8) & 15, (a[2] >> 12) & 15
+    kind_name = ("RAW", "WAR", "WAW")[kind]
+    memory = "UB" if mem == 0 else "GM"
+    first = dict(call_index=a[0], call=CALL_NAMES.get(a[1], f"call {a[1]}"), pipe=_PIPES[other_pipe])
+    second = dict(call_index=call_index, call=CALL_NAMES.get(call, f"call {call}"), pipe=_PIPES[pipe])
+    did, does = _RACE_VERBS[kind]
+    where_bytes = f"UB bytes [{a[3]}, {a[4]})" if mem == 0 else f"GM bytes at 0x{a[3]:x} (+{a[4] - a[3]})"
+    same = other_pipe == pipe
+    fix = ("a PipeBarrier<" + _PIPES[pipe] + "> between them" if same else
+           f"SetFlag<{_PIPES[other_pipe][5:]}_{_PIPES[pipe][5:]}> / WaitFlag (or the queue's EnQue / DeQue) between "
+           "them")
+    return errors.PipeRaceError(
+        f"{kind_name} race on {where_bytes}: {first['pipe']} {first['call']} (call #{a[0]}) {did} them and "
+        f"{second['pipe']} {second['call']} (call #{call_index}) {does} them with nothing ordering the two "
+        f"(add {fix})", kind=kind_name, memory=memory, byte_range=(a[3], a[4]), first=first, second=second,
+        **where)

@@ -3,6 +3,7 @@
 Kernels import this module as `asc` and write `asc.data_copy_pad(c, ...)` where AscendC
 code writes `DataCopyPad(...)`. Every function takes the core context `c` first.
 """
+from ._jit import aicore, global_aicore  # noqa: F401   (device functions and kernel stage entries)
 from .core import Core  # noqa: F401
 from .datacopy import (DataCopyExtParams, DataCopyPadExtParams, DataCopyParams, GlobalTensor, NO_PAD,  # noqa: F401
                        data_copy, data_copy_pad, gm_as_i32, gm_at, init_output)

@@ -38,10 +38,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import errors
-from .core import (CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE, N_PIPES, TL_BUSY, TL_TRACE_N, TRACE_COLS,
+from .core import (CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE, N_PIPES, TL_BUSY, TL_TRACE_N, TRACE_COLS, CHK_WAIVED, CHK_OWN_WAIVE,
                    counters, fault_record, flags, make_core, release_core, start_pipe)
 from .cost import CostModel
 from .estimate import CoreTime, Estimate
+from . import check as checking
 from . import timeline
 from .trace import CoreTrace, KernelTrace, current_request
 from .dtypes import dt_name
@@ -112,12 +113,15 @@ class PipePhase:
         core_plan: optional `core_plan(block_idx, rows, *launch_args) -> rows`: the InitBuffer rows core
             `block_idx` builds, given the plan's rows for this TPipe (kernels whose Init sizes buffers from
             the core's own share, e.g. the last core of a sort). Default: every core builds the plan's rows.
+        waived_queues: queues whose buffers the real kernel uses after FreeTensor on purpose; checked mode
+            does not report that (README lists them).
     """
     pipe: str
     buffers: tuple[str, ...]
     schedule: Sequence | Callable[..., Sequence]
     stage_args: Callable[..., tuple] | None = None
     core_plan: Callable[..., Sequence[UbBuffer]] | None = None
+    waived_queues: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,20 +152,23 @@ class Kernel:
         op: operator name, for messages (e.g. "MoeTokenUnpermuteWithRoutingMapGrad").
         name: kernel class name (e.g. "MoeTokenUnpermuteWithRoutingMapGradProbNoneDropPadFalse").
         phases: the TPipes the kernel builds one after another, and Branches between them.
+        waivers: check.RaceWaivers: races the kernel has on purpose (the real kernel's), let pass in checked mode.
     """
     op: str
     name: str
     phases: tuple
+    waivers: tuple = ()
 
     @classmethod
-    def single_pipe(cls, op: str, name: str, stages: Sequence[Callable], buffers: Sequence[str]) -> "Kernel":
+    def single_pipe(cls, op: str, name: str, stages: Sequence[Callable], buffers: Sequence[str],
+                    waivers: tuple = ()) -> "Kernel":
         """A kernel with one TPipe whose stages are separated by SyncAll()."""
         schedule: list = []
         for k, stage in enumerate(stages):
             if k:
                 schedule.append(SYNC_ALL)
             schedule.append(stage)
-        return cls(op, name, (PipePhase("pipe", tuple(buffers), tuple(schedule)),))
+        return cls(op, name, (PipePhase("pipe", tuple(buffers), tuple(schedule)),), tuple(waivers))
 
     def all_phases(self) -> list[PipePhase]:
         """Every PipePhase of the kernel, those inside branch arms included, in order of appearance."""
@@ -278,7 +285,8 @@ def _group_plan(kernel: Kernel, phases: list[PipePhase], plan: Sequence[UbBuffer
 
 def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tuple, chip,
            gm_names: Sequence[str] = (), tiling_key: int | None = None, threads: int | None = None,
-           ub_advice: str = "", on_compile: Callable | None = None, memo: dict | None = None) -> RunReport:
+           ub_advice: str = "", on_compile: Callable | None = None, memo: dict | None = None,
+           check: str | None = None) -> RunReport:
     """Run `kernel` on block_dim cores of `chip`; returns the RunReport or raises SimulatorError.
 
     `chip` is a chip profile (tiling.SocProfile): name, aiv_num, ub_size, npu_arch, max_block_count.
@@ -291,10 +299,13 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     fact that every stage is compiled are kept there, so a repeated launch skips that host work. Stages are
     compiled (or loaded from numba's disk cache) before the first core starts; `on_compile(event, stage_name,
     seconds)` hears of each stage that had to be compiled ("start" / "done"), and the report keeps compile
-    time apart from run time.
+    time apart from run time. `check` ("race" / "strict" / "off"; default the enclosing check.checked() block,
+    else $ASCEND_SIM_CHECK) runs the launch in checked mode: pipe races raise PipeRaceError, a queue buffer
+    used while free or enqueued raises QueueError (see check.py).
     """
     where = dict(op=kernel.op, tiling_key=tiling_key)
     threads = resolve_threads(threads)
+    check_mode = checking.resolve(check)
     block_dim = errors.whole_number("block_dim", block_dim, 1, 2 ** 31 - 1, "blocks",
                                     lambda message: errors.SimulatorError(message, **where))
     programs = _Programs(kernel, args)
@@ -320,6 +331,10 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         timeline.load_costs(core.state, cost, min(block_dim, chip.aiv_num))
         if core.block_idx in traces:
             timeline.attach_trace(core.state, traces[core.block_idx])
+    shadows = [checking.shadow_for(chip.ub_size) for _ in cores] if check_mode else []
+    queue_waivers = [sum(1 << k for k, name in enumerate(ph.buffers) if name in ph.waived_queues) for ph in phases]
+    for core, shadow in zip(cores, shadows):
+        checking.attach(core.state, check_mode, shadow, kernel.waivers)
     sync_marks = []
     live_phase = [-1] * block_dim
     program = [programs.top] * block_dim     # each core's items; a branch splices its chosen arm in
@@ -367,6 +382,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                     tables = core_tables[p]
                     start_pipe(core, tables[i] if len(tables) > 1 else tables[0])
                     live_phase[i] = p
+                    core.state[CHK_OWN_WAIVE] = queue_waivers[p]
                 entry = entries.get(id(item))
                 if entry is None:
                     entry = entries[id(item)] = _entry_point(stage, (core, *stage_args))
@@ -416,6 +432,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
             core.state[CNT_SYNC_ALL] += 1
         if cost.enabled:
             sync_marks.append(timeline.barrier([core.state for core in cores], cost.sync_all_cycles))
+        checking.sync_all([core.state for core in cores])
     wall = time.perf_counter() - start
 
     for core in cores:
@@ -446,6 +463,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         ub_plan_bytes=max(p.used_bytes for p in laid_out.values()),
         cores=core_reports, wall_time_s=wall,
         threads=threads, compile_time_s=compile_s,
+        extra=dict(checked=check_mode, waived_races=sum(int(c.state[CHK_WAIVED]) for c in cores)) if check_mode else {},
         estimate=Estimate(cost, chip.aiv_num, times, gm_bytes_of(CoreReport.combined(core_reports)), len(sync_marks)),
         trace=trace)
     if request is not None:

@@ -25,6 +25,9 @@ from numba.extending import overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from .core import CAP_NPU_ARCH, CNT_V_ELEMS
+from . import check as chk
+from .core import CHK_MODE
+from .core import PIPE_V
 from .timeline import repeats_of, vector
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16, DT_FLOAT,
                      DT_FLOAT16, DT_INT32, DT_UINT8, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits,
@@ -127,10 +130,13 @@ def compare_scalar(c, dst, src, src_dt, scalar, cmp_mode, count):
     if count == 0:
         return
     d = ub_aligned_offset(c, dst, call)
-    if d < 0 or ub_aligned_offset(c, src, call) < 0:
+    s = ub_aligned_offset(c, src, call)
+    if d < 0 or s < 0:
         return
     if not check_count(c, src, count, call) or not check_count(c, dst, count // 8, call):
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, call, d, count // 8, s, count * src.itemsize, -1, 0)
     if src_dt == DT_INT32:
         s_int = np.int32(scalar)
         for byte in range(count // 8):
@@ -234,6 +240,9 @@ def _gather_mask(c, dst, src0, src1_pattern, reduce_mode, mask, params):
     if pattern_end > src1_pattern.nbytes:
         fault(c, F_UB_OOB, call, p, pattern_end, src1_pattern.nbytes)
         return 0
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, call, PIPE_V, ub_offset(c, src0, call), src_end * isz, False)
+    chk.ub(c, call, PIPE_V, p, pattern_end, False)
     pattern_bytes = c.ub[p: p + pattern_end]
     # one repeat over contiguous elements (how the masked select calls it): element j is bit j, so whole
     # pattern bytes are counted and skipped at once (a routing map's pattern is mostly zero bytes)
@@ -251,6 +260,8 @@ def _gather_mask(c, dst, src0, src1_pattern, reduce_mode, mask, params):
     if kept > dst.size:
         fault(c, F_UB_OOB, call, d, kept * isz, dst.nbytes)
         return 0
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, call, PIPE_V, d, kept * isz, True)
     c.state[CNT_V_ELEMS] += lanes * repeat
     # packing forward never overtakes the reads, so dst may be src0 itself (the documented in-place use)
     out = 0
@@ -304,10 +315,13 @@ def _cast_checks(c, supported, dst_dt, src_dt, mode, dst, src, count):
     if count == 0:
         return -1
     d = ub_aligned_offset(c, dst, CALL_CAST)
-    if d < 0 or ub_aligned_offset(c, src, CALL_CAST) < 0:
+    s = ub_aligned_offset(c, src, CALL_CAST)
+    if d < 0 or s < 0:
         return -1
     if not check_count(c, dst, count, CALL_CAST) or not check_count(c, src, count, CALL_CAST):
         return -1
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_CAST, d, count * dst.itemsize, s, count * src.itemsize, -1, 0)
     return d
 
 

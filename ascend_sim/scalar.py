@@ -17,7 +17,10 @@ from .dtypes import DT_BF16, DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_
 from .faults import (CALL_GM_GET_VALUE, CALL_GM_SET_VALUE, CALL_SCALAR_ARRAY, CALL_UB_GET_VALUE, CALL_UB_SET_VALUE,
                      F_GM_OOB, F_SCALAR_OOB, F_UB_OOB, fault, faulted, issue)
 from .local import note_ub_write, ub_offset
+from . import check as chk
+from .core import CHK_MODE
 from . import timeline as tl
+from .core import PIPE_S
 from .vector import as_elem
 
 
@@ -62,6 +65,9 @@ def _get_value(c, t, index):
                 return as_elem(t, 0)
             c.state[CNT_S_UB_OPS] += 1
             tl.scalar_ub(c, CALL_UB_GET_VALUE, index)
+            if c.state[CHK_MODE] != 0:
+                chk.ub(c, CALL_UB_GET_VALUE, PIPE_S, ub_offset(c, t, CALL_UB_GET_VALUE) + index * t.itemsize, t.itemsize,
+                       False)
             return t[index]
         return ub_get
 
@@ -71,6 +77,8 @@ def _get_value(c, t, index):
             return as_elem(t.data, 0)
         c.state[CNT_S_GM_READS] += 1
         tl.scalar_gm_read(c, CALL_GM_GET_VALUE, data_address(t.data) + i * t.data.itemsize)
+        if c.state[CHK_MODE] != 0:
+            chk.gm_read(c, CALL_GM_GET_VALUE, PIPE_S, data_address(t.data) + i * t.data.itemsize, t.data.itemsize)
         return t.data[i]
     return gm_get
 
@@ -83,6 +91,9 @@ def _set_value(c, t, index, value):
                 return
             c.state[CNT_S_UB_OPS] += 1
             tl.scalar_ub(c, CALL_UB_SET_VALUE, index)
+            if c.state[CHK_MODE] != 0:
+                chk.ub(c, CALL_UB_SET_VALUE, PIPE_S, ub_offset(c, t, CALL_UB_SET_VALUE) + index * t.itemsize, t.itemsize,
+                       True)
             t[index] = value
             note_ub_write(c, ub_offset(c, t, CALL_UB_SET_VALUE) + (index + 1) * t.itemsize)
         return ub_set
@@ -93,6 +104,8 @@ def _set_value(c, t, index, value):
             return
         c.state[CNT_S_GM_WRITES] += 1
         tl.scalar_gm_write(c, CALL_GM_SET_VALUE, data_address(t.data) + i * t.data.itemsize)
+        if c.state[CHK_MODE] != 0:
+            chk.gm_write(c, CALL_GM_SET_VALUE, PIPE_S, data_address(t.data) + i * t.data.itemsize, t.data.itemsize)
         t.data[i] = value
     return gm_set
 

@@ -13,11 +13,14 @@ import numpy as np
 
 from ._jit import aicore
 from .core import CNT_V_ELEMS
+from . import check as chk
+from .core import CHK_MODE
+from .core import PIPE_V
 from .timeline import repeats_of, vector
 from .faults import (CALL_ARITH_PROGRESSION, CALL_CONCAT, CALL_DUPLICATE_MASK, CALL_EXTRACT, CALL_MRG_SORT,
                      CALL_SORT, F_PARAM, F_UB_OOB, P_COUNT, P_MASK, P_REPEAT, fault, issue)
 from .dtypes import view_f32_as_u32
-from .local import check_count, note_ub_write, ub_aligned_offset
+from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset
 
 ONE_REPEAT_SORT_NUM = 32
 MAX_REPEAT = 255
@@ -84,6 +87,8 @@ def arith_progression(c, dst, first_value, diff_value, count):
     d = ub_aligned_offset(c, dst, CALL_ARITH_PROGRESSION)
     if d < 0 or not check_count(c, dst, count, CALL_ARITH_PROGRESSION):
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_ARITH_PROGRESSION, d, count * dst.itemsize, -1, 0, -1, 0)
     vector(c, CALL_ARITH_PROGRESSION, repeats_of(count, dst.itemsize))
     c.state[CNT_V_ELEMS] += count
     for i in range(count):
@@ -113,6 +118,9 @@ def sort(c, dst, concat_local, index, tmp, repeat):
     if (not check_count(c, dst, 2 * n, CALL_SORT) or not check_count(c, concat_local, n, CALL_SORT)
             or not check_count(c, index, n, CALL_SORT)):
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_SORT, d, 2 * n * 4, ub_offset(c, concat_local, CALL_SORT), n * 4,
+                          ub_offset(c, index, CALL_SORT), n * 4)
     scores = concat_local[:n].copy()
     indices = index[:n].copy()
     order = _stable_descending_order(scores)
@@ -137,6 +145,9 @@ def extract(c, dst_value, dst_index, sorted_local, repeat):
     if (not check_count(c, dst_value, n, CALL_EXTRACT) or not check_count(c, dst_index, n, CALL_EXTRACT)
             or not check_count(c, sorted_local, 2 * n, CALL_EXTRACT)):
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_EXTRACT, dv, n * 4, ub_offset(c, sorted_local, CALL_EXTRACT), 2 * n * 4, -1, 0)
+    chk.ub(c, CALL_EXTRACT, PIPE_V, di, n * 4, True)
     pairs = sorted_local[: 2 * n].copy()
     bits = pairs.view(np.uint32)
     for k in range(n):
@@ -177,6 +188,17 @@ def mrg_sort(c, dst, src0, src1, src2, src3, counts, valid_bit, repeat, exhauste
     if (lists > 2 and not _list_ok(c, src2, n2)) or (lists > 3 and not _list_ok(c, src3, n3)):
         return z
     vector(c, CALL_MRG_SORT, repeats_of(n0 + n1 + n2 + n3, 8))     # (score, index) pairs of 8 bytes
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, CALL_MRG_SORT, PIPE_V, ub_offset(c, src0, CALL_MRG_SORT), 8 * n0, False)
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, CALL_MRG_SORT, PIPE_V, ub_offset(c, src1, CALL_MRG_SORT), 8 * n1, False)
+    if lists > 2:
+        if c.state[CHK_MODE] != 0:
+            chk.ub(c, CALL_MRG_SORT, PIPE_V, ub_offset(c, src2, CALL_MRG_SORT), 8 * n2, False)
+    if lists > 3:
+        if c.state[CHK_MODE] != 0:
+            chk.ub(c, CALL_MRG_SORT, PIPE_V, ub_offset(c, src3, CALL_MRG_SORT), 8 * n3, False)
+    chk.ub(c, CALL_MRG_SORT, PIPE_V, d, 8 * (n0 + n1 + n2 + n3), True)
     # read every input before writing: dst may share UB with a source in real kernels' ping-pong use
     s0, s1, s2, s3 = src0[: 2 * n0].copy(), src1[: 2 * n1].copy(), src2[: 2 * n2].copy(), src3[: 2 * n3].copy()
     lens = (n0, n1, n2, n3)
@@ -227,6 +249,8 @@ def duplicate_mask(c, dst, scalar, mask0, mask1, repeat, dst_blk_stride, dst_rep
     if end > dst.size:
         fault(c, F_UB_OOB, CALL_DUPLICATE_MASK, d, end * dst.itemsize, dst.nbytes)
         return
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, CALL_DUPLICATE_MASK, PIPE_V, d, end * dst.itemsize, True)
     written = 0
     for r in range(repeat):
         for k in range(top):

@@ -35,11 +35,14 @@ from .core import (HARD_EVENT_NAMES, PIPE_NAMES, CNT_CALLS, CNT_MTE2_INSTR, CNT_
                    TL_DCACHE, TL_DCACHE_MASK, TL_DMA_ISSUE, TL_DONE, TL_DCACHE_SHIFT, TL_END, TL_EVENT, TL_FLAG_CALL, TL_FLAG_T, TL_GM_HIT,
                    TL_BASE, TL_GM_MISS, TL_GM_WRITE, TL_LATENCY, TL_TRACE_ADDR, TL_TRACE_CAP, TRACE_COLS, TL_ON, TL_RATE, TL_SCALAR_UB, TL_TRACE_N, TL_VEC_ISSUE,
                    DCACHE_MAX_LINES)
+from . import check as chk
 from ._memory import store_i64
 from .cost import RATE_SCALE, CostModel
 from .faults import CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_NAMES, CALL_SET_FLAG, \
     CALL_WAIT_FLAG, CALL_PIPE_BARRIER
-from .pipe import (POS_VECIN, POS_VECOUT, Q_DST_POS, Q_FREE_CALL, Q_FREE_T, Q_READY_CALL, Q_READY_T, Q_SRC_POS)
+from .core import CHK_MODE
+from .pipe import (POS_VECIN, POS_VECOUT, Q_DST_POS, Q_FREE_CALL, Q_FREE_T, Q_FREE_V, Q_READY_CALL, Q_READY_T,
+                   Q_READY_V, Q_SRC_POS)
 
 _PIPE_BY_NAME = {name: i for i, name in enumerate(PIPE_NAMES)}
 # HardEvent SRC_DST: the pipe that sets the flag and the pipe that waits, read from the event's name
@@ -256,6 +259,8 @@ def scalar_gm_write(c, call, address):
 @aicore
 def set_flag(c, evt, event_id):
     """SetFlag<evt>(id): the flag rises once the source pipe's earlier work is done."""
+    if c.state[CHK_MODE] != 0:
+        chk.release(c, EVENT_SRC[evt], chk.flag_slot(evt, event_id))
     if c.state[TL_ON] == 0:
         return
     slot = evt * EVENT_IDS + event_id
@@ -270,6 +275,8 @@ def set_flag(c, evt, event_id):
 @aicore
 def wait_flag(c, evt, event_id):
     """WaitFlag<evt>(id): the destination pipe holds until the flag is up."""
+    if c.state[CHK_MODE] != 0:
+        chk.acquire(c, EVENT_DST[evt], chk.flag_slot(evt, event_id))
     if c.state[TL_ON] == 0:
         return
     slot = evt * EVENT_IDS + event_id
@@ -280,6 +287,8 @@ def wait_flag(c, evt, event_id):
 def pipe_barrier(c, pipe):
     """PipeBarrier<pipe>: barrier_cycles on that pipe once its earlier work is done; PIPE_ALL joins every pipe
     (the scalar unit included)."""
+    if c.state[CHK_MODE] != 0:
+        chk.barrier(c, pipe)
     if c.state[TL_ON] == 0:
         return
     t = _issue(c)
@@ -315,6 +324,8 @@ def _consumer(c, row):
 @aicore
 def alloc_tensor(c, q, row, i):
     """AllocTensor took buffer i of queue q: the producer pipe waits for the buffer's free event."""
+    if c.state[CHK_MODE] != 0 and _producer(c, row) != _consumer(c, row):
+        chk.acquire(c, _producer(c, row), row + Q_FREE_V + 4 * i)
     if c.state[TL_ON] == 0:
         return
     _hold(c, CALL_ALLOC_TENSOR, _producer(c, row), c.state[row + Q_FREE_T + i], q, i, c.state[row + Q_FREE_CALL + i])
@@ -323,6 +334,8 @@ def alloc_tensor(c, q, row, i):
 @aicore
 def en_que(c, q, row, i):
     """EnQue of buffer i: its forward event rises once the producer's work so far is done."""
+    if c.state[CHK_MODE] != 0 and _producer(c, row) != _consumer(c, row):
+        chk.release(c, _producer(c, row), row + Q_READY_V + 4 * i)
     if c.state[TL_ON] == 0:
         return
     prod = _producer(c, row)
@@ -338,6 +351,8 @@ def en_que(c, q, row, i):
 @aicore
 def de_que(c, q, row, i):
     """DeQue of buffer i: the consumer pipe waits for its forward event."""
+    if c.state[CHK_MODE] != 0 and _producer(c, row) != _consumer(c, row):
+        chk.acquire(c, _consumer(c, row), row + Q_READY_V + 4 * i)
     if c.state[TL_ON] == 0:
         return
     _hold(c, CALL_DEQUE, _consumer(c, row), c.state[row + Q_READY_T + i], q, i, c.state[row + Q_READY_CALL + i])
@@ -346,6 +361,8 @@ def de_que(c, q, row, i):
 @aicore
 def free_tensor(c, q, row, i):
     """FreeTensor of buffer i: its free event rises once the consumer's work so far is done."""
+    if c.state[CHK_MODE] != 0 and _producer(c, row) != _consumer(c, row):
+        chk.release(c, _consumer(c, row), row + Q_FREE_V + 4 * i)
     if c.state[TL_ON] == 0:
         return
     cons = _consumer(c, row)

@@ -24,6 +24,9 @@ from numba.np.numpy_support import as_dtype
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from .core import CNT_V_ELEMS
+from . import check as chk
+from .core import CHK_MODE
+from .core import PIPE_V
 from .timeline import repeats_of, vector
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16,
                      DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
@@ -88,6 +91,8 @@ def add(c, dst, src0, src1, count):
     s1 = _operand(c, CALL_ADD, src1, count)
     if d < 0 or s0 < 0 or s1 < 0:
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_ADD, d, count * dst.itemsize, s0, count * src0.itemsize, s1, count * src1.itemsize)
     # an in-place form indexes the shared operand through one array: with two names for the same bytes
     # LLVM's overlap check fails at run time and the loop would run unvectorised
     if d == s0:
@@ -112,6 +117,8 @@ def mul(c, dst, src0, src1, count):
     s1 = _operand(c, CALL_MUL, src1, count)
     if d < 0 or s0 < 0 or s1 < 0:
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_MUL, d, count * dst.itemsize, s0, count * src0.itemsize, s1, count * src1.itemsize)
     if d == s0:        # in place: see add
         for i in range(count):
             dst[i] = dst[i] * src1[i]
@@ -133,6 +140,8 @@ def muls(c, dst, src, scalar, count):
     o = _operand(c, CALL_MULS, src, count)
     if d < 0 or o < 0:
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_MULS, d, count * dst.itemsize, o, count * src.itemsize, -1, 0)
     s = as_elem(dst, scalar)
     if d == o:         # in place: see add
         for i in range(count):
@@ -152,6 +161,8 @@ def adds(c, dst, src, scalar, count):
     o = _operand(c, CALL_ADDS, src, count)
     if d < 0 or o < 0:
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_ADDS, d, count * dst.itemsize, o, count * src.itemsize, -1, 0)
     s = as_elem(dst, scalar)
     if d == o:         # in place: see add
         for i in range(count):
@@ -170,6 +181,8 @@ def duplicate(c, dst, scalar, count):
     d = _operand(c, CALL_DUPLICATE, dst, count)
     if d < 0:
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_DUPLICATE, d, count * dst.itemsize, -1, 0, -1, 0)
     s = as_elem(dst, scalar)
     for i in range(count):
         dst[i] = s
@@ -199,8 +212,11 @@ def _cast_half_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
     if not _cast_begin(c, supported, dst_dt, src_dt, mode, count, 4):
         return
     d = _operand(c, CALL_CAST, dst, count)
-    if d < 0 or _operand(c, CALL_CAST, src, count) < 0:
+    s = _operand(c, CALL_CAST, src, count)
+    if d < 0 or s < 0:
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_CAST, d, count * 4, s, count * src.itemsize, -1, 0)
     out = c.ub[d: d + 4 * count].view(np.uint32)   # dst seen as fp32 bit patterns
     if src_dt == DT_BF16:
         for i in range(count):
@@ -222,6 +238,8 @@ def _cast_f32_to_half(c, dst, dst_dt, src, src_dt, mode, count):
     s = _operand(c, CALL_CAST, src, count)
     if d < 0 or s < 0:
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_CAST, d, count * 2, s, count * 4, -1, 0)
     bits = c.ub[s: s + 4 * count].view(np.uint32)
     if dst_dt == DT_BF16 and mode == CAST_RINT:     # the common case, branch-free so that it vectorises
         for i in range(count):
@@ -240,8 +258,11 @@ def _cast_int_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
     if not _cast_begin(c, CAST_NONE <= mode <= CAST_TRUNC, dst_dt, src_dt, mode, count, max(4, src.itemsize)):
         return
     d = _operand(c, CALL_CAST, dst, count)
-    if d < 0 or _operand(c, CALL_CAST, src, count) < 0:
+    s = _operand(c, CALL_CAST, src, count)
+    if d < 0 or s < 0:
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_CAST, d, count * 4, s, count * src.itemsize, -1, 0)
     out = c.ub[d: d + 4 * count].view(np.uint32)
     # in place is allowed (the sorts widen keys where they lie): element i is read before any write reaches it
     for i in range(count):
@@ -309,11 +330,15 @@ def copy(c, dst, src, mask, repeat, params):
         fault(c, F_PARAM, CALL_COPY, P_BLK_STRIDE, min(params.dstStride, params.srcStride), 0, 65535)
         return
     d = ub_aligned_offset(c, dst, CALL_COPY)
-    if d < 0 or ub_aligned_offset(c, src, CALL_COPY) < 0:
+    s = ub_aligned_offset(c, src, CALL_COPY)
+    if d < 0 or s < 0:
         return
     d_end = _repeat_extent(c, CALL_COPY, dst, mask, repeat, params.dstRepeatSize, params.dstStride)
-    if d_end < 0 or _repeat_extent(c, CALL_COPY, src, mask, repeat, params.srcRepeatSize, params.srcStride) < 0:
+    s_end = _repeat_extent(c, CALL_COPY, src, mask, repeat, params.srcRepeatSize, params.srcStride)
+    if d_end < 0 or s_end < 0:
         return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_COPY, d, d_end * dst.itemsize, s, s_end * src.itemsize, -1, 0)
     per_block = 32 // dst.itemsize
     for r in range(repeat):
         for lane in range(mask):
@@ -375,9 +400,14 @@ def _reduce_begin(c, call, dst, src, mask, repeat, dst_rep_stride, src_blk_strid
     if d % 4 != 0:
         fault(c, F_UB_ALIGN, call, d, 4)
         return -1
-    if ub_aligned_offset(c, src, call) < 0 or _repeat_extent(c, call, src, mask, repeat, src_rep_stride,
-                                                             src_blk_stride) < 0:
+    s = ub_aligned_offset(c, src, call)
+    if s < 0:
         return -1
+    s_end = _repeat_extent(c, call, src, mask, repeat, src_rep_stride, src_blk_stride)
+    if s_end < 0:
+        return -1
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, call, PIPE_V, s, s_end * src.itemsize, False)
     c.state[CNT_V_ELEMS] += mask * repeat
     return d
 
@@ -399,6 +429,8 @@ def block_reduce_sum(c, dst, src, repeat, mask, dst_rep_stride, src_blk_stride, 
     if dst_end > dst.size:
         fault(c, F_UB_OOB, call, d, dst_end * 4, dst.nbytes)
         return
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, call, PIPE_V, d, dst_end * 4, True)
     for r in range(repeat):
         s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
         for b in range(blocks):
@@ -441,6 +473,8 @@ def whole_reduce_sum(c, dst, src, mask, repeat, dst_rep_stride, src_blk_stride, 
     if dst_end > dst.size:
         fault(c, F_UB_OOB, call, d, dst_end * 4, dst.nbytes)
         return
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, call, PIPE_V, d, dst_end * 4, True)
     for r in range(repeat):
         dst[r * dst_rep_stride] = _repeat_tree(src, r * src_rep_stride * 8, src_blk_stride * 8, mask)
     note_ub_write(c, d + dst_end * 4)

@@ -12,6 +12,9 @@ from __future__ import annotations
 from ._jit import aicore
 from .faults import CALL_VF
 from .local import note_ub_write
+from . import check as chk
+from .core import CHK_MODE
+from .core import PIPE_V
 from .vector import _begin, _operand
 
 
@@ -30,6 +33,8 @@ def vf_operand(c, t, count, written):
     off = _operand(c, CALL_VF, t, count)
     if off < 0:
         return False
+    if c.state[CHK_MODE] != 0:
+        chk.ub(c, CALL_VF, PIPE_V, off, count * t.itemsize, written)
     if written:
         note_ub_write(c, off + count * t.itemsize)
     return True
