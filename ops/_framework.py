@@ -135,7 +135,8 @@ class Executor:
         stand_in = np.empty(self.workspace_size, dtype=np.uint8) if self.bind_workspace is not None else None
         return stage_calls(self.kernel, self.launch_args(stand_in))
 
-    def run(self, workspace: np.ndarray | None = None, threads: int | None = None) -> RunReport | None:
+    def run(self, workspace: np.ndarray | None = None, threads: int | None = None,
+            check: str | None = None) -> RunReport | None:
         if self.kernel is None:  # nothing to launch (empty tensors)
             return None
         args = self.launch_args(workspace)
@@ -144,7 +145,7 @@ class Executor:
             self.report = launch(self.kernel, block_dim=self.tiling.block_dim, plan=plan, args=args,
                                  chip=self.tiling.soc, gm_names=self.gm_names, tiling_key=self.tiling.tiling_key,
                                  threads=threads, ub_advice=self.ub_advice, on_compile=compile_listener(),
-                                 memo=self._memo)
+                                 memo=self._memo, check=check)
         except OutOfBoundsError as e:
             raise trace_index(e, self.index_links, self.tensors) from None
         return self.report
@@ -269,12 +270,13 @@ class Composite:
     def stage_calls(self) -> list:
         return [call for s in self.steps if isinstance(s, KernelStep) for call in s.executor.stage_calls()]
 
-    def run(self, workspace: np.ndarray | None = None, threads: int | None = None) -> CompositeReport:
+    def run(self, workspace: np.ndarray | None = None, threads: int | None = None,
+            check: str | None = None) -> CompositeReport:
         done = []
         for step in self.steps:
             start = time.perf_counter()
             if isinstance(step, KernelStep):
-                run = step.executor.run(workspace, threads)
+                run = step.executor.run(workspace, threads, check)
                 # a kernel's time is its cores' time: compiling it first is not part of the run
                 wall = run.wall_time_s if run is not None else time.perf_counter() - start
                 done.append(StepReport(step.name, "kernel", run, wall))
@@ -332,9 +334,10 @@ def recorded_runs():
         _RUN_LOG.reset(token)
 
 
-def run_executor(api: str, workspace, workspace_size: int, executor: Executor | None, stream=None) -> None:
+def run_executor(api: str, workspace, workspace_size: int, executor: Executor | None, stream=None,
+                 check: str | None = None) -> None:
     """Phase two of the aclnn call `api`: check the executor and the workspace, launch the kernel, fill the
-    outputs."""
+    outputs. `check` ("race" / "strict") runs the kernels in checked mode (ascend_sim.check)."""
     if executor is None:
         raise ParamNullptrError("executor is required but is None")
     if not isinstance(executor, (Executor, Composite)):
@@ -355,7 +358,7 @@ def run_executor(api: str, workspace, workspace_size: int, executor: Executor | 
         if not workspace.flags.writeable or not workspace.flags.c_contiguous:
             raise ParamInvalidError("workspace must be a writeable C-contiguous array (the kernel writes it)")
         check_no_alias(executor.tensors, {"workspace": workspace})
-    executor.run(workspace)
+    executor.run(workspace, check=check)
     log = _RUN_LOG.get()
     if log is not None:
         log.append(RecordedRun(api, executor))

@@ -1021,19 +1021,22 @@ def _add_chip_flags(p) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ascend-sim", description="CPU simulator of CANN's MoE token permute/unpermute kernels. "
                      "Environment: ASCEND_SIM_THREADS = worker threads for the simulated cores (default: CPU count).")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{demo,tiling,run,profile,moe-layer}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{demo,tiling,run,profile,limits,moe-layer}")
     demo = sub.add_parser("demo", help="run every mode of every operator on built-in MoE shapes and check them")
     _add_chip_flags(demo)
     ops_list = ", ".join(OPS)
     for name, helptext in (("tiling", "print the tiling and UB plan (no run); exit 1 if the plan does not fit"),
                            ("run", "run one case, check it against the golden, report the per-pipe work"),
                            ("profile", "run one case and estimate its chip time per pipe; write a Perfetto trace, "
-                                       "msprof's PipeUtilization.csv, a what-if against the stock chip")):
+                                       "msprof's PipeUtilization.csv, a what-if against the stock chip"),
+                           ("limits", "find, from tilings only, where each tiling key stops fitting the UB or the tiling "
+                                      "fails as one shape dimension grows, per chip profile")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("op", metavar="OP", help=f"operator: {ops_list}")
-        p.add_argument("--tokens", type=_positive, required=True, help="tokens N (rows of the token tensor)")
-        p.add_argument("--hidden", type=_positive, required=True, help="hidden size H")
-        p.add_argument("--experts", type=_positive, required=True, help="experts E")
+        shape_needed = name != "limits"
+        p.add_argument("--tokens", type=_positive, required=shape_needed, help="tokens N (rows of the token tensor)")
+        p.add_argument("--hidden", type=_positive, required=shape_needed, help="hidden size H")
+        p.add_argument("--experts", type=_positive, required=shape_needed, help="experts E")
         group = p.add_mutually_exclusive_group()
         group.add_argument("--topk", type=_positive, help="experts per token (every op without --drop-and-pad)")
         group.add_argument("--capacity", type=_positive,
@@ -1071,6 +1074,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "profile":
             from .cli_profile import add_profile_flags
             add_profile_flags(p)
+        if name == "limits":
+            from .cli_limits import add_limits_flags
+            add_limits_flags(p)
     layer = sub.add_parser("moe-layer", help="a whole MoE layer forward and backward through the simulated "
                            "operators, checked against NumPy and finite differences")
     layer.add_argument("--style", default="all", choices=("all", "topk", "routing_map", "routing_map_pad"),
@@ -1097,6 +1103,9 @@ def main(argv=None) -> int:
         if a.command == "profile":
             from .cli_profile import cmd_profile
             return cmd_profile(a)
+        if a.command == "limits":
+            from .cli_limits import cmd_limits
+            return cmd_limits(a)
         return {"demo": cmd_demo, "tiling": cmd_tiling, "run": cmd_run, "moe-layer": cmd_moe_layer}[a.command](a)
     except CliError as e:
         print(f"ascend-sim: error: {e}", file=sys.stderr)
@@ -1125,4 +1134,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # through the package module, so that `python -m ops.cli` and the console script share one CliError
+    from ops.cli import main as package_main
+    sys.exit(package_main())

@@ -144,6 +144,7 @@ def _copy_out_rows(c, td, gm, tmpl, in_local, indices_local, offset, out_token_n
     """CopyOut: each of out_token_num rows in UB to its topK output rows (scalar reads of the indices)."""
     cols, cols_align, top_k = td.cols, td.cols_align, td.top_k
     if tmpl.quant_mode >= 0:
+        asc.sync_pipes(c, asc.MTE2_V)       # see _copy_piece: the real kernel's TQue<VECIN> DeQue orders MTE2 -> V
         for token in range(out_token_num):
             _copy_out_quantized(c, td, gm, tmpl, in_local[token * cols_align:], indices_local, offset, 0, cols)
             offset += top_k
@@ -263,6 +264,9 @@ def _copy_piece(c, td, gm, tmpl, src, row_offset, col_offset, indices_local, ind
     asc.en_que(c, COPY_IN_QUEUE, in_local)
     asc.de_que(c, COPY_IN_QUEUE, T)
     if tmpl.quant_mode >= 0:
+        # the real MoeGatherOutMxfp8Quant / Mxfp4 loads rows through a TQue<VECIN>, whose DeQue orders MTE2 -> V;
+        # the bound queue modelled here orders MTE2 -> MTE3 only
+        asc.sync_pipes(c, asc.MTE2_V)
         _copy_out_quantized(c, td, gm, tmpl, in_local, indices_local, indices_offset, col_offset, elems)
         asc.free_tensor(c, COPY_IN_QUEUE, in_local)
         return

@@ -55,6 +55,9 @@ ONE_CORE_INDEX_BUFFER = 1  # indexBuffer
 ONE_CORE_OUT_QUEUE = 2     # sortDataCopyOutQueue
 ONE_CORE_SORTED_BUFFER = 3  # sortedBuffer
 ONE_CORE_BUFFERS = ("sortDataCopyInQueue", "indexBuffer", "sortDataCopyOutQueue", "sortedBuffer")
+# the real InitMoeMrgSort / InitMoeMrgSortOut hand the sorter an out buffer and FreeTensor it before the merge
+# writes it (SetOutput then FreeTensor): checked mode lets that use after FreeTensor pass (README, checked mode)
+SORT_WAIVED_QUEUES = ("sortDataCopyOutQueue",)
 
 # buffers of MoeSortMultiCore
 MULTI_IN_QUEUE = 0          # sortDataCopyInQueue
@@ -527,5 +530,6 @@ def sort_phase(pipe: str, multi_core: bool, select) -> PipePhase:
         td, _ = select(*launch_args)
         return sort_schedule(multi_core, td.vbs_need_core_num)
     if not multi_core:
-        return PipePhase(pipe, ONE_CORE_BUFFERS, schedule, select)
-    return PipePhase(pipe, MULTI_CORE_BUFFERS, schedule, select, core_plan=_multi_core_plan(select))
+        return PipePhase(pipe, ONE_CORE_BUFFERS, schedule, select, waived_queues=SORT_WAIVED_QUEUES)
+    return PipePhase(pipe, MULTI_CORE_BUFFERS, schedule, select, core_plan=_multi_core_plan(select),
+                     waived_queues=SORT_WAIVED_QUEUES)

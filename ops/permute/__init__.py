@@ -207,15 +207,15 @@ def get_workspace_size_v2(tokens, indices, num_out_tokens=0, padded_mode=False, 
                   as_output("expanded_scale_out", expanded_scale_out), soc, True, mx_scale_rule)
 
 
-def run(workspace, workspace_size, executor, stream=None) -> None:
+def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     """aclnnMoeTokenPermute: launch the kernel; outputs are filled in place (the sorts keep their ping-pong
     lists in the workspace)."""
-    run_executor("aclnnMoeTokenPermute", workspace, workspace_size, executor, stream)
+    run_executor("aclnnMoeTokenPermute", workspace, workspace_size, executor, stream, check)
 
 
-def run_v2(workspace, workspace_size, executor, stream=None) -> None:
+def run_v2(workspace, workspace_size, executor, stream=None, check=None) -> None:
     """aclnnMoeTokenPermuteV2: as `run`, for an executor of get_workspace_size_v2."""
-    run_executor("aclnnMoeTokenPermuteV2", workspace, workspace_size, executor, stream)
+    run_executor("aclnnMoeTokenPermuteV2", workspace, workspace_size, executor, stream, check)
 
 
 def allocate_outputs(tokens, indices, num_out_tokens=0, quant_mode=-1, *, soc="ascend910b"):

@@ -216,9 +216,9 @@ def get_workspace_size(permuted_output_grad, sorted_indices, num_topk, padded_mo
                                             workspace_size=result.workspace_size)
 
 
-def run(workspace, workspace_size, executor, stream=None) -> None:
+def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     """aclnnMoeTokenPermuteGrad: launch; out is filled in place."""
-    run_executor(API, workspace, workspace_size, executor, stream)
+    run_executor(API, workspace, workspace_size, executor, stream, check)
 
 
 def allocate_outputs(permuted_output_grad, sorted_indices, num_topk) -> np.ndarray:

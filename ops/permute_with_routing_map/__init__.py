@@ -184,9 +184,9 @@ def _view_copy_check(name: str, t: np.ndarray, shape: tuple) -> None:
                                 f"{name} has shape {t.shape}")
 
 
-def run(workspace, workspace_size, executor, stream=None) -> None:
+def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     """aclnnMoeTokenPermuteWithRoutingMap: run the steps; outputs are filled in place."""
-    run_executor(API, workspace, workspace_size, executor, stream)
+    run_executor(API, workspace, workspace_size, executor, stream, check)
 
 
 def allocate_outputs(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False):

@@ -37,6 +37,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Branch, Kernel, PipePhase
+from ascend_sim.check import RaceWaiver
 from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.launch import member
@@ -417,6 +418,18 @@ def _pad_prob_args(td, gm, tmpl):
     return td, permute_prob_gm(gm.permute_probs, gm.probs_t, gm.sorted_indices)
 
 
+# the real MoePermuteProb allocates MTE2_S / S_MTE3 / MTE3_S event ids but never sets or waits for them: its
+# scalar loop reads the copied-in indices and probs and fills the out tile the copy-out reads with no event
+# (moe_permute_prob.h Process); checked mode lets those pairs pass
+PERMUTE_PROB_RACES = (
+    RaceWaiver("MTE2", "DataCopyPad(GM->UB)", "S", "LocalTensor::GetValue",
+               "MoePermuteProb reads what it copied in with GetValue with no MTE2 -> S event"),
+    RaceWaiver("S", "LocalTensor::SetValue", "MTE3", "DataCopyPad(UB->GM)",
+               "MoePermuteProb copies out what it set with SetValue with no S -> MTE3 event"),
+    RaceWaiver("MTE3", "DataCopyPad(UB->GM)", "S", "LocalTensor::SetValue",
+               "MoePermuteProb refills its out tile with no MTE3 -> S event after the copy-out"))
+
+
 def pad_kernel(has_prob: bool) -> Kernel:
     """GENERAL_PAD_OP_IMPL of key 9 / 19. On ascend950 the real kernel then gathers the tokens itself
     (gather_v2 SIMD for key 9, SIMT for key 19); the simulator leaves that to the host GatherV2 step, which
@@ -428,5 +441,5 @@ def pad_kernel(has_prob: bool) -> Kernel:
         if has_prob:
             phases += (permute_prob_phase(_pad_prob_args, "sortPipe"),)     # starts with the SyncAll
             name += " + SyncAll + MoePermuteProb"
-        _KERNELS[k] = Kernel(OP, name, phases)
+        _KERNELS[k] = Kernel(OP, name, phases, PERMUTE_PROB_RACES if has_prob else ())
     return _KERNELS[k]

@@ -267,9 +267,9 @@ def get_workspace_size(permuted_token_output_grad, permuted_probs_output_grad=No
     return workspace, Composite(OP, result, steps, api=API, tensors=tensors, workspace_size=workspace)
 
 
-def run(workspace, workspace_size, executor, stream=None) -> None:
+def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     """aclnnMoeTokenPermuteWithRoutingMapGrad: run the steps; the outputs are filled in place."""
-    run_executor(API, workspace, workspace_size, executor, stream)
+    run_executor(API, workspace, workspace_size, executor, stream, check)
 
 
 def allocate_outputs(permuted_token_output_grad, permuted_probs_output_grad, num_experts, tokens_num):

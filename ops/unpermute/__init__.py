@@ -182,9 +182,9 @@ def _regbase(p, s, pr, out, soc, tensors):
     return workspace, Composite(OP, result, steps, api=API, tensors=tensors, workspace_size=workspace)
 
 
-def run(workspace, workspace_size, executor, stream=None) -> None:
+def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     """aclnnMoeTokenUnpermute: launch the kernel (950: run the steps); out is filled in place."""
-    run_executor(API, workspace, workspace_size, executor, stream)
+    run_executor(API, workspace, workspace_size, executor, stream, check)
 
 
 def allocate_outputs(permuted_tokens, sorted_indices, probs=None) -> np.ndarray:

@@ -269,9 +269,9 @@ def get_workspace_size(permuted_tokens, unpermuted_tokens_grad, sorted_indices, 
                                                     np.ndim(sorted_indices))
 
 
-def run(workspace, workspace_size, executor, stream=None) -> None:
+def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     """aclnnMoeTokenUnpermuteGrad: launch; the outputs are filled in place."""
-    run_executor(API, workspace, workspace_size, executor, stream)
+    run_executor(API, workspace, workspace_size, executor, stream, check)
 
 
 def allocate_outputs(permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs=None):

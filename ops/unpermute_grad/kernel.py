@@ -30,6 +30,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel
+from ascend_sim.check import RaceWaiver
 from ascend_sim._jit import aicore, global_aicore
 from ops.common import int_math
 from ops.common.core_split import former_tail_offsets
@@ -409,8 +410,13 @@ PROB_NOT_NONE_BUFFERS = ("inQueueUnpermuted", "inQueuePermutedTokens", "inQueueP
                          "tmpBufferUnpermutedCast", "tmpBufferProbGradReduceSum", "tmpBufferProbCast",
                          "tmpBufferProbGradCast", "tmpBufferPermutedTokensGrad")
 
+# the real ProbNotNone kernel widens the probs to fp32 (Cast, or Copy for fp32 probs) and reads them with GetValue
+# with no V -> S event in between (moe_token_unpermute_grad_prob_not_none.h): checked mode lets those two pass
+PROBS_READ_RACES = tuple(RaceWaiver("V", call, "S", "LocalTensor::GetValue", "the real kernel reads the widened "
+                                    "probs with GetValue with no V -> S event") for call in ("Cast", "Copy"))
 KERNELS = {
     0: Kernel.single_pipe(OP, "MoeTokenUnpermuteGradProbNone", (prob_none_process,),
                           ("inQueueRowIdMap", "inOutque")),
-    1: Kernel.single_pipe(OP, "MoeTokenUnpermuteGradProbNotNone", (prob_not_none_process,), PROB_NOT_NONE_BUFFERS),
+    1: Kernel.single_pipe(OP, "MoeTokenUnpermuteGradProbNotNone", (prob_not_none_process,), PROB_NOT_NONE_BUFFERS,
+                          waivers=PROBS_READ_RACES),
 }

@@ -286,9 +286,9 @@ def _ub_advice(result) -> str:
             "(tiling.get_soc(..., ub_size=...)) gives longer pieces.")
 
 
-def run(workspace, workspace_size, executor, stream=None) -> None:
+def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     """aclnnMoeTokenUnpermuteWithRoutingMap: run the steps of phase one; the outputs are filled in place."""
-    run_executor(API, workspace, workspace_size, executor, stream)
+    run_executor(API, workspace, workspace_size, executor, stream, check)
 
 
 def allocate_outputs(permuted_tokens, sorted_indices, routing_map=None, probs=None, padded_mode=False,

@@ -20,6 +20,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Kernel, PipePhase
+from ascend_sim.check import RaceWaiver
 from ascend_sim._jit import global_aicore
 from ascend_sim.datacopy import GlobalTensor
 from ops.common.masked_select import masked_select_gm, masked_select_phase, masked_select_td, uwrm_template
@@ -142,8 +143,14 @@ def _not_pad_kernel(key: int, tokens_fp32: bool, probs_fp32: bool) -> Kernel:
     return Kernel(OP, "KernelMaskedSelectV3 + SyncAll + KernelMoeTokenUnpermuteWithRoutingMap<PROBS=true>", phases)
 
 
+# the real Pad kernel fills its out tile with SetValue and copies it out with no S -> MTE3 event, and refills it
+# on the next pass with no MTE3 -> S event (moe_token_unpermute_with_routing_map_pad.h): waived in checked mode
+PAD_RACES = (RaceWaiver("S", "LocalTensor::SetValue", "MTE3", "DataCopyPad(UB->GM)",
+                        "the real kernel copies out the tile it filled with SetValue with no S -> MTE3 event"),
+             RaceWaiver("MTE3", "DataCopyPad(UB->GM)", "S", "LocalTensor::SetValue",
+                        "the real kernel refills the tile with SetValue with no MTE3 -> S event after its copy-out"))
 PAD_KERNEL = Kernel(OP, "KernelMoeTokenUnpermuteWithRoutingMapPad",
-                    (PipePhase(PAD_PIPE, (PAD_QUEUE,), (pad_process,), _pad_args, pad_core_plan),))
+                    (PipePhase(PAD_PIPE, (PAD_QUEUE,), (pad_process,), _pad_args, pad_core_plan),), PAD_RACES)
 
 
 def kernel_for(key: int, tokens_fp32: bool, probs_fp32: bool) -> Kernel:

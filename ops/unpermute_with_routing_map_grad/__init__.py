@@ -128,9 +128,9 @@ def _ub_advice(result) -> str:
     return "\n".join(lines)
 
 
-def run(workspace, workspace_size, executor, stream=None) -> None:
+def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     """aclnnMoeTokenUnpermuteWithRoutingMapGrad: launch the kernel; the outputs are filled in place."""
-    run_executor(API, workspace, workspace_size, executor, stream)
+    run_executor(API, workspace, workspace_size, executor, stream, check)
 
 
 def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,

@@ -24,6 +24,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel
+from ascend_sim.check import RaceWaiver
 from ascend_sim._jit import aicore, global_aicore
 from ops.common import int_math
 from ops.common.core_split import former_tail_offsets
@@ -445,6 +446,21 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
 
 
 # --- the kernel entry: TILING_KEY_IS dispatch --------------------------------------------------------
+# the real Process() reads the routing-map row it just copied in (MTE2) with GetValue after syncing MTE3 -> S,
+# not MTE2 -> S: a race on the chip that checked mode reports, waived here because the real kernel has it
+ROUTING_MAP_ROW_RACE = RaceWaiver("MTE2", "DataCopyPad(GM->UB)", "S", "LocalTensor::GetValue",
+                                  "the real kernel syncs MTE3 -> S, not MTE2 -> S, after copying a routing-map row")
+# it syncs V -> S once before the loop over tokens, then zeroes each token's probs-gradient line with Duplicate (V),
+# fills it with SetValue (S) and copies it out (MTE3) with no event between V and S or V and MTE3 inside the loop
+PROB_GRAD_LINE_RACES = (
+    RaceWaiver("V", "Duplicate", "S", "LocalTensor::SetValue",
+               "the real kernel zeroes the probs-gradient line (V) and fills it (S) with no V -> S event in its loop"),
+    RaceWaiver("V", "Duplicate", "MTE3", "DataCopyPad(UB->GM)",
+               "the real kernel copies the line out with no V -> MTE3 event after zeroing it"),
+    RaceWaiver("MTE3", "DataCopyPad(UB->GM)", "V", "Duplicate",
+               "the real kernel zeroes the next line with no MTE3 -> V event after the copy-out"),
+    RaceWaiver("S", "LocalTensor::SetValue", "V", "Duplicate",
+               "the real kernel zeroes the next line with no S -> V event after filling the last one"))
 _PAD_TRUE_BUFFERS = ("unpermutedGradTQue", "permutedTokensTQue", "probGradReduceSumTBuf", "permutedTokensGradTQue",
                      "probGradOutTBuf")
 _PAD_FALSE_BUFFERS = ("inQueueUnpermuted", "inQueuePermutedTokens", "outQueueProbGrad", "outQueuePermutedTokensGrad",
@@ -457,7 +473,8 @@ KERNELS = {
     10: Kernel.single_pipe(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNoneDropPadTrue",
                (prob_none_drop_pad_true_process,), ("padTrueInOutque",)),
     1: Kernel.single_pipe(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNotNoneDropPadFalse",
-              (prob_not_none_drop_pad_false_init, prob_not_none_drop_pad_false_process), _PAD_FALSE_BUFFERS),
+              (prob_not_none_drop_pad_false_init, prob_not_none_drop_pad_false_process), _PAD_FALSE_BUFFERS,
+              waivers=(ROUTING_MAP_ROW_RACE, *PROB_GRAD_LINE_RACES)),
     11: Kernel.single_pipe(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNotNoneDropPadTrue",
                (prob_not_none_drop_pad_true_init, prob_not_none_drop_pad_true_process), _PAD_TRUE_BUFFERS),
 }

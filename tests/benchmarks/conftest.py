@@ -7,6 +7,8 @@ import pytest
 
 RESULTS: dict[str, dict[str, dict]] = {}
 OVERHEAD: dict[str, dict] = {}
+CHECKED: dict[str, dict] = {}
+"""Checked-mode cases: median seconds unchecked ("off") and with check="race"."""
 """Timeline overhead cases: median seconds with the cost model on / off / on with a trace, and events traced."""
 
 
@@ -20,6 +22,13 @@ def record(case: str, role: str, benchmark, gm_bytes: int) -> None:
 def pytest_terminal_summary(terminalreporter):
     if OVERHEAD:
         _overhead_summary(terminalreporter)
+    if CHECKED:
+        tr = terminalreporter
+        tr.section("ascend-sim checked-mode overhead (same run, alternated)")
+        width = max(len(case) for case in CHECKED)
+        tr.write_line(f"{'case':<{width}} {'off ms':>8} {'race ms':>8} {'race/off':>9}")
+        for case, m in CHECKED.items():
+            tr.write_line(f"{case:<{width}} {m['off'] * 1e3:>8.1f} {m['race'] * 1e3:>8.1f} {m['race'] / m['off']:>8.2f}x")
     if not RESULTS:
         return
     tr = terminalreporter
