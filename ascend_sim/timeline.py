@@ -322,57 +322,54 @@ def _consumer(c, row):
 
 
 @aicore
-def alloc_tensor(c, q, row, i):
-    """AllocTensor took buffer i of queue q: the producer pipe waits for the buffer's free event."""
-    if c.state[CHK_MODE] != 0 and _producer(c, row) != _consumer(c, row):
-        chk.acquire(c, _producer(c, row), row + Q_FREE_V + 4 * i)
+def _queue_signal(c, call, q, row, i, src, dst, t_col, call_col, v_col):
+    """EnQue / FreeTensor of buffer i: its event (columns t_col, call_col, v_col of the queue row) rises once
+    pipe `src`'s work so far is done; a queue whose two sides are one pipe (VECCALC) has no hardware event."""
+    one_pipe = src == dst
+    if c.state[CHK_MODE] != 0 and not one_pipe:
+        chk.release(c, src, row + v_col + 4 * i)
     if c.state[TL_ON] == 0:
         return
-    _hold(c, CALL_ALLOC_TENSOR, _producer(c, row), c.state[row + Q_FREE_T + i], q, i, c.state[row + Q_FREE_CALL + i])
+    ready, up = _flag_time(c, src)
+    c.state[row + t_col + i] = ready if one_pipe else up
+    c.state[row + call_col + i] = c.state[CNT_CALLS]
+    if c.state[TL_TRACE_CAP] > 0:
+        _log(c, call, src, ready, ready, q, i, NO_CALL)
+
+
+@aicore
+def _queue_wait(c, call, q, row, i, src, dst, t_col, call_col, v_col):
+    """DeQue / AllocTensor of buffer i: pipe `dst` waits for the event _queue_signal stored in those columns."""
+    if c.state[CHK_MODE] != 0 and src != dst:
+        chk.acquire(c, dst, row + v_col + 4 * i)
+    if c.state[TL_ON] == 0:
+        return
+    _hold(c, call, dst, c.state[row + t_col + i], q, i, c.state[row + call_col + i])
+
+
+@aicore
+def alloc_tensor(c, q, row, i):
+    """AllocTensor took buffer i of queue q: the producer pipe waits for the buffer's free event."""
+    _queue_wait(c, CALL_ALLOC_TENSOR, q, row, i, _consumer(c, row), _producer(c, row), Q_FREE_T, Q_FREE_CALL, Q_FREE_V)
 
 
 @aicore
 def en_que(c, q, row, i):
     """EnQue of buffer i: its forward event rises once the producer's work so far is done."""
-    if c.state[CHK_MODE] != 0 and _producer(c, row) != _consumer(c, row):
-        chk.release(c, _producer(c, row), row + Q_READY_V + 4 * i)
-    if c.state[TL_ON] == 0:
-        return
-    prod = _producer(c, row)
-    ready, up = _flag_time(c, prod)
-    if prod == _consumer(c, row):
-        up = ready      # VECCALC: one pipe, no hardware event
-    c.state[row + Q_READY_T + i] = up
-    c.state[row + Q_READY_CALL + i] = c.state[CNT_CALLS]
-    if c.state[TL_TRACE_CAP] > 0:
-        _log(c, CALL_ENQUE, prod, ready, ready, q, i, NO_CALL)
+    _queue_signal(c, CALL_ENQUE, q, row, i, _producer(c, row), _consumer(c, row), Q_READY_T, Q_READY_CALL, Q_READY_V)
 
 
 @aicore
 def de_que(c, q, row, i):
     """DeQue of buffer i: the consumer pipe waits for its forward event."""
-    if c.state[CHK_MODE] != 0 and _producer(c, row) != _consumer(c, row):
-        chk.acquire(c, _consumer(c, row), row + Q_READY_V + 4 * i)
-    if c.state[TL_ON] == 0:
-        return
-    _hold(c, CALL_DEQUE, _consumer(c, row), c.state[row + Q_READY_T + i], q, i, c.state[row + Q_READY_CALL + i])
+    _queue_wait(c, CALL_DEQUE, q, row, i, _producer(c, row), _consumer(c, row), Q_READY_T, Q_READY_CALL, Q_READY_V)
 
 
 @aicore
 def free_tensor(c, q, row, i):
     """FreeTensor of buffer i: its free event rises once the consumer's work so far is done."""
-    if c.state[CHK_MODE] != 0 and _producer(c, row) != _consumer(c, row):
-        chk.release(c, _consumer(c, row), row + Q_FREE_V + 4 * i)
-    if c.state[TL_ON] == 0:
-        return
-    cons = _consumer(c, row)
-    ready, up = _flag_time(c, cons)
-    if cons == _producer(c, row):
-        up = ready
-    c.state[row + Q_FREE_T + i] = up
-    c.state[row + Q_FREE_CALL + i] = c.state[CNT_CALLS]
-    if c.state[TL_TRACE_CAP] > 0:
-        _log(c, CALL_FREE_TENSOR, cons, ready, ready, q, i, NO_CALL)
+    _queue_signal(c, CALL_FREE_TENSOR, q, row, i, _consumer(c, row), _producer(c, row), Q_FREE_T, Q_FREE_CALL,
+                  Q_FREE_V)
 
 
 def call_name(call_id: int) -> str:

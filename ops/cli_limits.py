@@ -45,7 +45,7 @@ def _base(a) -> argparse.Namespace:
             setattr(base, name, int(raw))
         except ValueError:
             raise CliError(f"--fix {name}: expected a whole number, got {raw!r}") from None
-    if a.vary in (n for n in (t.partition("=")[0].strip() for t in a.fix)):
+    if a.vary in {t.partition("=")[0].strip().replace("-", "_") for t in a.fix}:
         raise CliError(f"--vary {a.vary} and --fix {a.vary}=... exclude each other")
     for name, value in DEFAULT_SHAPE.items():
         if getattr(base, name, None) is None and not (name == "topk" and getattr(base, "capacity", None)):

@@ -83,30 +83,23 @@ def explore(tile: Callable[[int], object], low: int, high: int) -> list[Segment]
             cache[v] = outcome_of(tile, v)
         return cache[v]
 
-    samples = sorted({low, high, *(1 << k for k in range(high.bit_length() + 1) if low < 1 << k < high)})
-    starts = [low]
-    for a, b in zip(samples, samples[1:]):
-        lo, hi = a, b
-        if at(lo).same(at(hi)):
-            continue
-        while hi - lo > 1:                  # at(lo) is the old outcome, at(hi) differs from it
+    def first_change(lo: int, hi: int) -> int:
+        """The first value in (lo, hi] whose outcome differs from at(lo), given that at(hi) does."""
+        while hi - lo > 1:
             mid = (lo + hi) // 2
             if at(mid).same(at(lo)):
                 lo = mid
             else:
                 hi = mid
-        starts.append(hi)
-        # the new outcome may change again before b: continue from hi
-        while not at(hi).same(at(b)):
-            lo, top = hi, b
-            while top - lo > 1:
-                mid = (lo + top) // 2
-                if at(mid).same(at(lo)):
-                    lo = mid
-                else:
-                    top = mid
-            starts.append(top)
-            hi = top
+        return hi
+
+    samples = sorted({low, high, *(1 << k for k in range(high.bit_length() + 1) if low < 1 << k < high)})
+    starts = [low]
+    for a, b in zip(samples, samples[1:]):
+        v = a
+        while not at(v).same(at(b)):        # the outcome may change more than once before b
+            v = first_change(v, b)
+            starts.append(v)
     bounds = starts + [high + 1]
     return [Segment(s, e - 1, at(s)) for s, e in zip(bounds, bounds[1:])]
 

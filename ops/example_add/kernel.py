@@ -85,22 +85,24 @@ def copy_out(c, td, gm, i):
     asc.free_tensor(c, OUT_QUEUE_Z, z_local)
 
 
+@aicore
+def _process(c, td, gm, with_queue):
+    for i in range(_tile_num(c, td)):
+        x_local, y_local = copy_in(c, td, gm, i, with_queue)
+        compute(c, td, i, x_local, y_local, with_queue)
+        copy_out(c, td, gm, i)
+
+
 @global_aicore
 def add_process(c, td, gm):
-    """KernelAdd::Process()."""
-    for i in range(_tile_num(c, td)):
-        x_local, y_local = copy_in(c, td, gm, i, True)
-        compute(c, td, i, x_local, y_local, True)
-        copy_out(c, td, gm, i)
+    """KernelAdd::Process(): CopyIn, Compute, CopyOut per tile."""
+    _process(c, td, gm, True)
 
 
 @global_aicore
 def add_process_broken(c, td, gm):
     """Process() of the broken variant: CopyIn does not EnQue, Compute does not DeQue its inputs."""
-    for i in range(_tile_num(c, td)):
-        x_local, y_local = copy_in(c, td, gm, i, False)
-        compute(c, td, i, x_local, y_local, False)
-        copy_out(c, td, gm, i)
+    _process(c, td, gm, False)
 
 
 KERNEL = Kernel.single_pipe(OP, "KernelAdd", (add_process,), BUFFERS)

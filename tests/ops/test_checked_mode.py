@@ -86,11 +86,6 @@ def _run_with_kernel(case, kernel, check):
     if not hasattr(target, "kernel"):                 # a composite: the operator's own kernel step
         target = next(s.executor for s in executor.steps if hasattr(s, "executor"))
     target.kernel = kernel
-    adapter.run(np.empty(size, dtype=np.uint8), size, executor) if check is None else \
-        _run_checked(adapter, size, executor, check)
-
-
-def _run_checked(adapter, size, executor, check):
     with checked(check):
         adapter.run(np.empty(size, dtype=np.uint8), size, executor)
 
