@@ -15,7 +15,8 @@ or ASCEND_SIM_CHECK=race) finds those kernels:
   only by a PipeBarrier or a chain of events (a DMA engine may reorder its writes, and the
   vector pipe may start an instruction before the last one has written its result).
 * UB shadow. Every 32-byte block of the UB remembers its last write (pipe, stamp, call) and
-  each pipe's last read. A read that does not come after the block's last write (RAW), a
+  each pipe's last read; blocks that share all of these form a run with one record, so an
+  access costs a few steps per run it touches, not per block. A read that does not come after the block's last write (RAW), a
   write that does not come after the last write (WAW) or after every other pipe's last read
   (WAR) is a PipeRaceError naming both calls.
 * Two modes. "strict" follows the AscendC documentation: a pipe is ordered with itself only by
@@ -44,6 +45,8 @@ from contextvars import ContextVar
 import numpy as np
 
 from ._jit import aicore
+from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
+
 from ._memory import load_i64, store_i64
 from .core import (CHK_E, CHK_FLAG_V, CHK_GM, CHK_GM_ENTRIES, CHK_GM_N, CHK_K, CHK_MODE, CHK_SHADOW_ADDR, CHK_WAIVE,
                    CHK_OWN_WAIVE, CHK_WAIVE_N, CHK_WAIVED, CHK_WAIVERS,
@@ -99,23 +102,27 @@ def resolve(check) -> int:
     return MODE_OFF
 
 
-def shadow_for(ub_size: int) -> np.ndarray:
-    """A zeroed UB shadow for one core (host side)."""
-    return np.zeros(((ub_size + BLOCK - 1) // BLOCK, SHADOW_COLS), dtype=np.int64)
+def attach(state: np.ndarray, mode: int, ub_size: int, waivers=()) -> np.ndarray:
+    """Turn checked mode on for a core (host side) and return its UB shadow, which the caller keeps alive for
+    the launch. `waivers`: RaceWaivers of the kernel, races between exactly those two calls on those two pipes
+    that are let pass (and counted).
 
-
-def attach(state: np.ndarray, mode: int, shadow: np.ndarray, waivers=()) -> None:
-    """Turn checked mode on for a core (host side); the caller keeps `shadow` alive for the launch. `waivers`:
-    RaceWaivers of the kernel, races between exactly those two calls on those two pipes that are let pass
-    (and counted)."""
-    state[CHK_MODE] = mode
-    state[CHK_SHADOW_ADDR] = shadow.ctypes.data
-    state[CHK_SHADOW_BLOCKS] = shadow.shape[0]
+    The shadow is flat int64: SHADOW_COLS words per 32-byte block (a run's record lives in its first block),
+    then the run-start bitmap, one bit per block and a sentinel bit. It starts as one run nothing has accessed."""
     if len(waivers) > CHK_WAIVERS:
         raise ValueError(f"a kernel may waive at most {CHK_WAIVERS} races, got {len(waivers)}")
+    blocks = (ub_size + BLOCK - 1) // BLOCK
+    shadow = np.zeros(blocks * SHADOW_COLS + blocks // 64 + 1, dtype=np.int64)
+    bitmap = shadow[blocks * SHADOW_COLS:].view(np.uint64)
+    bitmap[0] |= np.uint64(1)
+    bitmap[blocks // 64] |= np.uint64(1) << np.uint64(blocks % 64)
+    state[CHK_MODE] = mode
+    state[CHK_SHADOW_ADDR] = shadow.ctypes.data
+    state[CHK_SHADOW_BLOCKS] = blocks
     state[CHK_WAIVE_N] = len(waivers)
     for k, w in enumerate(waivers):
         state[CHK_WAIVE + 4 * k: CHK_WAIVE + 4 * k + 4] = w.codes()
+    return shadow
 
 
 class RaceWaiver:
@@ -215,6 +222,11 @@ def barrier(c, pipe):
 
 
 # --- UB accesses ----------------------------------------------------------------------------
+# The shadow is kept in runs: consecutive blocks whose last accesses are the same share one record, kept in the
+# run's first block, and a bitmap marks where runs start (bit `blocks` is a sentinel). A write makes its whole
+# range one run; a read by V or a DMA pipe splits runs at its ends. A DataCopy of a whole tile then checks and
+# records one run instead of every 32-byte block of it, which is what keeps checked mode within a few times the
+# unchecked run time.
 @aicore
 def _race(c, call, kind, mem, other_pipe, other, pipe, start, end):
     """Record a PipeRaceError (`other` is the earlier access's call number * 64 + its call id), unless the
@@ -253,6 +265,55 @@ def _owned(c, call, off):
 
 
 @aicore
+def _run_start(addr, bits, b):
+    """The first block of the run that holds block b."""
+    w = b >> 6
+    m = load_i64(addr, bits + w) & ((2 << (b & 63)) - 1)
+    while m == 0:                       # bit 0 is always set
+        w -= 1
+        m = load_i64(addr, bits + w)
+    return w * 64 + 63 - leading_zeros(m)
+
+
+@aicore
+def _run_end(addr, bits, b):
+    """The first block after the run that holds block b (the next run's start or the sentinel)."""
+    w = b >> 6
+    m = load_i64(addr, bits + w) & ~((2 << (b & 63)) - 1)
+    while m == 0:                       # the sentinel bit ends the search
+        w += 1
+        m = load_i64(addr, bits + w)
+    return w * 64 + trailing_zeros(m)
+
+
+@aicore
+def _split(addr, bits, b):
+    """Let a run start at block b, with the record of the run it was part of."""
+    w = bits + (b >> 6)
+    bit = 1 << (b & 63)
+    word = load_i64(addr, w)
+    if word & bit:
+        return
+    h = _run_start(addr, bits, b)
+    for k in range(SHADOW_COLS):
+        store_i64(addr, b * SHADOW_COLS + k, load_i64(addr, h * SHADOW_COLS + k))
+    store_i64(addr, w, word | bit)
+
+
+@aicore
+def _join(addr, bits, b0, b1):
+    """Make blocks [b0, b1) one run (b0 already starts one): clear the run starts inside."""
+    lo = b0 + 1
+    while lo < b1:
+        r = lo & 63
+        n = min(64 - r, b1 - lo)
+        mask = -1 if n == 64 else ((1 << n) - 1) << r
+        w = bits + (lo >> 6)
+        store_i64(addr, w, load_i64(addr, w) & ~mask)
+        lo += n
+
+
+@aicore
 def ub(c, call, pipe, off, nbytes, write):
     """Check an access of `nbytes` UB bytes from `off` by `pipe` for the current AscendC call `call`, and record it."""
     if c.state[CHK_MODE] == MODE_OFF or nbytes <= 0 or off < 0:
@@ -260,19 +321,35 @@ def ub(c, call, pipe, off, nbytes, write):
     if pipe != PIPE_S and not _owned(c, call, off):
         return
     addr = c.state[CHK_SHADOW_ADDR]
+    blocks = c.state[CHK_SHADOW_BLOCKS]
+    bits = blocks * SHADOW_COLS
     b0 = off // BLOCK
-    b1 = min((off + nbytes + BLOCK - 1) // BLOCK, c.state[CHK_SHADOW_BLOCKS])
+    b1 = min((off + nbytes + BLOCK - 1) // BLOCK, blocks)
+    if b0 >= b1:
+        return
     stamp = c.state[CHK_E + pipe]
     me = c.state[CNT_CALLS] * 64 + call
     strict = c.state[CHK_MODE] == MODE_STRICT
-    for b in range(b0, b1):
-        row = b * SHADOW_COLS
+    # a scalar read has completed before the scalar unit issues anything after it, so it is never the earlier
+    # access of a race and is not recorded (nor are runs split for it)
+    record = write or pipe != PIPE_S
+    if record:
+        _split(addr, bits, b0)
+        if b1 < blocks:
+            _split(addr, bits, b1)
+        h = b0
+    else:
+        h = _run_start(addr, bits, b0)
+    while h < b1:
+        e = _run_end(addr, bits, h)
+        row = h * SHADOW_COLS
+        lo = max(h, b0) * BLOCK
+        hi = min(e, b1) * BLOCK
         if write:           # a reader of another pipe first: it names the call that still needs the bytes
             for r in range(N_PIPES):
                 rs = load_i64(addr, row + 3 + r) - 1
-                # a scalar read has completed before the scalar unit issues anything after it: no WAR from S
                 if rs >= 0 and r != pipe and r != PIPE_S and not _before(c, r, rs, pipe) and _race(
-                        c, call, WAR, MEM_UB, r, load_i64(addr, row + 7 + r), pipe, b * BLOCK, b * BLOCK + BLOCK):
+                        c, call, WAR, MEM_UB, r, load_i64(addr, row + 7 + r), pipe, lo, hi):
                     return
         wp = load_i64(addr, row) - 1
         if wp >= 0:
@@ -281,18 +358,20 @@ def ub(c, call, pipe, off, nbytes, write):
             ordered_same = wp == pipe and (pipe == PIPE_S or (not strict and (pipe == PIPE_V or write))
                                            or (pipe == PIPE_V and write))
             if not ordered_same and not _before(c, wp, load_i64(addr, row + 1), pipe) and _race(
-                    c, call, WAW if write else RAW, MEM_UB, wp, load_i64(addr, row + 2), pipe, b * BLOCK,
-                    b * BLOCK + BLOCK):
+                    c, call, WAW if write else RAW, MEM_UB, wp, load_i64(addr, row + 2), pipe, lo, hi):
                 return
-        if write:
-            store_i64(addr, row, pipe + 1)
-            store_i64(addr, row + 1, stamp)
-            store_i64(addr, row + 2, me)
-            for r in range(N_PIPES):
-                store_i64(addr, row + 3 + r, 0)
-        else:
+        if record and not write:
             store_i64(addr, row + 3 + pipe, stamp + 1)
             store_i64(addr, row + 7 + pipe, me)
+        h = e
+    if write:
+        _join(addr, bits, b0, b1)
+        row = b0 * SHADOW_COLS
+        store_i64(addr, row, pipe + 1)
+        store_i64(addr, row + 1, stamp)
+        store_i64(addr, row + 2, me)
+        for r in range(N_PIPES):
+            store_i64(addr, row + 3 + r, 0)
 
 
 # --- GM accesses ----------------------------------------------------------------------------

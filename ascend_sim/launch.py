@@ -331,10 +331,9 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         timeline.load_costs(core.state, cost, min(block_dim, chip.aiv_num))
         if core.block_idx in traces:
             timeline.attach_trace(core.state, traces[core.block_idx])
-    shadows = [checking.shadow_for(chip.ub_size) for _ in cores] if check_mode else []
+    shadows = [checking.attach(core.state, check_mode, chip.ub_size, kernel.waivers)
+               for core in cores] if check_mode else []
     queue_waivers = [sum(1 << k for k, name in enumerate(ph.buffers) if name in ph.waived_queues) for ph in phases]
-    for core, shadow in zip(cores, shadows):
-        checking.attach(core.state, check_mode, shadow, kernel.waivers)
     sync_marks = []
     live_phase = [-1] * block_dim
     program = [programs.top] * block_dim     # each core's items; a branch splices its chosen arm in
