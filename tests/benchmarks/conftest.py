@@ -8,7 +8,8 @@ import pytest
 RESULTS: dict[str, dict[str, dict]] = {}
 OVERHEAD: dict[str, dict] = {}
 CHECKED: dict[str, dict] = {}
-"""Checked-mode cases: median seconds unchecked ("off") and with check="race"."""
+"""Checked-mode cases: median seconds unchecked ("off") and with check="race"; or, for a sweep, the median and
+worst ratio and the worst case."""
 """Timeline overhead cases: median seconds with the cost model on / off / on with a trace, and events traced."""
 
 
@@ -28,6 +29,10 @@ def pytest_terminal_summary(terminalreporter):
         width = max(len(case) for case in CHECKED)
         tr.write_line(f"{'case':<{width}} {'off ms':>8} {'race ms':>8} {'race/off':>9}")
         for case, m in CHECKED.items():
+            if "worst" in m:
+                tr.write_line(f"{case}: race/off median {m['median']:.2f}x, worst {m['worst']:.2f}x "
+                              f"({m['worst_case']})")
+                continue
             tr.write_line(f"{case:<{width}} {m['off'] * 1e3:>8.1f} {m['race'] * 1e3:>8.1f} {m['race'] / m['off']:>8.2f}x")
     if not RESULTS:
         return
