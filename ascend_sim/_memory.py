@@ -150,3 +150,37 @@ def stream_bytes(typingctx, dst, dst_off_bytes, src, src_off_bytes, n_bytes):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def call_by_address(typingctx, fn_address, args):
+    """Call the C function `void f(int64, ...)` at `fn_address` with the integers of the tuple `args`.
+
+    The callee is compiled once on its own (a numba cfunc) and the caller holds no copy of its code: LLVM cannot
+    inline through an address that is only known at run time, and the caller stays cacheable on disk because
+    the address is data (in the core state), not a constant baked into it."""
+    if not isinstance(args, types.BaseTuple) or not all(isinstance(t, (types.Integer, types.Boolean))
+                                                          for t in args.types):
+        return None
+    sig = types.void(types.int64, args)
+
+    def codegen(context, builder, signature, llargs):
+        i64 = ir.IntType(64)
+        values = [context.cast(builder, builder.extract_value(llargs[1], k), ty, types.int64)
+                  for k, ty in enumerate(signature.args[1].types)]
+        fn_type = ir.FunctionType(ir.VoidType(), [i64] * len(values))
+        builder.call(builder.inttoptr(llargs[0], fn_type.as_pointer()), values)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def i64_pointer(typingctx, address):
+    """The int64 `address` as an int64* (for numba.carray over a host buffer known by its address)."""
+    sig = types.CPointer(types.int64)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+
+    return sig, codegen

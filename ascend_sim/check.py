@@ -47,10 +47,11 @@ import numpy as np
 from ._jit import aicore
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
-from ._memory import load_i64, store_i64
-from .core import (CHK_E, CHK_FLAG_V, CHK_GM, CHK_GM_ENTRIES, CHK_GM_N, CHK_K, CHK_MODE, CHK_SHADOW_ADDR, CHK_WAIVE,
-                   CHK_OWN_WAIVE, CHK_WAIVE_N, CHK_WAIVED, CHK_WAIVERS,
-                   CHK_SHADOW_BLOCKS, CNT_CALLS, EVENT_IDS, N_PIPES, PIPE_ALL, PIPE_S, PIPE_V, PIPE_QUEUES, QUE_BASE)
+from ._memory import call_by_address, data_address, load_i64, store_i64
+from .core import (CHK_E, CHK_FLAG_V, CHK_FN, CHK_FN_GM_READ, CHK_FN_UB, CHK_FN_VECTOR, CHK_GM, CHK_GM_ENTRIES,
+                   CHK_GM_N, CHK_K, CHK_MODE, CHK_OWN_WAIVE, CHK_SHADOW_ADDR, CHK_SHADOW_BLOCKS, CHK_WAIVE,
+                   CHK_WAIVE_N, CHK_WAIVED, CHK_WAIVERS, CNT_CALLS, EVENT_IDS, N_PIPES, PIPE_ALL, PIPE_QUEUES, PIPE_S,
+                   PIPE_V, QUE_BASE)
 from .faults import F_PIPE_RACE, F_QUE_OWNER, fault
 from .pipe import KIND_TBUF, Q_BASE, Q_FREE_CALL, Q_KIND, Q_LEN, Q_NUM, Q_STATE, QUE_COLS
 
@@ -116,6 +117,8 @@ def attach(state: np.ndarray, mode: int, ub_size: int, waivers=()) -> np.ndarray
     bitmap = shadow[blocks * SHADOW_COLS:].view(np.uint64)
     bitmap[0] |= np.uint64(1)
     bitmap[blocks // 64] |= np.uint64(1) << np.uint64(blocks % 64)
+    from ._check_entries import ENTRIES    # compiled, or loaded from the disk cache, on the first checked launch
+    state[CHK_FN:CHK_FN + len(ENTRIES)] = ENTRIES
     state[CHK_MODE] = mode
     state[CHK_SHADOW_ADDR] = shadow.ctypes.data
     state[CHK_SHADOW_BLOCKS] = blocks
@@ -314,7 +317,7 @@ def _join(addr, bits, b0, b1):
 
 
 @aicore
-def ub(c, call, pipe, off, nbytes, write):
+def check_ub(c, call, pipe, off, nbytes, write):
     """Check an access of `nbytes` UB bytes from `off` by `pipe` for the current AscendC call `call`, and record it."""
     if c.state[CHK_MODE] == MODE_OFF or nbytes <= 0 or off < 0:
         return
@@ -391,7 +394,7 @@ def gm_write(c, call, pipe, address, nbytes):
 
 
 @aicore
-def gm_read(c, call, pipe, address, nbytes):
+def check_gm_read(c, call, pipe, address, nbytes):
     """A GM read by `pipe` must come after this core's overlapping writes by other pipes."""
     if c.state[CHK_MODE] == MODE_OFF or nbytes <= 0:
         return
@@ -407,12 +410,39 @@ def gm_read(c, call, pipe, address, nbytes):
 
 
 @aicore
-def vector_access(c, call, d, d_bytes, s0, s0_bytes, s1, s1_bytes):
+def check_vector_access(c, call, d, d_bytes, s0, s0_bytes, s1, s1_bytes):
     """A PIPE_V instruction reads [s0, s0 + s0_bytes) and [s1, s1 + s1_bytes) (s1 < 0: no second source), then
     writes [d, d + d_bytes): sources first, so an in-place instruction does not race with itself."""
     if c.state[CHK_MODE] == MODE_OFF:
         return
-    ub(c, call, PIPE_V, s0, s0_bytes, False)
+    check_ub(c, call, PIPE_V, s0, s0_bytes, False)
     if s1 >= 0:
-        ub(c, call, PIPE_V, s1, s1_bytes, False)
-    ub(c, call, PIPE_V, d, d_bytes, True)
+        check_ub(c, call, PIPE_V, s1, s1_bytes, False)
+    check_ub(c, call, PIPE_V, d, d_bytes, True)
+
+
+# --- what kernels call ----------------------------------------------------------------------
+# The checks above are compiled once, as C functions (_check_entries), and kernels call them by the addresses
+# attach() puts in the core state. Inlined, their code was optimised again inside every kernel stage that makes
+# an AscendC call, which cost more compile time than anything else in a stage; a call by address costs a few
+# nanoseconds, and only in checked mode.
+@aicore
+def ub(c, call, pipe, off, nbytes, write):
+    """check_ub, in checked mode only."""
+    if c.state[CHK_MODE] != MODE_OFF:
+        call_by_address(c.state[CHK_FN_UB], (data_address(c.state), c.state.size, call, pipe, off, nbytes, write))
+
+
+@aicore
+def vector_access(c, call, d, d_bytes, s0, s0_bytes, s1, s1_bytes):
+    """check_vector_access, in checked mode only."""
+    if c.state[CHK_MODE] != MODE_OFF:
+        call_by_address(c.state[CHK_FN_VECTOR], (data_address(c.state), c.state.size, call, d, d_bytes, s0,
+                                                  s0_bytes, s1, s1_bytes))
+
+
+@aicore
+def gm_read(c, call, pipe, address, nbytes):
+    """check_gm_read, in checked mode only."""
+    if c.state[CHK_MODE] != MODE_OFF:
+        call_by_address(c.state[CHK_FN_GM_READ], (data_address(c.state), c.state.size, call, pipe, address, nbytes))

@@ -125,7 +125,9 @@ CHK_WAIVE_N = CHK_GM + CHK_GM_ENTRIES * 5          # waivers in use
 CHK_WAIVED = CHK_WAIVE_N + 1                        # races a waiver let pass
 CHK_WAIVE = CHK_WAIVE_N + 2                         # rows: first pipe, first call id, second pipe, second call id
 CHK_OWN_WAIVE = CHK_WAIVE + CHK_WAIVERS * 4          # bit q: the live TPipe's queue q may be used after FreeTensor
-CHK_SIZE = CHK_OWN_WAIVE + 1 - CHK_BASE
+CHK_FN = CHK_OWN_WAIVE + 1                          # addresses of the checker's compiled entries (_check_entries)
+CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ = range(CHK_FN, CHK_FN + 3)
+CHK_SIZE = CHK_FN + 3 - CHK_BASE
 QUE_BASE = CHK_BASE + CHK_SIZE                        # queue table rows of the live TPipe (pipe.py), QUE_COLS each
 
 # Trace rows: call number, AscendC call id, pipe, start cycle, end cycle, two arguments, and the call number of

@@ -175,3 +175,28 @@ def test_the_switch_env_and_argument(monkeypatch):
     with pytest.raises(ConfigError, match="'race', 'strict' or 'off'"):
         with checked("everything"):
             pass
+
+
+def test_first_checked_launches_from_several_threads_at_once():
+    """The checker's entries compile (or load) on the first checked launch of a process: threads that get there
+    together must all run checked, each with a correct result. A fresh interpreter, so nothing is loaded yet."""
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent("""
+        import sys, threading, numpy as np
+        from ops import example_add
+        assert "ascend_sim._check_entries" not in sys.modules
+        x = np.arange(70000, dtype=np.float32); y = np.ones_like(x)
+        seen = []
+        def one(k):
+            z = example_add.add(x, y + k, check="race")
+            seen.append(bool(np.array_equal(z, x + y + k)))
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(4)]
+        [t.start() for t in threads]; [t.join() for t in threads]
+        assert "ascend_sim._check_entries" in sys.modules
+        print(seen)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[True, True, True, True]"
