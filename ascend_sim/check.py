@@ -32,9 +32,10 @@ or ASCEND_SIM_CHECK=race) finds those kernels:
 * Ownership. A vector or DMA instruction on a TQue buffer that is free (before its AllocTensor
   or after its FreeTensor) or enqueued (after EnQue, before DeQue) is a QueueError.
 
-The shadow and ring live in host buffers the launcher allocates in checked mode only; kernels
-reach them through addresses in the core state (load_i64 / store_i64), so the default mode
-pays one test per call.
+The shadow lives in a host buffer the launcher allocates in checked mode only, reached through
+its address in the core state (load_i64 / store_i64). The UB and GM-read checks are compiled once
+as C functions (_check_entries) that kernels call by address; kernels inline only a test of the
+mode, so the default mode pays one test per call and the checks add nothing to a stage's compile.
 """
 from __future__ import annotations
 
@@ -225,11 +226,6 @@ def barrier(c, pipe):
 
 
 # --- UB accesses ----------------------------------------------------------------------------
-# The shadow is kept in runs: consecutive blocks whose last accesses are the same share one record, kept in the
-# run's first block, and a bitmap marks where runs start (bit `blocks` is a sentinel). A write makes its whole
-# range one run; a read by V or a DMA pipe splits runs at its ends. A DataCopy of a whole tile then checks and
-# records one run instead of every 32-byte block of it, which is what keeps checked mode within a few times the
-# unchecked run time.
 @aicore
 def _race(c, call, kind, mem, other_pipe, other, pipe, start, end):
     """Record a PipeRaceError (`other` is the earlier access's call number * 64 + its call id), unless the
@@ -267,6 +263,11 @@ def _owned(c, call, off):
     return True
 
 
+# The shadow is kept in runs: consecutive blocks whose last accesses are the same share one record, kept in the
+# run's first block, and a bitmap marks where runs start (bit `blocks` is a sentinel). A write makes its whole
+# range one run; a read by V or a DMA pipe splits runs at its ends. A DataCopy of a whole tile then checks and
+# records one run instead of every 32-byte block of it, which is what keeps checked mode within a few times the
+# unchecked run time.
 @aicore
 def _run_start(addr, bits, b):
     """The first block of the run that holds block b."""
