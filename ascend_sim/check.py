@@ -320,7 +320,7 @@ def _join(addr, bits, b0, b1):
 @aicore
 def check_ub(c, call, pipe, off, nbytes, write):
     """Check an access of `nbytes` UB bytes from `off` by `pipe` for the current AscendC call `call`, and record it."""
-    if c.state[CHK_MODE] == MODE_OFF or nbytes <= 0 or off < 0:
+    if nbytes <= 0 or off < 0:
         return
     if pipe != PIPE_S and not _owned(c, call, off):
         return
@@ -381,8 +381,8 @@ def check_ub(c, call, pipe, off, nbytes, write):
 # --- GM accesses ----------------------------------------------------------------------------
 @aicore
 def gm_write(c, call, pipe, address, nbytes):
-    """Remember a GM write of this core (MTE3 or the scalar unit) in the ring."""
-    if c.state[CHK_MODE] == MODE_OFF or nbytes <= 0:
+    """Remember a GM write of this core (MTE3 or the scalar unit) in the ring (callers test the mode first)."""
+    if nbytes <= 0:
         return
     n = c.state[CHK_GM_N]
     e = CHK_GM + (n % CHK_GM_ENTRIES) * 5
@@ -397,7 +397,7 @@ def gm_write(c, call, pipe, address, nbytes):
 @aicore
 def check_gm_read(c, call, pipe, address, nbytes):
     """A GM read by `pipe` must come after this core's overlapping writes by other pipes."""
-    if c.state[CHK_MODE] == MODE_OFF or nbytes <= 0:
+    if nbytes <= 0:
         return
     kept = min(c.state[CHK_GM_N], CHK_GM_ENTRIES)
     end = address + nbytes
@@ -414,8 +414,6 @@ def check_gm_read(c, call, pipe, address, nbytes):
 def check_vector_access(c, call, d, d_bytes, s0, s0_bytes, s1, s1_bytes):
     """A PIPE_V instruction reads [s0, s0 + s0_bytes) and [s1, s1 + s1_bytes) (s1 < 0: no second source), then
     writes [d, d + d_bytes): sources first, so an in-place instruction does not race with itself."""
-    if c.state[CHK_MODE] == MODE_OFF:
-        return
     check_ub(c, call, PIPE_V, s0, s0_bytes, False)
     if s1 >= 0:
         check_ub(c, call, PIPE_V, s1, s1_bytes, False)
@@ -425,8 +423,9 @@ def check_vector_access(c, call, d, d_bytes, s0, s0_bytes, s1, s1_bytes):
 # --- what kernels call ----------------------------------------------------------------------
 # The checks above are compiled once, as C functions (_check_entries), and kernels call them by the addresses
 # attach() puts in the core state. Inlined, their code was optimised again inside every kernel stage that makes
-# an AscendC call, which cost more compile time than anything else in a stage; a call by address costs a few
-# nanoseconds, and only in checked mode.
+# an AscendC call (about a tenth of the demo's cold compile); a call by address costs a few nanoseconds, and only
+# in checked mode. Call sites test the mode before computing the arguments; the stubs test it again so that no
+# call can jump to an address attach() has not set.
 @aicore
 def ub(c, call, pipe, off, nbytes, write):
     """check_ub, in checked mode only."""

@@ -30,10 +30,9 @@ from numba.extending import intrinsic, overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import STREAM_MIN_BYTES, data_address, memcpy_bytes, stream_bytes
-from .core import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, ATOMIC_TYPE, CAP_MAX_BLOCK_COUNT, CNT_MTE2_BYTES,
-                   CNT_MTE3_BYTES, PIPE_MTE2, PIPE_MTE3, PIPE_V, POISON)
 from . import check as chk
-from .core import CHK_MODE
+from .core import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, ATOMIC_TYPE, CAP_MAX_BLOCK_COUNT, CHK_MODE, CNT_MTE2_BYTES,
+                   CNT_MTE3_BYTES, PIPE_MTE2, PIPE_MTE3, PIPE_V, POISON)
 from .timeline import dma, repeats_of, vector
 from .dtypes import (CAST_RINT, DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT8, DT_INT16, DT_INT32, bf16_bits_to_f32_bits,
                      f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_f16_bits, f32_from_bits,

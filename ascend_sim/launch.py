@@ -38,8 +38,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import errors
-from .core import (CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE, N_PIPES, TL_BUSY, TL_TRACE_N, TRACE_COLS, CHK_WAIVED, CHK_OWN_WAIVE,
-                   counters, fault_record, flags, make_core, release_core, start_pipe)
+from .core import (CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE, N_PIPES,
+                   TL_BUSY, TL_TRACE_N, TRACE_COLS, counters, fault_record, flags, make_core, release_core, start_pipe)
 from .cost import CostModel
 from .estimate import CoreTime, Estimate
 from . import check as checking

@@ -24,10 +24,8 @@ from numba import types
 from numba.extending import overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
-from .core import CAP_NPU_ARCH, CNT_V_ELEMS
 from . import check as chk
-from .core import CHK_MODE
-from .core import PIPE_V
+from .core import CAP_NPU_ARCH, CHK_MODE, CNT_V_ELEMS, PIPE_V
 from .timeline import repeats_of, vector
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16, DT_FLOAT,
                      DT_FLOAT16, DT_INT32, DT_UINT8, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits,
@@ -242,7 +240,7 @@ def _gather_mask(c, dst, src0, src1_pattern, reduce_mode, mask, params):
         return 0
     if c.state[CHK_MODE] != 0:
         chk.ub(c, call, PIPE_V, ub_offset(c, src0, call), src_end * isz, False)
-    chk.ub(c, call, PIPE_V, p, pattern_end, False)
+        chk.ub(c, call, PIPE_V, p, pattern_end, False)
     pattern_bytes = c.ub[p: p + pattern_end]
     # one repeat over contiguous elements (how the masked select calls it): element j is bit j, so whole
     # pattern bytes are counted and skipped at once (a routing map's pattern is mostly zero bytes)

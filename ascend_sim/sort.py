@@ -12,10 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._jit import aicore
-from .core import CNT_V_ELEMS
 from . import check as chk
-from .core import CHK_MODE
-from .core import PIPE_V
+from .core import CHK_MODE, CNT_V_ELEMS, PIPE_V
 from .timeline import repeats_of, vector
 from .faults import (CALL_ARITH_PROGRESSION, CALL_CONCAT, CALL_DUPLICATE_MASK, CALL_EXTRACT, CALL_MRG_SORT,
                      CALL_SORT, F_PARAM, F_UB_OOB, P_COUNT, P_MASK, P_REPEAT, fault, issue)
@@ -147,7 +145,7 @@ def extract(c, dst_value, dst_index, sorted_local, repeat):
         return
     if c.state[CHK_MODE] != 0:
         chk.vector_access(c, CALL_EXTRACT, dv, n * 4, ub_offset(c, sorted_local, CALL_EXTRACT), 2 * n * 4, -1, 0)
-    chk.ub(c, CALL_EXTRACT, PIPE_V, di, n * 4, True)
+        chk.ub(c, CALL_EXTRACT, PIPE_V, di, n * 4, True)
     pairs = sorted_local[: 2 * n].copy()
     bits = pairs.view(np.uint32)
     for k in range(n):
@@ -190,15 +188,12 @@ def mrg_sort(c, dst, src0, src1, src2, src3, counts, valid_bit, repeat, exhauste
     vector(c, CALL_MRG_SORT, repeats_of(n0 + n1 + n2 + n3, 8))     # (score, index) pairs of 8 bytes
     if c.state[CHK_MODE] != 0:
         chk.ub(c, CALL_MRG_SORT, PIPE_V, ub_offset(c, src0, CALL_MRG_SORT), 8 * n0, False)
-    if c.state[CHK_MODE] != 0:
         chk.ub(c, CALL_MRG_SORT, PIPE_V, ub_offset(c, src1, CALL_MRG_SORT), 8 * n1, False)
-    if lists > 2:
-        if c.state[CHK_MODE] != 0:
+        if lists > 2:
             chk.ub(c, CALL_MRG_SORT, PIPE_V, ub_offset(c, src2, CALL_MRG_SORT), 8 * n2, False)
-    if lists > 3:
-        if c.state[CHK_MODE] != 0:
+        if lists > 3:
             chk.ub(c, CALL_MRG_SORT, PIPE_V, ub_offset(c, src3, CALL_MRG_SORT), 8 * n3, False)
-    chk.ub(c, CALL_MRG_SORT, PIPE_V, d, 8 * (n0 + n1 + n2 + n3), True)
+        chk.ub(c, CALL_MRG_SORT, PIPE_V, d, 8 * (n0 + n1 + n2 + n3), True)
     # read every input before writing: dst may share UB with a source in real kernels' ping-pong use
     s0, s1, s2, s3 = src0[: 2 * n0].copy(), src1[: 2 * n1].copy(), src2[: 2 * n2].copy(), src3[: 2 * n3].copy()
     lens = (n0, n1, n2, n3)

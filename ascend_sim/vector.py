@@ -23,10 +23,8 @@ from numba.extending import overload
 from numba.np.numpy_support import as_dtype
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
-from .core import CNT_V_ELEMS
 from . import check as chk
-from .core import CHK_MODE
-from .core import PIPE_V
+from .core import CHK_MODE, CNT_V_ELEMS, PIPE_V
 from .timeline import repeats_of, vector
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16,
                      DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,

@@ -13,8 +13,7 @@ from ._jit import aicore
 from .faults import CALL_VF
 from .local import note_ub_write
 from . import check as chk
-from .core import CHK_MODE
-from .core import PIPE_V
+from .core import CHK_MODE, PIPE_V
 from .vector import _begin, _operand
 
 

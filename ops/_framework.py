@@ -14,6 +14,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from ascend_sim import CoreReport, Kernel, OutOfBoundsError, RunReport, launch, stage_calls
+from ascend_sim.check import resolve as resolve_check
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.estimate import LaunchSequence
 from ascend_sim.dtypes import dt_of, gm_view
@@ -338,6 +339,7 @@ def run_executor(api: str, workspace, workspace_size: int, executor: Executor | 
                  check: str | None = None) -> None:
     """Phase two of the aclnn call `api`: check the executor and the workspace, launch the kernel, fill the
     outputs. `check` ("race" / "strict") runs the kernels in checked mode (ascend_sim.check)."""
+    resolve_check(check)        # a bad value fails here, before a composite's host steps run
     if executor is None:
         raise ParamNullptrError("executor is required but is None")
     if not isinstance(executor, (Executor, Composite)):

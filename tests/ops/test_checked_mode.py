@@ -176,3 +176,18 @@ def _kernel_of(case):
     target = executor if hasattr(executor, "kernel") else next(s.executor for s in executor.steps
                                                               if hasattr(s, "executor"))
     return target.kernel
+
+
+def test_a_bad_check_value_on_an_aclnn_call_is_refused_before_anything_runs():
+    """PermuteWithRoutingMapGrad is a composite whose host steps (ZerosLike) run before its first kernel: a bad
+    `check` must stop the call before them, not at the kernel's launch."""
+    from ascend_sim import ConfigError
+    from ops._framework import HostStep
+    case = _case("moe_token_permute_with_routing_map_grad", "key 1000 ")
+    adapter = OPS[case.op]
+    _, _, size, executor = prepare_op(adapter, case.args, case.soc)
+    ran = []
+    executor.steps[0] = HostStep("spy", lambda: ran.append(1))
+    with pytest.raises(ConfigError, match=r"check must be 'race', 'strict' or 'off', got 'races'"):
+        adapter.run(np.empty(size, dtype=np.uint8), size, executor, check="races")
+    assert not ran
