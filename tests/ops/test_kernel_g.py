@@ -1,7 +1,8 @@
 """Kernel G (KernelMoeTokenUnpermute) on its own: launched through ascend_sim.launch with one PipePhase,
 bit-exact against an independent NumPy golden over token dtypes x probs dtypes x scenarios (dropped rows,
 -1 slots, zero probs hiding NaN rows, hidden splits, token chunks, uneven core remainders, topK 1 and 512);
-bad indices that the variant does not skip end in OutOfBoundsError."""
+every negative index (-1, -2, -5, -2**31) skipped alike where the variant skips them; bad indices that the
+variant does not skip end in OutOfBoundsError."""
 from __future__ import annotations
 
 from collections import namedtuple
@@ -198,6 +199,29 @@ def test_skipped_bad_indices_are_harmless():
     indices[[1, 7, 22]] = [-1, 40, 2 ** 31 - 1]
     out, _ = run_gather(tokens, indices, None, top_k=5, soc=get_soc("ascend910b", aiv_num=3), skip_negative=True)
     assert np.array_equal(out.view(np.uint16), golden(tokens, indices, None, 5, 40, True).view(np.uint16))
+
+
+# the operators whose kernel G skips negative slots: PWRM-grad key 0 (no probs, its struct is GatherTilingData's
+# layout) and UWRM keys 0 / 1 (probs, its own struct)
+SKIPPING_OPS = {"pwrm-grad": (None, GatherTilingData), "uwrm": (F32, UwrmLikeTilingData)}
+NEGATIVES = (-1, -2, -5, -(2 ** 31))
+
+
+@pytest.mark.parametrize("negative", NEGATIVES, ids=[f"idx{v}" for v in NEGATIVES])
+@pytest.mark.parametrize("token_dtype", [BF16, F32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("op", SKIPPING_OPS)
+def test_every_negative_index_is_skipped_like_minus_one(op, token_dtype, negative):
+    """IsValidInputIndex skips idx < 0, not only the -1 sentinel: any negative slot (slot 0 of a token, every
+    slot of a token, scattered ones) adds nothing, exactly as the golden's idx >= 0 rule says, and is never
+    read (a read would be before the tensor: OutOfBoundsError)."""
+    prob_dtype, td_type = SKIPPING_OPS[op]
+    tokens, indices, probs = make_case(12, 3, 40, 2, token_dtype, prob_dtype, minus_one=True, seed=7)
+    indices[indices == -1] = negative
+    assert (indices == negative).sum() >= 6
+    out, _ = run_gather(tokens, indices, probs, top_k=3, soc=get_soc("ascend910b", aiv_num=4), skip_negative=True,
+                        td_type=td_type)
+    want = golden(tokens, indices, probs, 3, tokens.shape[0], True)
+    assert np.array_equal(out.view(np.uint8), want.view(np.uint8))
 
 
 def test_every_operator_struct_shares_one_stage_type():
