@@ -335,6 +335,18 @@ def recorded_runs():
         _RUN_LOG.reset(token)
 
 
+def run_friendly(run: Callable, workspace_size: int, executor, check=None) -> None:
+    """Phase two of a friendly call: `run` (the operator's aclnn run) with a fresh workspace of the size phase one
+    asked for, in checked mode `check` (validated by the friendly call before it allocated anything)."""
+    run(np.empty(workspace_size, dtype=np.uint8), workspace_size, executor, check=check)
+
+
+def validate_check(check) -> None:
+    """A friendly call's check= ("race", "strict", "off" or None), refused with a ConfigError naming `check` before
+    any argument is sized: the same rule as the aclnn run's check= (ascend_sim.check.resolve)."""
+    resolve_check(check)
+
+
 def run_executor(api: str, workspace, workspace_size: int, executor: Executor | None, stream=None,
                  check: str | None = None) -> None:
     """Phase two of the aclnn call `api`: check the executor and the workspace, launch the kernel, fill the

@@ -40,8 +40,9 @@ from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_rou
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError
 
 from .._host import transpose_2d
-from .._framework import Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor
-from .._validate import as_input, as_output, check_no_alias, flag, int_attr, require
+from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
+                          validate_check)
+from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require
 from .kernel import SCATTER_ASSIST, GmTensors, Template, kernel_for, pad_kernel
 
 OP = "MoeTokenPermuteWithRoutingMap"
@@ -190,22 +191,28 @@ def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
 
 
 def allocate_outputs(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False):
-    """Zeroed (permute_tokens_out, permute_probs_out or None, sorted_indices_out) for these inputs;
-    num_out_tokens None = every routed slot (N * topK, topK = the most ones in a row) or, with
-    drop_and_pad, N * E."""
-    x, rm = np.asarray(tokens), np.asarray(routing_map)
+    """Zeroed (permute_tokens_out, permute_probs_out or None, sorted_indices_out) for these inputs, sized as the
+    l0 operator sizes its own: rows = AlignDown(numOutTokens, N, or E with drop_and_pad); num_out_tokens None =
+    every routed slot (N * topK, topK = the most ones in a row) or, with drop_and_pad, N * E. A row count no
+    output can have (num_out_tokens -1, 2**62) is refused (161002) before anything is allocated."""
+    require("tokens", tokens)
+    require("routing_map", routing_map)
+    x, rm, p = as_input("tokens", tokens), as_input("routing_map", routing_map), as_input("probs", probs)
+    drop_and_pad = flag("drop_and_pad", drop_and_pad)
     n, e = rm.shape if rm.ndim == 2 else (0, 0)
     m = resolve_num_out_tokens(rm, num_out_tokens, drop_and_pad)
     align = (e if drop_and_pad else n) or 1
-    rows = m // align * align
-    probs_out = np.zeros(rows, dtype=np.asarray(probs).dtype) if probs is not None else None
-    return (np.zeros((rows, *x.shape[1:]), dtype=x.dtype), probs_out, np.zeros(rows, dtype=np.int32))
+    rows = (m // align * align, "num_out_tokens")
+    probs_out = output_array("permute_probs_out", [rows], p.dtype) if p is not None else None
+    return (output_array("permute_tokens_out", [rows] + [(d, "tokens") for d in x.shape[1:]], x.dtype), probs_out,
+            output_array("sorted_indices_out", [rows], np.int32))
 
 
 def resolve_num_out_tokens(routing_map, num_out_tokens, drop_and_pad) -> int:
+    """num_out_tokens as an int64 attribute; None = every routed slot (see allocate_outputs)."""
     if num_out_tokens is not None:
         return int_attr("num_out_tokens", num_out_tokens)
-    rm = np.asarray(routing_map)
+    rm = as_input("routing_map", routing_map)
     if rm.ndim != 2 or rm.size == 0:
         return 0
     if drop_and_pad:
@@ -214,13 +221,16 @@ def resolve_num_out_tokens(routing_map, num_out_tokens, drop_and_pad) -> int:
 
 
 def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False, *,
-                                       soc="ascend910b"):
+                                       soc="ascend910b", check=None):
     """Friendly call: (permute_tokens, permute_probs or None, sorted_indices). num_out_tokens None means every
-    routed slot (N * topK, topK = the most experts any token has)."""
+    routed slot (N * topK, topK = the most experts any token has). `check`: checked mode of the run, as on the
+    aclnn call."""
+    validate_check(check)
+    soc = get_soc(soc)
+    require("routing_map", routing_map)
     m = resolve_num_out_tokens(routing_map, num_out_tokens, drop_and_pad)
     permute_out, probs_out, sorted_out = allocate_outputs(tokens, routing_map, probs, m, drop_and_pad)
     size, executor = get_workspace_size(tokens, routing_map, probs, m, drop_and_pad, permute_out, probs_out,
                                         sorted_out, soc=soc)
-    workspace = np.empty(size, dtype=np.uint8) if size else None
-    run(workspace, size, executor)
+    run_friendly(run, size, executor, check)
     return permute_out, probs_out, sorted_out

@@ -43,9 +43,10 @@ from tiling import get_soc
 from tiling.moe_token_unpermute import FIELDS, L0_950, moe_token_unpermute as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, TilingError
 
-from .._framework import Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor
+from .._framework import (Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor,
+                          run_friendly, validate_check)
 from .._host import view_copy_step
-from .._validate import as_input, as_output, check_no_alias, flag, int_list, require
+from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
 from ..common.unpermute_gather import gather_template
 from .kernel import GmTensors, kernel_for
 
@@ -194,17 +195,21 @@ def allocate_outputs(permuted_tokens, sorted_indices, probs=None) -> np.ndarray:
     p, s = as_input("permuted_tokens", permuted_tokens), as_input("sorted_indices", sorted_indices)
     pr = as_input("probs", probs)
     h = p.shape[1] if p.ndim >= 2 else 0
-    return np.zeros((_tokens_of(s, pr), h), dtype=p.dtype)
+    return output_array("unpermuted_tokens", [(_tokens_of(s, pr), "probs" if pr is not None else "sorted_indices"),
+                                              (h, "permuted_tokens")], p.dtype)
 
 
 def moe_token_unpermute(permuted_tokens, sorted_indices, probs=None, padded_mode=False, restore_shape=None, *,
-                        soc="ascend910b") -> np.ndarray:
+                        soc="ascend910b", check=None) -> np.ndarray:
     """Friendly call: allocates unpermuted_tokens, runs both phases and returns it.
 
     Returns (N, H) in the dtype of permuted_tokens, N = probs.dim0 (or len(sorted_indices) without probs).
-    restore_shape does not change the shape (the real InferShape ignores it)."""
+    restore_shape does not change the shape (the real InferShape ignores it). `check`: checked mode of the run,
+    as on the aclnn call."""
+    validate_check(check)
+    soc = get_soc(soc)
     out = allocate_outputs(permuted_tokens, sorted_indices, probs)
     size, executor = get_workspace_size(permuted_tokens, sorted_indices, probs, padded_mode, restore_shape, out,
                                         soc=soc)
-    run(np.empty(size, dtype=np.uint8), size, executor)
+    run_friendly(run, size, executor, check)
     return out

@@ -20,8 +20,9 @@ from tiling.moe_token_unpermute_with_routing_map_grad import FIELDS, moe_token_u
     _tiling
 from tiling.status import ParamNullptrError, TilingError
 
-from .._framework import Executor, IndexLink, dtype_code, gm_tensor, match_dtype_columns, run_executor
-from .._validate import as_input, as_output, check_no_alias, flag, int_list, require
+from .._framework import (Executor, IndexLink, dtype_code, gm_tensor, match_dtype_columns, run_executor, run_friendly,
+                          validate_check)
+from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
 from .kernel import KERNELS, GmTensors, Template
 
 OP = "MoeTokenUnpermuteWithRoutingMapGrad"
@@ -133,24 +134,34 @@ def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     run_executor(API, workspace, workspace_size, executor, stream, check)
 
 
-def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
-                                              permuted_tokens=None, probs=None, drop_and_pad=False,
-                                              restore_shape=None, *, soc="ascend910b"):
-    """Friendly call: allocates the outputs, runs both phases.
-
-    Returns (permuted_tokens_grad (M, H) in the grad dtype, probs_grad (N, E) in the probs dtype or None).
-    Rows of permuted_tokens_grad that no slot addresses stay 0.
-    """
+def allocate_outputs(unpermuted_tokens_grad, out_index, probs=None):
+    """Zeroed (permuted_tokens_grad_out (len(out_index), H) in the gradient dtype, probs_grad_out in the probs
+    shape and dtype, or None without probs)."""
     require("unpermuted_tokens_grad", unpermuted_tokens_grad)
     require("out_index", out_index)
     g, o = as_input("unpermuted_tokens_grad", unpermuted_tokens_grad), as_input("out_index", out_index)
-    probs = as_input("probs", probs)
+    pr = as_input("probs", probs)
     m = o.shape[0] if o.ndim >= 1 else 0
     h = g.shape[1] if g.ndim == 2 else 0
-    out_grad = np.zeros((m, h), dtype=g.dtype)
-    out_probs_grad = None if probs is None else np.zeros(probs.shape, dtype=probs.dtype)
+    out_grad = output_array("permuted_tokens_grad_out", [(m, "out_index"), (h, "unpermuted_tokens_grad")], g.dtype)
+    probs_grad = None if pr is None else output_array("probs_grad_out", [(d, "probs") for d in pr.shape], pr.dtype)
+    return out_grad, probs_grad
+
+
+def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
+                                              permuted_tokens=None, probs=None, drop_and_pad=False,
+                                              restore_shape=None, *, soc="ascend910b", check=None):
+    """Friendly call: allocates the outputs, runs both phases.
+
+    Returns (permuted_tokens_grad (M, H) in the grad dtype, probs_grad (N, E) in the probs dtype or None).
+    Rows of permuted_tokens_grad that no slot addresses stay 0. `check`: checked mode of the run, as on the
+    aclnn call.
+    """
+    validate_check(check)
+    soc = get_soc(soc)
+    out_grad, out_probs_grad = allocate_outputs(unpermuted_tokens_grad, out_index, probs)
     size, executor = get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, routing_map,
                                         permuted_tokens, probs, drop_and_pad, restore_shape, out_grad,
                                         out_probs_grad, soc=soc)
-    run(np.empty(size, dtype=np.uint8), size, executor)
+    run_friendly(run, size, executor, check)
     return out_grad, out_probs_grad
