@@ -132,7 +132,6 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
     result = _tiling(tokens, indices, num_out_tokens, padded_mode, quant_mode, soc=soc,
                      permute_tokens_out=None if quant_mode != QUANT_NONE else permute_out,
                      sorted_indices_out=sorted_out)
-    total = result.fields["n"] * result.fields["top_k"]
     quant = quant_mode != QUANT_NONE
     gm = GmTensors(gm_tensor(tokens, 0),
                    gm_tensor(indices, 1), gm_tensor(None if quant else permute_out, 2, gm_view(tokens).dtype),
@@ -140,12 +139,12 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
                    gm_tensor(permute_out if quant else None, 6, np.uint8))
     tmpl = Template(dt_of(tokens.dtype), 1 if result.tiling_key > 4 else 0, quant_mode,
                     1 if mx_scale_rule == "round_scale" else 0)
-    kernel, plan = None, None
-    if total > 0 and result.fields["cols"] == 0:
+    plan = None
+    if result.fields["cols"] == 0:
         # no row bytes to move, but sortedIndices is still the inverse permutation: run the sorts only
         kernel = SORT_ONLY_KERNELS[result.tiling_key]
         plan = tuple(r for r in result.ub_plan if r.pipe != "MoeindexCopyPipe")
-    elif total > 0:
+    else:
         kernel = (QUANT_KERNELS if quant_mode != QUANT_NONE else KERNELS)[result.tiling_key]
     executor = Executor(OP, result, kernel, (MoeTokenPermuteTilingData(*result.fields.values()), gm, tmpl),
                         ("tokens", "indices", "permute_tokens", "sorted_indices", "workspace", "expanded_scale",
@@ -153,7 +152,7 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
                         api="aclnnMoeTokenPermuteV2" if v2 else "aclnnMoeTokenPermute", ub_plan=plan,
                         tensors=dict(tokens=tokens, indices=indices, permute_tokens_out=permute_out,
                                      sorted_indices_out=sorted_out, expanded_scale_out=scale_out),
-                        bind_workspace=_bind_workspace)
+                        bind_workspace=_bind_workspace, writes=(permute_out, sorted_out, scale_out))
     return result.workspace_size, executor
 
 

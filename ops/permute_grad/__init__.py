@@ -29,6 +29,9 @@ sorted_indices, len(sorted_indices) not a multiple of num_topk, out dim 0 != len
 The simulator also refuses a 3-D gradient (561103; the real 950 kernel would read it as (R, dim1) rows) and
 a sorted_indices that is not 1-D (561103; the real tiling reads only its dim 0).
 
+The friendly call sizes out by len(sorted_indices) // K, so it applies the chip's num_topk rule first: 0 and
+values below -1 on 910B / 910_93 (561002), values below 1 on 950 (561103), before anything is allocated.
+
 The simulated 950 kernel: kernel G's tiling (T-G sized for the 950 profile), buffers and loop nest with
 MoeInitRoutingV2Grad's summation (ops.permute_grad.kernel): slots with index < 0 or >= R count as zero rows,
 the sum starts at +0.0 and adds slots in groups of four, pairwise, per chunk of kUbFactor slots (the real
@@ -114,10 +117,10 @@ def _check_910(g, s, out, k: int) -> None:
 
 
 def _check_num_topk(k: int, regbase: bool) -> None:
-    """num_topk as each chip's path reads it. 910B / 910_93: T-G reads -1 as 1 and divides len(sorted_indices)
-    by K with a safe division, so K = 0 gives 0 tokens and block dim 0 (nothing any core could write), and
-    K < -1 a negative token count: 561002, the inner aclnn's status for a tiling it cannot launch. 950:
-    MoeInitRoutingV2Grad's tiling refuses top_k <= 0 (-1 included): l0 nullptr, 561103."""
+    """num_topk as each chip's path reads it. 910B / 910_93: T-G reads -1 as 1; 0 and values below -1 are no
+    topK (the real tiling has no check and only gets through K = 0 by its safe division, giving 0 tokens; its
+    InferShape divides the gradient's rows by K unguarded): 561002, as for any shape the inner aclnn's tiling
+    cannot serve. 950: MoeInitRoutingV2Grad's tiling refuses top_k <= 0 (-1 included): l0 nullptr, 561103."""
     if regbase:
         if k <= 0:
             raise InnerNullptrError(f"l0op::{L0_950}: top_k must be greater than 0, got num_topk {k} (-1 is read as "
@@ -176,11 +179,9 @@ def _executor(result, g, s, out_array, tensors, arch35_chunk=None) -> Executor:
     else:
         kernel = ARCH35_KERNELS[fp32]
         tmpl = Arch35Template(dt_of(g.dtype), arch35_chunk, result.block_dim)
-    if result.block_dim <= 0 or out_array.size == 0:
-        kernel = None
     links = (IndexLink("sorted_indices", "permuted_output_grad", g.shape[1], g.shape[0]),)
     return Executor(OP, result, kernel, (td, gm, tmpl), GM_NAMES, api=API, tensors=tensors, index_links=links,
-                    ub_advice=_ub_advice(result))
+                    ub_advice=_ub_advice(result), writes=(out_array,))
 
 
 def get_workspace_size(permuted_output_grad, sorted_indices, num_topk, padded_mode=False, out=None, *,

@@ -22,7 +22,10 @@ l0 operator's own outputs; a caller's output whose shape differs from that l0 re
 2-D probs output, a sorted_indices_out length) makes the l0op::ViewCopy into it fail: 561103
 (InnerNullptrError). An empty routing map is a no-op with workspace 0.
 
-Simulator notes: with no slot to produce (numOutTokens < N without dropAndPad) nothing is launched; when
+Degenerate shapes: with no slot to produce (numOutTokens below N without dropAndPad, or below E with it; an
+all-False map with num_out_tokens None) the tiling still runs on the l0's (0, H) outputs and nothing is
+launched (ops._framework.launches: every array the kernel writes is empty); with hidden size 0 the kernel runs
+without its index copy, so sortedIndices and permuteProbs come out as usual. Simulator note: when
 permute_probs_out is given without probs it is ignored (the real aclnn would dereference the null probs).
 """
 from __future__ import annotations
@@ -161,15 +164,20 @@ def get_workspace_size(tokens, routing_map, probs=None, num_out_tokens=0, drop_a
                    gm_tensor(kernel_tokens_out, 3, gm_view(x).dtype), gm_tensor(out_p, 4), gm_tensor(out_s, 5),
                    None, None, GlobalTensor(assist, 8, 0), GlobalTensor(empty_u8, 9, 0))
     tmpl = Template(dt_of(x.dtype), dt_of(p.dtype) if p is not None else DT_FLOAT16, int(p is not None))
-    total = td.n * td.top_k
+    plan = None
     if drop_and_pad:
         kernel = pad_kernel(p is not None)
     else:
-        kernel = kernel_for(result.tiling_key, tuple(r.name for r in result.ub_plan if r.pipe == "sortPipe")) \
-            if total > 0 else None
+        # hidden size 0: no row bytes to move, sortedIndices and permuteProbs still come out (as in MoeTokenPermute)
+        copy_rows = td.cols > 0
+        kernel = kernel_for(result.tiling_key, tuple(r.name for r in result.ub_plan if r.pipe == "sortPipe"),
+                            copy_rows)
+        if not copy_rows:
+            plan = tuple(r for r in result.ub_plan if r.pipe != "MoeindexCopyPipe")
     executor = Executor(OP, result, kernel, (td, gm, tmpl), GM_NAMES, api=API, tensors=tensors,
                         bind_workspace=_bind_workspace, ub_advice="a smaller hidden size or fewer tokens per core",
-                        index_links=(IndexLink("sorted_indices_out", "permute_tokens", td.cols, out_t.shape[0]),))
+                        index_links=(IndexLink("sorted_indices_out", "permute_tokens", td.cols, out_t.shape[0]),),
+                        ub_plan=plan, writes=(kernel_tokens_out, out_p, out_s))
     steps.append(KernelStep(f"l0op::{OP}", executor))
     if drop_and_pad:
         steps.append(HostStep("l0op::GatherV2", lambda: np.take(x, out_s, axis=0, out=out_t)))

@@ -5,7 +5,10 @@ dtype combination outside the OpDef columns -> 161002, tiling failure -> 561002.
 Shape relations the documentation requires but the tiling does not read (output shapes,
 routing map / probs / permuted tokens against the gradients) are checked here and give
 561002 as the documentation's error table says ("input or output shape does not meet
-the requirements").
+the requirements"). With dropAndPad and probs, slots need an expert column (slot j belongs to expert
+j // capacity, capacity = slots / experts) and a hidden size above 0 (keys 11 / 111 reduce each slot's
+per-piece partial sums, and hidden 0 leaves none): both refused with 561002 rather than a kernel reading
+past its buffers.
 """
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ def _shape_error(message: str):
     raise TilingError(f"{OP}: {message}")
 
 
-def _check_shapes(g, o, rm, p, pr, out_grad, probs_grad_out) -> None:
+def _check_shapes(g, o, rm, p, pr, out_grad, probs_grad_out, drop_and_pad: bool) -> None:
     n, h = g.shape
     m = o.shape[0]
     if out_grad.shape != (m, h):
@@ -64,6 +67,14 @@ def _check_shapes(g, o, rm, p, pr, out_grad, probs_grad_out) -> None:
         _shape_error(f"permuted_tokens must have shape (len(out_index), hidden) = {(m, h)}, got {p.shape}")
     if probs_grad_out.shape != (n, e):
         _shape_error(f"probs_grad_out must have the probs shape {(n, e)}, got {probs_grad_out.shape}")
+    if drop_and_pad and m and e == 0:
+        # slot j belongs to expert j // capacity with capacity = len(out_index) / experts: no expert, no owner
+        _shape_error(f"with drop_and_pad, {m} slots need at least one expert column in probs, got shape {pr.shape}")
+    if drop_and_pad and m and h == 0 and probs_grad_out.size:
+        # keys 11 / 111 reduce each slot's per-piece partial sums: a zero hidden size leaves zero pieces, and the
+        # kernel would read a sum from its empty partial-sum buffer
+        _shape_error("with drop_and_pad and probs, hidden_size 0 leaves the probs gradient's sum without a hidden "
+                     "piece to reduce")
 
 
 def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None, permuted_tokens=None,
@@ -93,7 +104,7 @@ def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, rout
                                 "gradient through it)")
 
     result = _tiling(g, o, i, rm, p, pr, drop_and_pad, restore_shape, soc=soc)
-    _check_shapes(g, o, rm, p, pr, out_grad, out_probs_grad)
+    _check_shapes(g, o, rm, p, pr, out_grad, out_probs_grad, drop_and_pad)
 
     token_t = dtype_code(g, DT_FLOAT)
     grads = gm_tensor(g, 0)
