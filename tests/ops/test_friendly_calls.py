@@ -152,6 +152,16 @@ def test_output_array_names_the_argument_behind_a_bad_dimension(dims, fragment):
     assert info.value.status == 161002 and fragment in info.value.message, info.value.message
 
 
+def test_output_array_turns_a_host_memory_error_into_the_status(monkeypatch):
+    """Below the 64 GiB limit the host may still be unable to allocate: still 161002 naming the argument."""
+    def no_memory(shape, dtype=None):
+        raise MemoryError(f"cannot allocate {shape}")
+    monkeypatch.setattr(np, "zeros", no_memory)
+    with pytest.raises(AclnnError, match="tokens_num gives out the shape .* which this host cannot allocate") as info:
+        output_array("out", [(2 ** 30, "tokens_num"), (4, "hidden")], np.float32)
+    assert info.value.status == 161002
+
+
 def test_output_array_allocates_up_to_the_limit_zeroed():
     out = output_array("out", [(3, "a"), (0, "b")], np.int32)
     assert out.shape == (3, 0) and out.dtype == np.int32
