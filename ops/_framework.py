@@ -86,6 +86,17 @@ def trace_index(error: OutOfBoundsError, links, tensors: dict) -> OutOfBoundsErr
     return error
 
 
+def launches(block_dim: int, writes=()) -> bool:
+    """The one rule for "nothing to launch", shared by every operator: a kernel runs only on at least one core
+    and only when at least one of the arrays it writes (`writes`; unknown when empty) has an element. The real
+    l0 wrappers skip the launch of an empty result (MoeInitRoutingV2Grad, MoeFinalizeRoutingV2) and a kernel
+    cannot run on zero cores; a launch with nothing to write would move nothing anyway. The checks and the
+    tiling an operator runs before its launch still run (and fail where the real ones fail)."""
+    if block_dim <= 0:
+        return False
+    return not writes or any(w is not None and w.size for w in writes)
+
+
 @dataclass
 class Executor:
     """aclOpExecutor: what phase one prepared for phase two.
@@ -101,6 +112,8 @@ class Executor:
         index_links: IndexLinks that trace an out-of-bounds GM access to the index value behind it.
         bind_workspace: for kernels that keep data in the workspace, `(args, workspace, workspace_size) -> args`
             with the workspace's bytes bound into the kernel arguments.
+        writes: the arrays the kernel fills (the op's outputs, or an l0 operator's own result tensors); with
+            them the executor decides whether there is anything to launch (see `launches`).
     """
     op: str
     tiling: TilingResult
@@ -114,7 +127,12 @@ class Executor:
     ub_plan: tuple | None = None
     index_links: tuple = ()
     bind_workspace: Callable | None = None
+    writes: tuple = ()
     _memo: dict = field(default_factory=dict, repr=False)   # laid-out plans, compiled flag: see launch()
+
+    def __post_init__(self):
+        if self.kernel is not None and not launches(self.tiling.block_dim, self.writes):
+            self.kernel = None
 
     @property
     def workspace_size(self) -> int:
@@ -138,7 +156,7 @@ class Executor:
 
     def run(self, workspace: np.ndarray | None = None, threads: int | None = None,
             check: str | None = None) -> RunReport | None:
-        if self.kernel is None:  # nothing to launch (empty tensors)
+        if self.kernel is None:  # nothing to launch (see `launches`)
             return None
         args = self.launch_args(workspace)
         plan = self.tiling.ub_plan if self.ub_plan is None else self.ub_plan
@@ -333,6 +351,18 @@ def recorded_runs():
         yield log
     finally:
         _RUN_LOG.reset(token)
+
+
+def run_friendly(run: Callable, workspace_size: int, executor, check=None) -> None:
+    """Phase two of a friendly call: `run` (the operator's aclnn run) with a fresh workspace of the size phase one
+    asked for, in checked mode `check` (validated by the friendly call before it allocated anything)."""
+    run(np.empty(workspace_size, dtype=np.uint8), workspace_size, executor, check=check)
+
+
+def validate_check(check) -> None:
+    """A friendly call's check= ("race", "strict", "off" or None), refused with a ConfigError naming `check` before
+    any argument is sized: the same rule as the aclnn run's check= (ascend_sim.check.resolve)."""
+    resolve_check(check)
 
 
 def run_executor(api: str, workspace, workspace_size: int, executor: Executor | None, stream=None,

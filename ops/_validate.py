@@ -10,11 +10,14 @@ argument and the rule, so no operator repeats (or forgets) one:
   outputs must be writeable and C-contiguous, because the kernel fills them in place.
 * `check_no_alias`: outputs that share memory with an input or another output -> 161002.
 * `flag`, `int_attr`, `int_list`: scalar bool / int64 attributes and int64 lists -> 161002.
+* `output_array`: the zeroed outputs a friendly call allocates; every dimension is checked (a
+  non-negative int64, a total the host could hold) against the argument that produced it -> 161002,
+  before anything is allocated.
 """
 from __future__ import annotations
 
 import operator
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -83,6 +86,42 @@ def check_no_alias(inputs: Mapping[str, np.ndarray | None], outputs: Mapping[str
             if np.may_share_memory(out, t):
                 raise ParamInvalidError(f"{name} shares memory with {other}: outputs must not overlap inputs or "
                                         "other outputs (pass a separate array)")
+
+
+MAX_OUTPUT_BYTES = 64 * 1024 ** 3
+"""The largest output a friendly call allocates: 64 GiB, the HBM of the largest profiled chip (Atlas A2,
+memory_size 68719476736), so no real device could hold a larger tensor either."""
+
+
+def output_array(name: str, dims: Iterable[tuple[int, str]], dtype) -> np.ndarray:
+    """A zeroed output array for a friendly call, or 161002 before anything is allocated.
+
+    `dims` lists (size, source) per dimension, where source names the argument (or the input's shape) the
+    size comes from, so an impossible size is reported against what the caller passed: a size below 0 or
+    beyond int64 (num_out_tokens -1, a negative tokens_num), or a total beyond MAX_OUTPUT_BYTES or the
+    host's memory (num_out_tokens 2**62, restore_shape [2**40, 64]). dtype: the output's numpy dtype.
+    """
+    dims = list(dims)
+    dtype = np.dtype(dtype)
+    for axis, (size, source) in enumerate(dims):
+        if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) \
+                or not 0 <= int(size) <= _INT64_MAX:
+            raise ParamInvalidError(f"{source} gives {name} a dim {axis} of {size!r}: an output dimension must be "
+                                    "a whole number in [0, 2**63)")
+    shape = tuple(int(size) for size, _ in dims)
+    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize if shape else dtype.itemsize
+    if nbytes > MAX_OUTPUT_BYTES:
+        # the largest dimension is the one that went wrong (the others are shapes of real inputs)
+        culprit = max(dims, key=lambda d: int(d[0]))[1]
+        raise ParamInvalidError(f"{culprit} gives {name} the shape {shape} ({dtype_name(dtype)}): {nbytes:,} bytes, "
+                                f"more than the {MAX_OUTPUT_BYTES:,} bytes an output may have (the HBM of the "
+                                "largest simulated chip)")
+    try:
+        return np.zeros(shape, dtype=dtype)
+    except MemoryError:
+        culprit = max(dims, key=lambda d: int(d[0]))[1] if dims else name
+        raise ParamInvalidError(f"{culprit} gives {name} the shape {shape} ({dtype_name(dtype)}): {nbytes:,} bytes, "
+                                "which this host cannot allocate") from None
 
 
 def flag(name: str, value) -> bool:

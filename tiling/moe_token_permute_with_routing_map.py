@@ -266,8 +266,11 @@ def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_
     if total >= SORT_LIMIT_LENGTH:
         _fail(f"{total} elements to sort; must be fewer than {SORT_LIMIT_LENGTH}")
     regbase = soc.is_regbase
-    default_rows = out_tokens if (not drop_and_pad or regbase) else 0
-    out_t = TensorDesc.of(permute_tokens_out) or TensorDesc((default_rows, cols if default_rows else 0), t.dtype)
+    # the l0 allocates permute_tokens (rows, H) without drop-and-pad (also when rows is 0) and on ascend950,
+    # else (0, 0): GatherV2 fills the caller's tensor
+    gathers_in_kernel = not drop_and_pad or regbase
+    default_rows = out_tokens if gathers_in_kernel else 0
+    out_t = TensorDesc.of(permute_tokens_out) or TensorDesc((default_rows, cols if gathers_in_kernel else 0), t.dtype)
     out_p = TensorDesc.of(permute_probs_out) or TensorDesc((out_tokens if p is not None else 0,),
                                                            p.dtype if p is not None else t.dtype)
     out_s = TensorDesc.of(sorted_indices_out) or TensorDesc((out_tokens,), np.int32)

@@ -33,8 +33,8 @@ from tiling.moe_token_permute import (FIELDS, LIB_API_WORKSPACE, QUANT_MXFP4_E2M
                                       moe_token_permute as _tiling)
 from tiling.status import InnerNullptrError, ParamInvalidError
 
-from .._framework import Executor, gm_tensor, match_dtype_columns, run_executor
-from .._validate import as_input, as_output, check_no_alias, flag, int_attr, require
+from .._framework import Executor, gm_tensor, match_dtype_columns, run_executor, run_friendly, validate_check
+from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require
 from .kernel import KERNELS, QUANT_KERNELS, SORT_ONLY_KERNELS, GmTensors, Template
 
 OP = "MoeTokenPermute"
@@ -132,7 +132,6 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
     result = _tiling(tokens, indices, num_out_tokens, padded_mode, quant_mode, soc=soc,
                      permute_tokens_out=None if quant_mode != QUANT_NONE else permute_out,
                      sorted_indices_out=sorted_out)
-    total = result.fields["n"] * result.fields["top_k"]
     quant = quant_mode != QUANT_NONE
     gm = GmTensors(gm_tensor(tokens, 0),
                    gm_tensor(indices, 1), gm_tensor(None if quant else permute_out, 2, gm_view(tokens).dtype),
@@ -140,12 +139,12 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
                    gm_tensor(permute_out if quant else None, 6, np.uint8))
     tmpl = Template(dt_of(tokens.dtype), 1 if result.tiling_key > 4 else 0, quant_mode,
                     1 if mx_scale_rule == "round_scale" else 0)
-    kernel, plan = None, None
-    if total > 0 and result.fields["cols"] == 0:
+    plan = None
+    if result.fields["cols"] == 0:
         # no row bytes to move, but sortedIndices is still the inverse permutation: run the sorts only
         kernel = SORT_ONLY_KERNELS[result.tiling_key]
         plan = tuple(r for r in result.ub_plan if r.pipe != "MoeindexCopyPipe")
-    elif total > 0:
+    else:
         kernel = (QUANT_KERNELS if quant_mode != QUANT_NONE else KERNELS)[result.tiling_key]
     executor = Executor(OP, result, kernel, (MoeTokenPermuteTilingData(*result.fields.values()), gm, tmpl),
                         ("tokens", "indices", "permute_tokens", "sorted_indices", "workspace", "expanded_scale",
@@ -153,7 +152,7 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
                         api="aclnnMoeTokenPermuteV2" if v2 else "aclnnMoeTokenPermute", ub_plan=plan,
                         tensors=dict(tokens=tokens, indices=indices, permute_tokens_out=permute_out,
                                      sorted_indices_out=sorted_out, expanded_scale_out=scale_out),
-                        bind_workspace=_bind_workspace)
+                        bind_workspace=_bind_workspace, writes=(permute_out, sorted_out, scale_out))
     return result.workspace_size, executor
 
 
@@ -220,22 +219,29 @@ def run_v2(workspace, workspace_size, executor, stream=None, check=None) -> None
 
 def allocate_outputs(tokens, indices, num_out_tokens=0, quant_mode=-1, *, soc="ascend910b"):
     """Zeroed (permute_tokens_out, sorted_indices_out, expanded_scale_out) of the shapes and dtypes the
-    op writes for these inputs (see moe_token_permute)."""
+    op writes for these inputs (see moe_token_permute); 161001 / 161002 before allocating for missing or
+    invalid arguments."""
     soc = get_soc(soc)
+    require("tokens", tokens)
+    require("indices", indices)
     t, idx = as_input("tokens", tokens), as_input("indices", indices)
     total = int(np.prod(idx.shape)) if idx.ndim in (1, 2) else 0
     m = effective_num_out_tokens(int_attr("num_out_tokens", num_out_tokens), total)
     quant = int_attr("quant_mode", quant_mode) if soc.is_regbase else QUANT_NONE
+    rows = (m, "num_out_tokens")
+    slots = [(total, "indices (tokens * topK)")]
     if quant in (QUANT_MXFP8_E5M2, QUANT_MXFP8_E4M3FN, QUANT_MXFP4_E2M1) and t.ndim == 2:
         data_shape, s_shape = _quant_shapes(quant, m, t.shape[1])
         out_dtype = {QUANT_MXFP8_E5M2: _E5M2, QUANT_MXFP8_E4M3FN: _E4M3, QUANT_MXFP4_E2M1: _U8}[quant]
-        return np.zeros(data_shape, dtype=out_dtype), np.zeros((total,), np.int32), np.zeros(s_shape, dtype=_E8M0)
-    return (np.zeros((m, *t.shape[1:]), dtype=t.dtype), np.zeros((total,), dtype=np.int32),
-            np.zeros((0,), dtype=np.float32))
+        return (output_array("permute_tokens_out", [rows] + [(d, "tokens") for d in data_shape[1:]], out_dtype),
+                output_array("sorted_indices_out", slots, np.int32),
+                output_array("expanded_scale_out", [rows] + [(d, "tokens") for d in s_shape[1:]], _E8M0))
+    return (output_array("permute_tokens_out", [rows] + [(d, "tokens") for d in t.shape[1:]], t.dtype),
+            output_array("sorted_indices_out", slots, np.int32), np.zeros((0,), dtype=np.float32))
 
 
 def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quant_mode=-1, *, soc="ascend910b",
-                      mx_scale_rule="floor"):
+                      mx_scale_rule="floor", check=None):
     """Friendly call (allocates the outputs, runs both phases of aclnnMoeTokenPermuteV2).
 
     Returns (permute_tokens, sorted_indices int32 (N*topK,), expanded_scale). Without quantisation (or on
@@ -244,12 +250,12 @@ def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quan
     (M, H) float8_e5m2 / float8_e4m3fn and expanded_scale (M, AlignUp(ceil(H/32), 2)) float8_e8m0fnu;
     with quant_mode 9 permute_tokens is (M, H/2) uint8 (first element in the low nibble) and
     expanded_scale (M, ceil(H/64), 2) float8_e8m0fnu. M = numOutTokens after clamping.
+    `check` ("race" / "strict" / "off" / None) runs the kernels in checked mode, as on the aclnn call.
     """
-    require("tokens", tokens)
-    require("indices", indices)
+    validate_check(check)
     soc = get_soc(soc)
     outs = allocate_outputs(tokens, indices, num_out_tokens, quant_mode, soc=soc)
     size, executor = get_workspace_size_v2(tokens, indices, num_out_tokens, padded_mode, quant_mode, *outs,
                                            soc=soc, mx_scale_rule=mx_scale_rule)
-    run_v2(np.empty(size, dtype=np.uint8), size, executor)
+    run_friendly(run_v2, size, executor, check)
     return outs

@@ -29,6 +29,9 @@ sorted_indices, len(sorted_indices) not a multiple of num_topk, out dim 0 != len
 The simulator also refuses a 3-D gradient (561103; the real 950 kernel would read it as (R, dim1) rows) and
 a sorted_indices that is not 1-D (561103; the real tiling reads only its dim 0).
 
+The friendly call sizes out by len(sorted_indices) // K, so it applies the chip's num_topk rule first: 0 and
+values below -1 on 910B / 910_93 (561002), values below 1 on 950 (561103), before anything is allocated.
+
 The simulated 950 kernel: kernel G's tiling (T-G sized for the 950 profile), buffers and loop nest with
 MoeInitRoutingV2Grad's summation (ops.permute_grad.kernel): slots with index < 0 or >= R count as zero rows,
 the sum starts at +0.0 and adds slots in groups of four, pairwise, per chunk of kUbFactor slots (the real
@@ -46,9 +49,10 @@ from tiling import get_soc
 from tiling.moe_token_permute_grad import FIELDS, moe_token_permute_grad as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, TilingError
 
-from .._framework import Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor
+from .._framework import (Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor,
+                          run_friendly, validate_check)
 from .._host import view_copy_step
-from .._validate import as_input, as_output, check_no_alias, flag, int_attr, require
+from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require
 from ..common.unpermute_gather import gather_template
 from .kernel import ARCH35_KERNELS, KERNELS, L0_950, Arch35Template, GmTensors
 
@@ -100,25 +104,36 @@ def _check_910(g, s, out, k: int) -> None:
         raise TilingError(f"{OP}: permuted_output_grad must be 2-D (rows, hidden), got shape {g.shape}")
     if s.ndim != 1:
         raise TilingError(f"{OP}: sorted_indices must be 1-D (tokens * num_topk,), got shape {s.shape}")
-    if k < -1:
-        raise TilingError(f"{OP}: num_topk must be a positive topK (or -1, read as 1), got {k}")
+    _check_num_topk(k, regbase=False)
     top_k = 1 if k == -1 else k
-    n = s.shape[0] // top_k if top_k > 0 else 0
+    n = s.shape[0] // top_k
     want = (n, g.shape[1])
     if out.shape != want:
-        infer = g.shape[0] // top_k if top_k > 0 else 0
+        infer = g.shape[0] // top_k
         note = (f" (InferShape's rows // num_topk = {infer} differs when the forward dropped rows: size out by "
                 "len(sorted_indices) // num_topk)") if out.ndim == 2 and out.shape[0] == infer != n else ""
         raise TilingError(f"{OP}: out must have shape (len(sorted_indices) // num_topk, hidden) = {want}, got "
                           f"{out.shape}; the kernel writes {n} rows{note}")
 
 
+def _check_num_topk(k: int, regbase: bool) -> None:
+    """num_topk as each chip's path reads it. 910B / 910_93: T-G reads -1 as 1; 0 and values below -1 are no
+    topK (the real tiling has no check and only gets through K = 0 by its safe division, giving 0 tokens; its
+    InferShape divides the gradient's rows by K unguarded): 561002, as for any shape the inner aclnn's tiling
+    cannot serve. 950: MoeInitRoutingV2Grad's tiling refuses top_k <= 0 (-1 included): l0 nullptr, 561103."""
+    if regbase:
+        if k <= 0:
+            raise InnerNullptrError(f"l0op::{L0_950}: top_k must be greater than 0, got num_topk {k} (-1 is read as "
+                                    "1 only on Ascend 910B / 910_93)")
+    elif k == 0 or k < -1:
+        raise TilingError(f"{OP}: num_topk must be a positive topK (or -1, read as 1), got {k}")
+
+
 def _check_950(g, s, out, k: int) -> None:
     """MoeInitRoutingV2Grad's tiling checks (l0 failure -> 561103), for a non-empty out."""
     def fail(msg):
         raise InnerNullptrError(f"l0op::{L0_950}: {msg}")
-    if k <= 0:
-        fail(f"top_k must be greater than 0, got num_topk {k} (-1 is read as 1 only on Ascend 910B / 910_93)")
+    _check_num_topk(k, regbase=True)
     if g.ndim != 2:
         fail(f"grad_expanded_x (permuted_output_grad) must be 2-D here, got shape {g.shape}")
     if g.shape[0] == 0:
@@ -128,7 +143,7 @@ def _check_950(g, s, out, k: int) -> None:
     if s.ndim != 1 or s.shape[0] == 0:
         fail(f"expanded_row_idx (sorted_indices) must be a non-empty 1-D tensor, got shape {s.shape}")
     if s.shape[0] % k:
-        fail(f"expanded_row_idx dim 0 ({s.shape[0]}) must be divisible by top_k ({k})")
+        fail(f"expanded_row_idx (sorted_indices) dim 0 ({s.shape[0]}) must be divisible by top_k (num_topk {k})")
     if out.shape[0] != s.shape[0] // k:
         fail(f"grad_x dim 0 must equal len(sorted_indices) // num_topk = {s.shape[0] // k}, got {out.shape[0]}")
 
@@ -164,11 +179,9 @@ def _executor(result, g, s, out_array, tensors, arch35_chunk=None) -> Executor:
     else:
         kernel = ARCH35_KERNELS[fp32]
         tmpl = Arch35Template(dt_of(g.dtype), arch35_chunk, result.block_dim)
-    if result.block_dim <= 0 or out_array.size == 0:
-        kernel = None
     links = (IndexLink("sorted_indices", "permuted_output_grad", g.shape[1], g.shape[0]),)
     return Executor(OP, result, kernel, (td, gm, tmpl), GM_NAMES, api=API, tensors=tensors, index_links=links,
-                    ub_advice=_ub_advice(result))
+                    ub_advice=_ub_advice(result), writes=(out_array,))
 
 
 def get_workspace_size(permuted_output_grad, sorted_indices, num_topk, padded_mode=False, out=None, *,
@@ -221,27 +234,31 @@ def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     run_executor(API, workspace, workspace_size, executor, stream, check)
 
 
-def allocate_outputs(permuted_output_grad, sorted_indices, num_topk) -> np.ndarray:
-    """Zeroed out of shape (len(sorted_indices) // K, H) in the gradient's dtype (K = num_topk, -1 read as 1):
-    the rows the kernel writes (not InferShape's R // num_topk, see the module docstring)."""
-    g = as_input("permuted_output_grad", permuted_output_grad)
-    s = as_input("sorted_indices", sorted_indices)
-    k = int_attr("num_topk", num_topk)
-    k = 1 if k == -1 else k
-    total = s.shape[0] if s.ndim >= 1 else 0
-    n = total // k if k > 0 else 0
-    h = g.shape[1] if g.ndim >= 2 else 0
-    return np.zeros((n, h), dtype=g.dtype)
-
-
-def moe_token_permute_grad(permuted_output_grad, sorted_indices, num_topk, padded_mode=False, *,
-                           soc="ascend910b") -> np.ndarray:
-    """Friendly call: allocates input_grad (len(sorted_indices) // K, H) in the gradient's dtype, runs both
-    phases and returns it (K = num_topk; -1 is read as 1 on 910B / 910_93 and refused on 950)."""
+def allocate_outputs(permuted_output_grad, sorted_indices, num_topk, *, soc="ascend910b") -> np.ndarray:
+    """Zeroed out of shape (len(sorted_indices) // K, H) in the gradient's dtype (K = num_topk, -1 read as 1 on
+    910B / 910_93): the rows the kernel writes (not InferShape's R // num_topk, see the module docstring). A
+    num_topk the op refuses is refused here, with the op's status, before anything is allocated."""
+    soc = get_soc(soc)
     require("permuted_output_grad", permuted_output_grad)
     require("sorted_indices", sorted_indices)
     require("num_topk", num_topk)
-    out = allocate_outputs(permuted_output_grad, sorted_indices, num_topk)
+    g = as_input("permuted_output_grad", permuted_output_grad)
+    s = as_input("sorted_indices", sorted_indices)
+    k = int_attr("num_topk", num_topk)
+    _check_num_topk(k, soc.is_regbase)
+    k = 1 if k == -1 else k
+    total = s.shape[0] if s.ndim >= 1 else 0
+    h = g.shape[1] if g.ndim >= 2 else 0
+    return output_array("out", [(total // k, "sorted_indices and num_topk"), (h, "permuted_output_grad")], g.dtype)
+
+
+def moe_token_permute_grad(permuted_output_grad, sorted_indices, num_topk, padded_mode=False, *,
+                           soc="ascend910b", check=None) -> np.ndarray:
+    """Friendly call: allocates input_grad (len(sorted_indices) // K, H) in the gradient's dtype, runs both
+    phases and returns it (K = num_topk; -1 is read as 1 on 910B / 910_93 and refused on 950; 0 is refused
+    on both). `check`: checked mode of the run, as on the aclnn call."""
+    validate_check(check)
+    out = allocate_outputs(permuted_output_grad, sorted_indices, num_topk, soc=soc)
     size, executor = get_workspace_size(permuted_output_grad, sorted_indices, num_topk, padded_mode, out, soc=soc)
-    run(np.empty(size, dtype=np.uint8), size, executor)
+    run_friendly(run, size, executor, check)
     return out

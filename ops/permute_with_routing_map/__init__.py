@@ -22,7 +22,10 @@ l0 operator's own outputs; a caller's output whose shape differs from that l0 re
 2-D probs output, a sorted_indices_out length) makes the l0op::ViewCopy into it fail: 561103
 (InnerNullptrError). An empty routing map is a no-op with workspace 0.
 
-Simulator notes: with no slot to produce (numOutTokens < N without dropAndPad) nothing is launched; when
+Degenerate shapes: with no slot to produce (numOutTokens below N without dropAndPad, or below E with it; an
+all-False map with num_out_tokens None) the tiling still runs on the l0's (0, H) outputs and nothing is
+launched (ops._framework.launches: every array the kernel writes is empty); with hidden size 0 the kernel runs
+without its index copy, so sortedIndices and permuteProbs come out as usual. Simulator note: when
 permute_probs_out is given without probs it is ignored (the real aclnn would dereference the null probs).
 """
 from __future__ import annotations
@@ -40,8 +43,9 @@ from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_rou
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError
 
 from .._host import transpose_2d
-from .._framework import Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor
-from .._validate import as_input, as_output, check_no_alias, flag, int_attr, require
+from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
+                          validate_check)
+from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require
 from .kernel import SCATTER_ASSIST, GmTensors, Template, kernel_for, pad_kernel
 
 OP = "MoeTokenPermuteWithRoutingMap"
@@ -160,15 +164,20 @@ def get_workspace_size(tokens, routing_map, probs=None, num_out_tokens=0, drop_a
                    gm_tensor(kernel_tokens_out, 3, gm_view(x).dtype), gm_tensor(out_p, 4), gm_tensor(out_s, 5),
                    None, None, GlobalTensor(assist, 8, 0), GlobalTensor(empty_u8, 9, 0))
     tmpl = Template(dt_of(x.dtype), dt_of(p.dtype) if p is not None else DT_FLOAT16, int(p is not None))
-    total = td.n * td.top_k
+    plan = None
     if drop_and_pad:
         kernel = pad_kernel(p is not None)
     else:
-        kernel = kernel_for(result.tiling_key, tuple(r.name for r in result.ub_plan if r.pipe == "sortPipe")) \
-            if total > 0 else None
+        # hidden size 0: no row bytes to move, sortedIndices and permuteProbs still come out (as in MoeTokenPermute)
+        copy_rows = td.cols > 0
+        kernel = kernel_for(result.tiling_key, tuple(r.name for r in result.ub_plan if r.pipe == "sortPipe"),
+                            copy_rows)
+        if not copy_rows:
+            plan = tuple(r for r in result.ub_plan if r.pipe != "MoeindexCopyPipe")
     executor = Executor(OP, result, kernel, (td, gm, tmpl), GM_NAMES, api=API, tensors=tensors,
                         bind_workspace=_bind_workspace, ub_advice="a smaller hidden size or fewer tokens per core",
-                        index_links=(IndexLink("sorted_indices_out", "permute_tokens", td.cols, out_t.shape[0]),))
+                        index_links=(IndexLink("sorted_indices_out", "permute_tokens", td.cols, out_t.shape[0]),),
+                        ub_plan=plan, writes=(kernel_tokens_out, out_p, out_s))
     steps.append(KernelStep(f"l0op::{OP}", executor))
     if drop_and_pad:
         steps.append(HostStep("l0op::GatherV2", lambda: np.take(x, out_s, axis=0, out=out_t)))
@@ -190,22 +199,28 @@ def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
 
 
 def allocate_outputs(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False):
-    """Zeroed (permute_tokens_out, permute_probs_out or None, sorted_indices_out) for these inputs;
-    num_out_tokens None = every routed slot (N * topK, topK = the most ones in a row) or, with
-    drop_and_pad, N * E."""
-    x, rm = np.asarray(tokens), np.asarray(routing_map)
+    """Zeroed (permute_tokens_out, permute_probs_out or None, sorted_indices_out) for these inputs, sized as the
+    l0 operator sizes its own: rows = AlignDown(numOutTokens, N, or E with drop_and_pad); num_out_tokens None =
+    every routed slot (N * topK, topK = the most ones in a row) or, with drop_and_pad, N * E. A row count no
+    output can have (num_out_tokens -1, 2**62) is refused (161002) before anything is allocated."""
+    require("tokens", tokens)
+    require("routing_map", routing_map)
+    x, rm, p = as_input("tokens", tokens), as_input("routing_map", routing_map), as_input("probs", probs)
+    drop_and_pad = flag("drop_and_pad", drop_and_pad)
     n, e = rm.shape if rm.ndim == 2 else (0, 0)
     m = resolve_num_out_tokens(rm, num_out_tokens, drop_and_pad)
     align = (e if drop_and_pad else n) or 1
-    rows = m // align * align
-    probs_out = np.zeros(rows, dtype=np.asarray(probs).dtype) if probs is not None else None
-    return (np.zeros((rows, *x.shape[1:]), dtype=x.dtype), probs_out, np.zeros(rows, dtype=np.int32))
+    rows = (m // align * align, "num_out_tokens")
+    probs_out = output_array("permute_probs_out", [rows], p.dtype) if p is not None else None
+    return (output_array("permute_tokens_out", [rows] + [(d, "tokens") for d in x.shape[1:]], x.dtype), probs_out,
+            output_array("sorted_indices_out", [rows], np.int32))
 
 
 def resolve_num_out_tokens(routing_map, num_out_tokens, drop_and_pad) -> int:
+    """num_out_tokens as an int64 attribute; None = every routed slot (see allocate_outputs)."""
     if num_out_tokens is not None:
         return int_attr("num_out_tokens", num_out_tokens)
-    rm = np.asarray(routing_map)
+    rm = as_input("routing_map", routing_map)
     if rm.ndim != 2 or rm.size == 0:
         return 0
     if drop_and_pad:
@@ -214,13 +229,16 @@ def resolve_num_out_tokens(routing_map, num_out_tokens, drop_and_pad) -> int:
 
 
 def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False, *,
-                                       soc="ascend910b"):
+                                       soc="ascend910b", check=None):
     """Friendly call: (permute_tokens, permute_probs or None, sorted_indices). num_out_tokens None means every
-    routed slot (N * topK, topK = the most experts any token has)."""
+    routed slot (N * topK, topK = the most experts any token has). `check`: checked mode of the run, as on the
+    aclnn call."""
+    validate_check(check)
+    soc = get_soc(soc)
+    require("routing_map", routing_map)
     m = resolve_num_out_tokens(routing_map, num_out_tokens, drop_and_pad)
     permute_out, probs_out, sorted_out = allocate_outputs(tokens, routing_map, probs, m, drop_and_pad)
     size, executor = get_workspace_size(tokens, routing_map, probs, m, drop_and_pad, permute_out, probs_out,
                                         sorted_out, soc=soc)
-    workspace = np.empty(size, dtype=np.uint8) if size else None
-    run(workspace, size, executor)
+    run_friendly(run, size, executor, check)
     return permute_out, probs_out, sorted_out

@@ -372,26 +372,35 @@ def _not_aligned(core, td, gm, tmpl) -> int:
     return int(member(core, M_ACTUAL_OUT_TOKENS) != td.n * td.top_k)
 
 
-def non_pad_kernel(key: int, ms_buffers: tuple) -> Kernel:
-    """GENERAL_OP_IMPL of key 1..4; ms_buffers: the masked select's buffer names (they depend on probs)."""
+def non_pad_kernel(key: int, ms_buffers: tuple, with_index_copy: bool = True) -> Kernel:
+    """GENERAL_OP_IMPL of key 1..4; ms_buffers: the masked select's buffer names (they depend on probs).
+    with_index_copy False (hidden size 0: no row bytes to move): the same kernel without its index copy, which
+    leaves sortedIndices and permuteProbs as they are."""
     multi = key in (2, 4)
     split = key in (3, 4)
     copy_stage = index_copy_split_d if split else index_copy
     copy_buffers = ("copyInQueue", "indicesQueue" if split else "indicesBuffer")
     copy_name = "MoeindexCopySplitDOp" if split else "MoeindexCopyOp"
     ms_sync = PipePhase("sortPipe", ms_buffers, (SYNC_ALL,))       # the SyncAll() after opMS.Process()
-    aligned = (moe_sort.sort_phase("sortPipe2", multi, _sort2_args),
-               PipePhase("MoeindexCopyPipe", copy_buffers, (copy_stage,), _copy_args(0)))
+    copy = ((PipePhase("MoeindexCopyPipe", copy_buffers, (copy_stage,), _copy_args(0)),) if with_index_copy
+            else ())
+    aligned = (moe_sort.sort_phase("sortPipe2", multi, _sort2_args),) + copy
     non_aligned = (
         PipePhase("rankPipe", RANK_BUFFERS, (SYNC_ALL, (rank_stage, 0), SYNC_ALL, (rank_stage, 1), SYNC_ALL),
                   _rank_args),
         masked_select_phase("sortPipe", _ms_gather, ms_buffers), ms_sync,
         PipePhase("scatterPipe", SCATTER_BUFFERS,
-                  (SYNC_ALL, (scatter_stage, 0), SYNC_ALL, (scatter_stage, 1), SYNC_ALL), _scatter_args),
-        PipePhase("MoeindexCopyPipe", copy_buffers, (copy_stage,), _copy_args(1)))
+                  (SYNC_ALL, (scatter_stage, 0), SYNC_ALL, (scatter_stage, 1), SYNC_ALL), _scatter_args))
+    if with_index_copy:
+        non_aligned += (PipePhase("MoeindexCopyPipe", copy_buffers, (copy_stage,), _copy_args(1)),)
     sort_name = "MoeSortMultiCore" if multi else "MoeSortOneCore"
-    return Kernel(OP, f"KernelMaskedSelectV3 + ({sort_name} + {copy_name}<false> | MoeRoutingRankMultiCore + "
-                      f"MaskedSelect(gather) + MoeSortIndicesScatterMultiCore + {copy_name}<true>)",
+    if with_index_copy:
+        name = (f"KernelMaskedSelectV3 + ({sort_name} + {copy_name}<false> | MoeRoutingRankMultiCore + "
+                f"MaskedSelect(gather) + MoeSortIndicesScatterMultiCore + {copy_name}<true>)")
+    else:
+        name = (f"KernelMaskedSelectV3 + ({sort_name} | MoeRoutingRankMultiCore + MaskedSelect(gather) + "
+                "MoeSortIndicesScatterMultiCore), no index copy (hidden size 0)")
+    return Kernel(OP, name,
                   (masked_select_phase("sortPipe", _ms_full, ms_buffers), ms_sync,
                    Branch("actualOutTokens != n * topK", _not_aligned, (aligned, non_aligned))))
 
@@ -399,11 +408,11 @@ def non_pad_kernel(key: int, ms_buffers: tuple) -> Kernel:
 _KERNELS: dict = {}
 
 
-def kernel_for(key: int, ms_buffers: tuple) -> Kernel:
-    """The (cached) kernel of a non-pad key for a masked-select buffer list."""
-    k = (key, tuple(ms_buffers))
+def kernel_for(key: int, ms_buffers: tuple, with_index_copy: bool = True) -> Kernel:
+    """The (cached) kernel of a non-pad key for a masked-select buffer list (see non_pad_kernel)."""
+    k = (key, tuple(ms_buffers), bool(with_index_copy))
     if k not in _KERNELS:
-        _KERNELS[k] = non_pad_kernel(key, tuple(ms_buffers))
+        _KERNELS[k] = non_pad_kernel(key, tuple(ms_buffers), bool(with_index_copy))
     return _KERNELS[k]
 
 

@@ -41,9 +41,10 @@ from tiling.moe_token_permute_with_routing_map_grad import (FIELDS, TILING_KEY_D
                                                             moe_token_permute_with_routing_map_grad as _tiling)
 from tiling.status import ParamInvalidError, ParamNullptrError, TilingError
 
-from .._framework import Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor
+from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
+                          validate_check)
 from .._host import index_add_rows_step, sort_ids_as_fp32_step, view_copy_step, zeros_like_step
-from .._validate import as_input, as_output, check_no_alias, flag, int_attr, require
+from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from ..common.unpermute_gather import gather_template
 from .kernel import KERNELS, GmTensors
@@ -274,28 +275,33 @@ def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
 
 def allocate_outputs(permuted_token_output_grad, permuted_probs_output_grad, num_experts, tokens_num):
     """Zeroed (tokens_grad_out (tokens_num, H) in Gp's dtype, probs_grad_out (tokens_num, num_experts) in gp's
-    dtype or None without gp)."""
+    dtype or None without gp). tokens_num / num_experts that no output can have (negative, 2**40) are refused
+    (161002) before anything is allocated."""
+    experts, tokens = int_attr("num_experts", num_experts), int_attr("tokens_num", tokens_num)
     require("permuted_token_output_grad", permuted_token_output_grad)
     g = as_input("permuted_token_output_grad", permuted_token_output_grad)
     gp = as_input("permuted_probs_output_grad", permuted_probs_output_grad)
-    experts, tokens = int_attr("num_experts", num_experts), int_attr("tokens_num", tokens_num)
     h = g.shape[1] if g.ndim == 2 else 0
-    out = np.zeros((max(tokens, 0), h), dtype=g.dtype)
-    probs = None if gp is None else np.zeros((max(tokens, 0), max(experts, 0)), dtype=gp.dtype)
+    out = output_array("tokens_grad_out", [(tokens, "tokens_num"), (h, "permuted_token_output_grad")], g.dtype)
+    probs = None if gp is None else output_array("probs_grad_out", [(tokens, "tokens_num"), (experts, "num_experts")],
+                                                 gp.dtype)
     return out, probs
 
 
 def moe_token_permute_with_routing_map_grad(permuted_tokens_grad, permuted_probs_grad, sorted_indices, routing_map,
                                             num_experts, tokens_num, drop_and_pad=False, *, soc="ascend910b",
-                                            deterministic=False):
+                                            deterministic=False, check=None):
     """Friendly call: allocates the outputs, runs both phases.
 
     Returns (tokens_grad (tokens_num, H) in the dtype of permuted_tokens_grad, probs_grad (tokens_num,
-    num_experts) in the dtype of permuted_probs_grad, or None when permuted_probs_grad is None).
+    num_experts) in the dtype of permuted_probs_grad, or None when permuted_probs_grad is None). `check`:
+    checked mode of the run, as on the aclnn call.
     """
+    validate_check(check)
+    soc = get_soc(soc)
     out, probs = allocate_outputs(permuted_tokens_grad, permuted_probs_grad, num_experts, tokens_num)
     size, executor = get_workspace_size(permuted_tokens_grad, permuted_probs_grad, sorted_indices, routing_map,
                                         num_experts, tokens_num, drop_and_pad, out, probs, soc=soc,
                                         deterministic=deterministic)
-    run(np.empty(size, dtype=np.uint8), size, executor)
+    run_friendly(run, size, executor, check)
     return out, probs

@@ -9,8 +9,11 @@ aclnnInnerMoeTokenUnpermute). Checks in the real order:
    sorted_indices int32, out = the tokens' dtype) -> 161002.
 3. tiling (tiling.moe_token_unpermute, 561002): permuted_tokens not 2-D; probs not 2-D;
    len(sorted_indices) != probs.dim0 * probs.dim1; topK > 512.
-4. the simulator's own check, 561002 as the documentation lists shape mismatches: out must be (N, H)
-   (N = probs.dim0, or len(sorted_indices) without probs), which the kernel writes row by row.
+4. the simulator's own checks, 561002 as the documentation lists shape mismatches: out must be (N, H)
+   (N = probs.dim0, or len(sorted_indices) without probs), which the kernel writes row by row; probs of
+   shape (N, 0) with N > 0 (kernel G reads each token's first slot before it tests topK, past a
+   zero-length index buffer on the real chip).
+An empty out launches nothing (ops._framework.launches).
 padded_mode and restore_shape go to a tiling and a kernel that never read them: True / a list are accepted
 and change nothing (the documentation says only False / None are supported).
 Steps: one simulated launch of kernel G (ops.common.unpermute_gather, via kernel.py) on min(N, cores)
@@ -43,9 +46,10 @@ from tiling import get_soc
 from tiling.moe_token_unpermute import FIELDS, L0_950, moe_token_unpermute as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, TilingError
 
-from .._framework import Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor
+from .._framework import (Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor,
+                          run_friendly, validate_check)
 from .._host import view_copy_step
-from .._validate import as_input, as_output, check_no_alias, flag, int_list, require
+from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
 from ..common.unpermute_gather import gather_template
 from .kernel import GmTensors, kernel_for
 
@@ -108,12 +112,10 @@ def _executor(result, p, s, pr, out, tensors, arch35: bool, api: str) -> Executo
                            used_core_num=result.block_dim, arch35=arch35)
     gm = GmTensors(gm_tensor(p, 0), gm_tensor(s, 1, np.int32), None if pr is None else gm_tensor(pr, 2),
                    gm_tensor(out, 3))
-    kernel = None
-    if out.size and result.block_dim > 0:
-        kernel = kernel_for(p.dtype == _F32, pr is not None, pr is not None and pr.dtype == _F32)
+    kernel = kernel_for(p.dtype == _F32, pr is not None, pr is not None and pr.dtype == _F32)
     links = (IndexLink("sorted_indices", "permuted_tokens", p.shape[1], p.shape[0]),)
     return Executor(OP, result, kernel, (TilingData(*result.fields.values()), gm, tmpl), GM_NAMES, api=api,
-                    tensors=tensors, ub_advice=_ub_advice(result), index_links=links)
+                    tensors=tensors, ub_advice=_ub_advice(result), index_links=links, writes=(out,))
 
 
 def _check_simulated_950_kernel_fits(result) -> None:
@@ -159,6 +161,11 @@ def get_workspace_size(permuted_tokens, sorted_indices, probs=None, padded_mode=
     match_dtype_columns(OP, list(tensors.items()), DTYPE_COLUMNS)
     result = _tiling(p, s, pr, padded_mode, restore_shape, soc=soc)
     _check_out_shape(out, p, s, pr, TilingError)
+    if pr is not None and pr.ndim == 2 and pr.shape[1] == 0 and out.size:
+        # kernel G reads each token's first slot before it looks at topK: with topK 0 that index and prob lie
+        # past their zero-length UB buffers (the real kernel would read whatever is there)
+        raise TilingError(f"{OP}: probs has 0 columns (topK 0) for {out.shape[0]} tokens: kernel G reads every "
+                          "token's first slot unconditionally, which topK 0 leaves outside its index buffer")
     executor = _executor(result, p, s, pr, out, tensors, arch35=False, api=API)
     return result.workspace_size, executor
 
@@ -194,17 +201,21 @@ def allocate_outputs(permuted_tokens, sorted_indices, probs=None) -> np.ndarray:
     p, s = as_input("permuted_tokens", permuted_tokens), as_input("sorted_indices", sorted_indices)
     pr = as_input("probs", probs)
     h = p.shape[1] if p.ndim >= 2 else 0
-    return np.zeros((_tokens_of(s, pr), h), dtype=p.dtype)
+    return output_array("unpermuted_tokens", [(_tokens_of(s, pr), "probs" if pr is not None else "sorted_indices"),
+                                              (h, "permuted_tokens")], p.dtype)
 
 
 def moe_token_unpermute(permuted_tokens, sorted_indices, probs=None, padded_mode=False, restore_shape=None, *,
-                        soc="ascend910b") -> np.ndarray:
+                        soc="ascend910b", check=None) -> np.ndarray:
     """Friendly call: allocates unpermuted_tokens, runs both phases and returns it.
 
     Returns (N, H) in the dtype of permuted_tokens, N = probs.dim0 (or len(sorted_indices) without probs).
-    restore_shape does not change the shape (the real InferShape ignores it)."""
+    restore_shape does not change the shape (the real InferShape ignores it). `check`: checked mode of the run,
+    as on the aclnn call."""
+    validate_check(check)
+    soc = get_soc(soc)
     out = allocate_outputs(permuted_tokens, sorted_indices, probs)
     size, executor = get_workspace_size(permuted_tokens, sorted_indices, probs, padded_mode, restore_shape, out,
                                         soc=soc)
-    run(np.empty(size, dtype=np.uint8), size, executor)
+    run_friendly(run, size, executor, check)
     return out

@@ -55,9 +55,10 @@ from tiling import get_soc
 from tiling.moe_token_unpermute_grad import FIELDS, KEY_PROB, in_core_split_done, moe_token_unpermute_grad as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError
 
-from .._framework import Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor
+from .._framework import (Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor,
+                          run_friendly, validate_check)
 from .._host import view_copy_step
-from .._validate import as_input, as_output, check_no_alias, flag, int_list, require
+from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
 from .kernel import KERNELS, GmTensors, Template
 
 OP = "MoeTokenUnpermuteGrad"
@@ -279,24 +280,28 @@ def allocate_outputs(permuted_tokens, unpermuted_tokens_grad, sorted_indices, pr
     dtype, or an empty (0,) array of the gradient dtype without probs (the output is required but unused)."""
     require("unpermuted_tokens_grad", unpermuted_tokens_grad)
     require("sorted_indices", sorted_indices)
+    as_input("permuted_tokens", permuted_tokens)
     g, s = as_input("unpermuted_tokens_grad", unpermuted_tokens_grad), as_input("sorted_indices", sorted_indices)
     pr = as_input("probs", probs)
     m = s.shape[0] if s.ndim >= 1 else 0
     h = g.shape[1] if g.ndim == 2 else 0
-    out = np.zeros((m, h), dtype=g.dtype)
-    probs_grad = np.zeros(pr.shape, dtype=pr.dtype) if pr is not None else np.zeros((0,), dtype=g.dtype)
+    out = output_array("permuted_tokens_grad_out", [(m, "sorted_indices"), (h, "unpermuted_tokens_grad")], g.dtype)
+    probs_grad = output_array("probs_grad_out", [(d, "probs") for d in (pr.shape if pr is not None else (0,))],
+                              pr.dtype if pr is not None else g.dtype)
     return out, probs_grad
 
 
 def moe_token_unpermute_grad(permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs=None, padded_mode=False,
-                             restore_shape=None, *, soc="ascend910b"):
+                             restore_shape=None, *, soc="ascend910b", check=None):
     """Friendly call: allocates zeroed outputs, runs both phases.
 
     Returns (permuted_tokens_grad (len(sorted_indices), H) in the gradient dtype, probs_grad (N, K) in the probs
     dtype, or None without probs). Rows of permuted_tokens_grad no index names are 0 (the kernel does not write
-    them; the outputs start zeroed)."""
+    them; the outputs start zeroed). `check`: checked mode of the run, as on the aclnn call."""
+    validate_check(check)
+    soc = get_soc(soc)
     out, probs_grad = allocate_outputs(permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs)
     size, executor = get_workspace_size(permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs, padded_mode,
                                         restore_shape, out, probs_grad, soc=soc)
-    run(np.empty(size, dtype=np.uint8), size, executor)
+    run_friendly(run, size, executor, check)
     return out, (probs_grad if probs is not None else None)

@@ -41,9 +41,10 @@ from tiling.moe_token_unpermute_with_routing_map import FIELDS, KEY_PAD
 from tiling.moe_token_unpermute_with_routing_map import moe_token_unpermute_with_routing_map as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError
 
-from .._framework import Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor
+from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
+                          validate_check)
 from .._host import index_add_rows_step, sort_ids_as_fp32_step, view_copy_step, zeros_like_step
-from .._validate import as_input, as_output, check_no_alias, flag, int_list, require
+from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from .kernel import GmTensors, Template, kernel_for
 
@@ -294,32 +295,41 @@ def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
 def allocate_outputs(permuted_tokens, sorted_indices, routing_map=None, probs=None, padded_mode=False,
                      restore_shape=None):
     """Zero-filled (unpermuted_tokens, out_index, permute_token_id, permute_probs or None) of the shapes the op
-    writes: unpermuted (N, H) with N = probs.dim0, else restore_shape[0]; the others (L,)."""
-    p, s = np.asarray(permuted_tokens), np.asarray(sorted_indices)
+    writes: unpermuted (N, H) with N = probs.dim0, else restore_shape[0] (restore_shape[0] in padded mode
+    whenever it has two elements); the others (L,). A restore_shape no output can have ([-1, 64],
+    [2**40, 64]) is refused (161002) before anything is allocated."""
+    require("permuted_tokens", permuted_tokens)
+    require("sorted_indices", sorted_indices)
+    p, s = as_input("permuted_tokens", permuted_tokens), as_input("sorted_indices", sorted_indices)
+    as_input("routing_map", routing_map)
+    pr = as_input("probs", probs)
+    padded_mode = flag("padded_mode", padded_mode)
     h = p.shape[1] if p.ndim == 2 else 0
     rs = int_list("restore_shape", restore_shape)
-    n = probs.shape[0] if probs is not None and np.ndim(probs) >= 1 else (rs[0] if rs else 0)
-    if padded_mode and rs is not None and len(rs) == 2:
-        n = rs[0]
-    length = s.shape[0] if s.ndim == 1 else 0
-    out = np.zeros((max(n, 0), h), dtype=p.dtype)
-    out_index = np.zeros(length, dtype=np.int32)
-    token_id = np.zeros(length, dtype=np.int32)
-    pp = np.zeros(length, dtype=probs.dtype) if probs is not None else None
+    if pr is not None and pr.ndim >= 1 and not (padded_mode and rs is not None and len(rs) == 2):
+        tokens = (pr.shape[0], "probs")
+    else:
+        tokens = (rs[0] if rs else 0, "restore_shape[0]")
+    slots = [(s.shape[0] if s.ndim == 1 else 0, "sorted_indices")]
+    out = output_array("unpermuted_tokens", [tokens, (h, "permuted_tokens")], p.dtype)
+    out_index = output_array("out_index", slots, np.int32)
+    token_id = output_array("permute_token_id", slots, np.int32)
+    pp = output_array("permute_probs", slots, pr.dtype) if pr is not None else None
     return out, out_index, token_id, pp
 
 
 def moe_token_unpermute_with_routing_map(permuted_tokens, sorted_indices, routing_map=None, probs=None,
-                                         padded_mode=False, restore_shape=None, *, soc="ascend910b"):
+                                         padded_mode=False, restore_shape=None, *, soc="ascend910b", check=None):
     """Friendly call: allocates the outputs, runs both phases.
 
     Returns (unpermuted_tokens (N, H) token dtype, out_index (L,) int32, permute_token_id (L,) int32,
     permute_probs (L,) probs dtype or None). Not padded, out_index and permute_token_id are not written (zeros).
+    `check`: checked mode of the run, as on the aclnn call.
     """
-    require("permuted_tokens", permuted_tokens)
-    require("sorted_indices", sorted_indices)
+    validate_check(check)
+    soc = get_soc(soc)
     outs = allocate_outputs(permuted_tokens, sorted_indices, routing_map, probs, padded_mode, restore_shape)
     size, executor = get_workspace_size(permuted_tokens, sorted_indices, routing_map, probs, padded_mode,
                                         restore_shape, *outs, soc=soc)
-    run(np.empty(size, dtype=np.uint8), size, executor)
+    run_friendly(run, size, executor, check)
     return outs

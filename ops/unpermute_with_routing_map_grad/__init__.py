@@ -5,7 +5,10 @@ dtype combination outside the OpDef columns -> 161002, tiling failure -> 561002.
 Shape relations the documentation requires but the tiling does not read (output shapes,
 routing map / probs / permuted tokens against the gradients) are checked here and give
 561002 as the documentation's error table says ("input or output shape does not meet
-the requirements").
+the requirements"). With dropAndPad and probs, slots need an expert column (slot j belongs to expert
+j // capacity, capacity = slots / experts) and a hidden size above 0 (keys 11 / 111 reduce each slot's
+per-piece partial sums, and hidden 0 leaves none): both refused with 561002 rather than a kernel reading
+past its buffers.
 """
 from __future__ import annotations
 
@@ -20,8 +23,9 @@ from tiling.moe_token_unpermute_with_routing_map_grad import FIELDS, moe_token_u
     _tiling
 from tiling.status import ParamNullptrError, TilingError
 
-from .._framework import Executor, IndexLink, dtype_code, gm_tensor, match_dtype_columns, run_executor
-from .._validate import as_input, as_output, check_no_alias, flag, int_list, require
+from .._framework import (Executor, IndexLink, dtype_code, gm_tensor, match_dtype_columns, run_executor, run_friendly,
+                          validate_check)
+from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
 from .kernel import KERNELS, GmTensors, Template
 
 OP = "MoeTokenUnpermuteWithRoutingMapGrad"
@@ -46,7 +50,7 @@ def _shape_error(message: str):
     raise TilingError(f"{OP}: {message}")
 
 
-def _check_shapes(g, o, rm, p, pr, out_grad, probs_grad_out) -> None:
+def _check_shapes(g, o, rm, p, pr, out_grad, probs_grad_out, drop_and_pad: bool) -> None:
     n, h = g.shape
     m = o.shape[0]
     if out_grad.shape != (m, h):
@@ -63,6 +67,14 @@ def _check_shapes(g, o, rm, p, pr, out_grad, probs_grad_out) -> None:
         _shape_error(f"permuted_tokens must have shape (len(out_index), hidden) = {(m, h)}, got {p.shape}")
     if probs_grad_out.shape != (n, e):
         _shape_error(f"probs_grad_out must have the probs shape {(n, e)}, got {probs_grad_out.shape}")
+    if drop_and_pad and m and e == 0:
+        # slot j belongs to expert j // capacity with capacity = len(out_index) / experts: no expert, no owner
+        _shape_error(f"with drop_and_pad, {m} slots need at least one expert column in probs, got shape {pr.shape}")
+    if drop_and_pad and m and h == 0 and probs_grad_out.size:
+        # keys 11 / 111 reduce each slot's per-piece partial sums: a zero hidden size leaves zero pieces, and the
+        # kernel would read a sum from its empty partial-sum buffer
+        _shape_error("with drop_and_pad and probs, hidden_size 0 leaves the probs gradient's sum without a hidden "
+                     "piece to reduce")
 
 
 def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None, permuted_tokens=None,
@@ -92,7 +104,7 @@ def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, rout
                                 "gradient through it)")
 
     result = _tiling(g, o, i, rm, p, pr, drop_and_pad, restore_shape, soc=soc)
-    _check_shapes(g, o, rm, p, pr, out_grad, out_probs_grad)
+    _check_shapes(g, o, rm, p, pr, out_grad, out_probs_grad, drop_and_pad)
 
     token_t = dtype_code(g, DT_FLOAT)
     grads = gm_tensor(g, 0)
@@ -133,24 +145,34 @@ def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     run_executor(API, workspace, workspace_size, executor, stream, check)
 
 
-def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
-                                              permuted_tokens=None, probs=None, drop_and_pad=False,
-                                              restore_shape=None, *, soc="ascend910b"):
-    """Friendly call: allocates the outputs, runs both phases.
-
-    Returns (permuted_tokens_grad (M, H) in the grad dtype, probs_grad (N, E) in the probs dtype or None).
-    Rows of permuted_tokens_grad that no slot addresses stay 0.
-    """
+def allocate_outputs(unpermuted_tokens_grad, out_index, probs=None):
+    """Zeroed (permuted_tokens_grad_out (len(out_index), H) in the gradient dtype, probs_grad_out in the probs
+    shape and dtype, or None without probs)."""
     require("unpermuted_tokens_grad", unpermuted_tokens_grad)
     require("out_index", out_index)
     g, o = as_input("unpermuted_tokens_grad", unpermuted_tokens_grad), as_input("out_index", out_index)
-    probs = as_input("probs", probs)
+    pr = as_input("probs", probs)
     m = o.shape[0] if o.ndim >= 1 else 0
     h = g.shape[1] if g.ndim == 2 else 0
-    out_grad = np.zeros((m, h), dtype=g.dtype)
-    out_probs_grad = None if probs is None else np.zeros(probs.shape, dtype=probs.dtype)
+    out_grad = output_array("permuted_tokens_grad_out", [(m, "out_index"), (h, "unpermuted_tokens_grad")], g.dtype)
+    probs_grad = None if pr is None else output_array("probs_grad_out", [(d, "probs") for d in pr.shape], pr.dtype)
+    return out_grad, probs_grad
+
+
+def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
+                                              permuted_tokens=None, probs=None, drop_and_pad=False,
+                                              restore_shape=None, *, soc="ascend910b", check=None):
+    """Friendly call: allocates the outputs, runs both phases.
+
+    Returns (permuted_tokens_grad (M, H) in the grad dtype, probs_grad (N, E) in the probs dtype or None).
+    Rows of permuted_tokens_grad that no slot addresses stay 0. `check`: checked mode of the run, as on the
+    aclnn call.
+    """
+    validate_check(check)
+    soc = get_soc(soc)
+    out_grad, out_probs_grad = allocate_outputs(unpermuted_tokens_grad, out_index, probs)
     size, executor = get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, routing_map,
                                         permuted_tokens, probs, drop_and_pad, restore_shape, out_grad,
                                         out_probs_grad, soc=soc)
-    run(np.empty(size, dtype=np.uint8), size, executor)
+    run_friendly(run, size, executor, check)
     return out_grad, out_probs_grad

@@ -150,6 +150,7 @@ STATUS_CASES = {
     "910b-grad-1d": ("910b", dict(g=np.zeros(10, BF16)), 561002),
     "910b-indices-2d": ("910b", dict(s=np.arange(12, dtype=np.int32).reshape(6, 2)), 561002),
     "910b-topk-minus2": ("910b", dict(k=-2), 561002),
+    "910b-topk-zero": ("910b", dict(k=0, out=np.zeros((0, 16), BF16)), 561002),
     "910b-out-infershape-rows": ("910b", dict(out=np.zeros((5, 16), BF16)), 561002),
     "910b-out-hidden": ("910b", dict(out=np.zeros((6, 8), BF16)), 561002),
     "910b-ub-too-small": ("910b-tiny", dict(), 561002),
@@ -159,6 +160,8 @@ STATUS_CASES = {
     "950-out-dtype": ("950", dict(out=np.zeros((6, 16), np.float16)), 161002),
     "950-grad-rank0": ("950", dict(g=np.zeros((), BF16)), 161002),
     "950-topk-minus1": ("950", dict(k=-1, out=np.zeros((12, 16), BF16)), 561103),
+    "950-topk-zero": ("950", dict(k=0, out=np.zeros((6, 16), BF16)), 561103),
+    "950-topk-zero-empty-out": ("950", dict(k=0, out=np.zeros((0, 16), BF16)), 0),   # the l0 launches nothing
     "950-topk-not-dividing": ("950", dict(k=5, out=np.zeros((2, 16), BF16)), 561103),
     "950-out-rows": ("950", dict(out=np.zeros((5, 16), BF16)), 561103),
     "950-grad-3d": ("950", dict(g=np.zeros((10, 16, 1), BF16)), 561103),
@@ -179,6 +182,39 @@ def test_status_codes(case):
     assert e.value.status == status, str(e.value)
     if case == "910b-out-infershape-rows":
         assert "InferShape" in str(e.value)
+
+
+# num_topk -> (910B / 910_93, 950): the rows of the friendly call's input_grad, or the status. 12 slots (6 tokens,
+# topK 2), 10 gradient rows. 910B: T-G reads -1 as 1 and takes tokens = len // K (the slots past tokens * K are
+# not read; K above len gives no token); K = 0 or below -1 leaves no token count (561002). 950: the l0
+# MoeInitRoutingV2Grad's tiling refuses K <= 0 and a len that K does not divide (561103); an out of 0 rows
+# launches nothing.
+NUM_TOPK_RULES = {
+    "zero": (0, 561002, 561103),
+    "minus-one": (-1, 12, 561103),
+    "minus-two": (-2, 561002, 561103),
+    "not-dividing": (5, 2, 561103),
+    "dividing": (3, 4, 4),
+    "above-len": (13, 0, 0),
+}
+
+
+@pytest.mark.parametrize("soc", ["ascend910b", "ascend950"])
+@pytest.mark.parametrize("rule", NUM_TOPK_RULES)
+def test_friendly_call_applies_each_chips_num_topk_rule(rule, soc):
+    k, on_910, on_950 = NUM_TOPK_RULES[rule]
+    want = on_950 if soc == "ascend950" else on_910
+    a = make_inputs(tokens=6, hidden=16, topk=2, num_out_tokens=10, seed=7)
+    g, s = a["permuted_output_grad"], a["sorted_indices"]
+    if want > 100:
+        with pytest.raises(AclnnError) as e:
+            permute_grad(g, s, k, soc=soc)
+        assert e.value.status == want and "num_topk" in e.value.message, str(e.value)
+        return
+    out = permute_grad(g, s, k, soc=soc)
+    assert out.shape == (want, 16)
+    expected = golden_950(g, s, k) if soc == "ascend950" else golden(g, s, k)
+    assert _bits_equal(out, expected.reshape(want, 16))
 
 
 def test_empty_out_on_950_launches_nothing():

@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 
 import ops
 from ascend_sim import OutOfBoundsError, UBOverflowError
+from ops._framework import recorded_runs
 from ops.unpermute_with_routing_map_grad.examples import make_inputs
 from ops.unpermute_with_routing_map_grad.golden import golden, reduce_sum_rows
 from tiling import get_soc, moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
 from tiling.common import ceil_div
+from tiling.status import AclnnError
 
 aclnn = ops.aclnn
 BF16, F16, F32 = ml_dtypes.bfloat16, np.float16, np.float32
@@ -244,16 +246,17 @@ def test_no_probs_slot_past_tokens_times_topk(extra_row):
 @pytest.mark.parametrize("mode", MODES)
 def test_zero_hidden_size(mode):
     """H = 0: every mode gives an (M, 0) gradient and an all-zero probs gradient -- except that the
-    dropAndPad + probs kernel (key 11) then casts one element out of its 0-byte partial-sum buffer
-    (hiddenSizeLoopTimesAlign = 0), a read outside the buffer that the simulator reports."""
+    dropAndPad + probs kernel (key 11) would cast one element out of its 0-byte partial-sum buffer
+    (hiddenSizeLoopTimesAlign = 0): refused with 561002 before the launch."""
     pad, probs = MODES[mode]
     args = make_inputs(8, 0, 4, topk=2, capacity=2, dtype=BF16, drop_and_pad=pad, with_probs=probs, seed=24)
     want_grad, want_probs_grad = golden(*args.values())
     assert want_grad.shape == (args["out_index"].size, 0)
     assert want_probs_grad is None if not probs else not want_probs_grad.astype(F32).any()
     if pad and probs:
-        with pytest.raises(OutOfBoundsError, match="0 bytes"):
+        with recorded_runs() as runs, pytest.raises(AclnnError, match="hidden_size 0") as info:
             ops.moe_token_unpermute_with_routing_map_grad(*args.values())
+        assert info.value.status == 561002 and runs == []
         return
     grad, probs_grad = ops.moe_token_unpermute_with_routing_map_grad(*args.values())
     assert _same_bits(grad, want_grad) and _same_bits(probs_grad, want_probs_grad)
