@@ -219,7 +219,7 @@ def test_cold_demo_compile_tickets_are_split_between_two_ends(monkeypatch):
     compiled exactly once, each process starts on its own operator."""
     import multiprocessing
 
-    from ops import cli
+    from ops.cli import demo as cli
     from tiling import get_soc
     executors = list(cli._prepared_executors(cli.demo_cases(get_soc("910b"), values=False)).values())
     tickets = cli._compile_tickets(executors)
@@ -288,3 +288,108 @@ def test_profile_bad_flags_are_one_line(extra, fragment, capsys):
     assert main(PROFILE + extra) == 2
     err = capsys.readouterr().err
     assert fragment in err and len(err.strip().splitlines()) == 1, err
+
+
+# --- the command line as a package ---------------------------------------------------------------------------
+def _module_graph() -> dict[str, set[str]]:
+    """{module under ops: the modules under ops it imports}, from every import statement (in functions too: a
+    deferred import is still a dependency). Importing a.b.c also runs the packages a.b and a, unless the
+    importer is inside them already; the registry's dynamic imports of each operator's spec are added."""
+    import ast
+    import pathlib
+
+    from ops.cli.operators import PACKAGES
+    root = pathlib.Path(__file__).resolve().parents[1]
+    modules = {}
+    for path in (root / "ops").rglob("*.py"):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets.update([base, *(f"{base}.{a.name}" for a in node.names)])
+        if name == "ops.cli.operators":
+            targets.update(f"ops.{p}.cli" for p in PACKAGES)
+        edges = set()
+        for target in targets:
+            parts = target.split(".")
+            for k in range(1, len(parts) + 1):
+                ancestor = ".".join(parts[:k])
+                if ancestor in modules and not (name == ancestor or name.startswith(ancestor + ".")):
+                    edges.add(ancestor)
+        graph[name] = edges
+    return graph
+
+
+def _cycle_through(graph: dict, start: str) -> list | None:
+    """A path start -> ... -> start in the graph, or None."""
+    stack, seen = [(start, [start])], set()
+    while stack:
+        node, path = stack.pop()
+        for nxt in graph[node]:
+            if nxt == start:
+                return path + [start]
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append((nxt, path + [nxt]))
+    return None
+
+
+def test_the_command_line_modules_import_no_cycle():
+    graph = _module_graph()
+    cli_modules = [m for m in graph if m == "ops.cli" or m.startswith("ops.cli.") or m.endswith(".cli")
+                   or m == "ops.common.cli_spec"]
+    assert "ops.cli.demo" in cli_modules and "ops.permute.cli" in cli_modules
+    cycles = {m: _cycle_through(graph, m) for m in cli_modules}
+    assert not any(cycles.values()), {m: c for m, c in cycles.items() if c}
+
+
+def test_every_operator_states_its_own_spec():
+    from ops.cli.operators import OPS, PACKAGES
+    assert len(OPS) == len(PACKAGES) == 8
+    for name, spec in OPS.items():
+        assert spec.name == name and spec.demo_cases.__module__.startswith("ops.") and spec.flags
+
+
+@pytest.mark.parametrize("op", ["moe_token_permute", "moe_token_unpermute_with_routing_map_grad",
+                                "moe_token_permute_with_routing_map", "moe_token_unpermute_with_routing_map",
+                                "moe_token_permute_with_routing_map_grad", "moe_token_unpermute",
+                                "moe_token_permute_grad", "moe_token_unpermute_grad"])
+def test_each_demo_group_is_titled_with_its_operator(op):
+    from ops.cli.demo import demo_title
+    from tiling import get_soc
+    camel = "".join(w.capitalize() for w in op.split("_"))
+    title = demo_title(op, get_soc("910b"))
+    assert title.split(" ")[0] == camel and "ascend910b" in title, title
+
+
+def test_python_dash_m_and_the_console_script_run_the_package():
+    import os
+    import subprocess
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    import ops.cli
+    root = Path(__file__).resolve().parents[1]
+    script = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]["ascend-sim"]
+    module, _, attr = script.partition(":")
+    assert (module, attr) == ("ops.cli", "main") and ops.cli.main is main
+    done = subprocess.run([sys.executable, "-m", "ops.cli", "--help"], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for command in ("demo", "tiling", "run", "profile", "limits", "moe-layer"):
+        assert command in done.stdout
+    done = subprocess.run([sys.executable, "-m", "ops.cli", "run", "moe_token_frobnicate", "--tokens", "1",
+                           "--hidden", "1", "--experts", "1"], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+    assert done.returncode == 2 and "unknown operator" in done.stderr
