@@ -393,3 +393,89 @@ def test_python_dash_m_and_the_console_script_run_the_package():
                            "--hidden", "1", "--experts", "1"], capture_output=True, text=True, cwd=root,
                           env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
     assert done.returncode == 2 and "unknown operator" in done.stderr
+
+
+# --- flag errors found before the run ------------------------------------------------------------------------
+LIMITS = ["limits", "moe_token_unpermute", "--vary", "topk", "--fix", "tokens=64", "--fix", "hidden=64", "--to", "8"]
+
+
+@pytest.mark.parametrize("command,flag,target", [
+    (PROFILE, "--trace", "missing/out.json"),
+    (PROFILE, "--trace", "."),
+    (PROFILE, "--csv", "missing/out.csv"),
+    (PROFILE, "--csv", "."),
+    (PROFILE, "--plot", "missing/out.png"),
+    (PROFILE, "--plot", "."),
+    (LIMITS, "--plot", "missing/out.png"),
+    (LIMITS, "--plot", "."),
+], ids=["profile-trace-no-dir", "profile-trace-onto-dir", "profile-csv-no-dir", "profile-csv-onto-dir",
+        "profile-plot-no-dir", "profile-plot-onto-dir", "limits-plot-no-dir", "limits-plot-onto-dir"])
+def test_an_output_file_that_cannot_be_written_is_a_flag_error_before_the_run(command, flag, target, tmp_path,
+                                                                             capsys):
+    path = str(tmp_path / target)
+    assert main(command + [flag, path]) == 2
+    captured = capsys.readouterr()
+    assert f"cannot write {path}" in captured.err and flag in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and captured.out == ""     # nothing ran
+
+
+ROUTING_OPS = ["moe_token_permute_with_routing_map", "moe_token_unpermute_with_routing_map",
+               "moe_token_permute_with_routing_map_grad", "moe_token_unpermute_with_routing_map_grad"]
+
+
+@pytest.mark.parametrize("op", ROUTING_OPS)
+@pytest.mark.parametrize("extra", [["--topk", "2"], ["--capacity", "2", "--drop-and-pad"]], ids=["topk", "pad"])
+def test_int8_tokens_on_a_routing_map_op_give_the_operators_status(op, extra, capsys):
+    """The OpDef takes float tokens only: the aclnn call's own 161002, not its tiling's error or a raw one."""
+    rc = main(["run", op, "--tokens", "8", "--hidden", "8", "--experts", "4", "--dtype", "int8", *extra])
+    err = capsys.readouterr().err
+    assert rc == 1 and "ParamInvalidError [161002]" in err and "int8" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["run", "moe_token_permute", "--tokens", "100000000000", "--hidden", "8", "--experts", "4", "--topk", "2"],
+     "--tokens"),
+    (["run", "moe_token_unpermute_with_routing_map_grad", "--tokens", "8", "--hidden", "100000000000", "--experts",
+      "4", "--topk", "2"], "--hidden"),
+    (["run", "moe_token_permute_with_routing_map", "--tokens", "64", "--hidden", "64", "--experts", "40000000000",
+      "--topk", "2"], "--experts"),
+    (["profile", "moe_token_unpermute", "--tokens", "100000000000", "--hidden", "8", "--experts", "4", "--topk",
+      "2"], "--tokens"),
+    (["moe-layer", "--tokens", "100000000000"], "--tokens"),
+    (["moe-layer", "--hidden", "1000000"], "--hidden"),
+], ids=["permute-tokens", "uwrm-grad-hidden", "pwrm-experts", "profile-tokens", "moe-layer-tokens",
+        "moe-layer-hidden"])
+def test_a_case_larger_than_the_memory_is_refused_in_one_line_before_allocating(argv, flag, capsys):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and flag in err and "bytes of memory" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_memory_bound_counts_the_case_s_bytes_not_one_flag():
+    """The same --tokens fits with a small hidden size and not with a large one: the bound is on bytes."""
+    from ops.cli import OPS, build_parser
+    from ops.cli.common import CliError, check_inputs_fit_memory, machine_memory_bytes
+    tokens = machine_memory_bytes() // 64      # bf16 tokens (N, H) + int32 indices (N, 1): N * (2H + 4) bytes
+    spec = OPS["moe_token_permute"]
+
+    def case(hidden):
+        return build_parser().parse_args(["run", "moe_token_permute", "--tokens", str(tokens), "--hidden", str(hidden),
+                                          "--experts", "4", "--topk", "1"])
+    check_inputs_fit_memory(case(16), spec)                   # 36 / 64 of the memory
+    with pytest.raises(CliError, match="--tokens .* --hidden 64 .*bytes of memory"):
+        check_inputs_fit_memory(case(64), spec)               # 132 / 64 of it
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["moe-layer", "--tokens", "8", "--experts", "4", "--capacity", "9", "--style", "routing_map_pad"], "--capacity"),
+    (["moe-layer", "--tokens", "8", "--experts", "4", "--capacity", "9"], "--capacity"),
+    (["limits", "moe_token_unpermute_with_routing_map", "--vary", "hidden", "--fix", "capacity=4"], "--capacity"),
+    (["limits", "moe_token_permute_with_routing_map_grad", "--vary", "tokens", "--drop-and-pad"], "--capacity"),
+], ids=["layer-capacity-above-tokens", "layer-all-styles", "limits-capacity-without-pad",
+        "limits-pad-without-capacity"])
+def test_flag_combinations_that_make_no_case_are_flag_errors(argv, flag, capsys):
+    rc = main(argv)
+    captured = capsys.readouterr()
+    assert rc == 2 and flag in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
+    assert "not a valid shape" not in captured.out

@@ -61,6 +61,10 @@ def main(argv=None) -> int:
             print(e.detail)
         print(f"ascend-sim: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
+    except MemoryError:     # outputs beyond the inputs the memory check counts; numpy's message is no use here
+        print("ascend-sim: error: out of memory while allocating the case's tensors: make the shape smaller",
+              file=sys.stderr)
+        return 2
     except BrokenPipeError:     # the reader (e.g. `| head`) went away: nothing left to say
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's exit flush quiet
         return 0

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import os
 import sys
 
 import numpy as np
 
 from ascend_sim import ConfigError, cache_state, stage_signature
 from tiling import get_soc
+from tiling.common import TensorDesc
 
 from ..common.cli_spec import CliError, OpSpec, same_bits
 from .operators import OP_SPECIFIC_FLAGS, OPS
@@ -36,6 +39,22 @@ def integer(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def output_file(text: str) -> str:
+    """A file the command will write: refused at parse time (before any run) when it cannot be written, so a
+    long run does not end in an error."""
+    path = os.path.abspath(text) if text else ""
+    parent = os.path.dirname(path)
+    if not text or os.path.isdir(path):
+        reason = "it is a directory" if text else "no file name"
+    elif not os.path.isdir(parent):
+        reason = f"no directory {parent}"
+    elif not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        reason = "permission denied"
+    else:
+        return text
+    raise argparse.ArgumentTypeError(f"cannot write {text} ({reason})")
 
 
 SOC_HELP = "chip profile: ascend910b (default), ascend910_93, ascend950 (or 910b, 910_93, 950)"
@@ -106,6 +125,33 @@ def check_flags_apply(a: argparse.Namespace, spec: OpSpec, soc) -> None:
         spec.check_flags(a, soc)
 
 
+SHAPE_FLAGS = ("tokens", "hidden", "experts", "topk", "capacity", "num_out_tokens")
+
+
+def machine_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes (None where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def check_fits_memory(needed: int, a: argparse.Namespace, flags=SHAPE_FLAGS) -> None:
+    """A case that needs more bytes than this machine has is a flag error, before anything is allocated."""
+    memory = machine_memory_bytes()
+    if memory is not None and needed > memory:
+        given = " ".join(f"{_flag(d)} {getattr(a, d)}" for d in flags if getattr(a, d, None) is not None)
+        raise CliError(f"{given}: the case's tensors need at least {needed:,} bytes, more than the {memory:,} bytes "
+                       "of memory of this machine; make the shape smaller")
+
+
+def check_inputs_fit_memory(a: argparse.Namespace, spec: OpSpec) -> None:
+    """The operator's input tensors (from its descs: shapes and dtypes, nothing allocated) must fit this
+    machine's memory; the outputs come on top, so this is the least the case allocates."""
+    needed = sum(math.prod(d.shape) * d.dtype.itemsize for d in spec.descs(a).values() if isinstance(d, TensorDesc))
+    check_fits_memory(needed, a)
+
+
 def soc_of(a):
     """The chip profile of --soc / --ub-size / --cores."""
     try:
@@ -116,10 +162,12 @@ def soc_of(a):
 
 # --- the two aclnn phases of a case ----------------------------------------------------------------------
 def prepare_op(spec: OpSpec, args: dict, soc):
-    """Tiling, outputs and the aclnn executor of one case (phase one; nothing runs)."""
-    tiling_result = spec.tiling(args, soc)
+    """Tiling, outputs and the aclnn executor of one case (phase one; nothing runs). The aclnn call comes first:
+    its argument checks (the operator's status, e.g. 161002 for a dtype it refuses) precede its tiling, as on
+    the real op, so a case the operator refuses is reported as the operator refuses it."""
     outs = spec.outputs(args, soc)
     size, executor = spec.get_workspace_size(args, outs, soc)
+    tiling_result = spec.tiling(args, soc)
     return tiling_result, outs, size, executor
 
 

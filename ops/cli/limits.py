@@ -15,7 +15,7 @@ import json
 from ascend_sim.errors import ConfigError
 
 from ..limits import DEFAULT_MAX, DEFAULT_SHAPE, VARY, explore, profiles, tiler
-from .common import CliError, add_case_parser, check_flags_apply, positive
+from .common import CliError, add_case_parser, check_flags_apply, output_file, positive
 from .operators import op_spec
 
 _FIXABLE = ("tokens", "hidden", "experts", "topk", "capacity", "num_out_tokens")
@@ -23,7 +23,8 @@ _FIXABLE = ("tokens", "hidden", "experts", "topk", "capacity", "num_out_tokens")
 
 def add_parser(sub) -> None:
     p = add_case_parser(sub, "limits", "find, from tilings only, where each tiling key stops fitting the UB or the "
-                                       "tiling fails as one shape dimension grows, per chip profile", shape_needed=False)
+                                       "tiling fails as one shape dimension grows, per chip profile",
+                        shape_needed=False)
     p.add_argument("--vary", required=True, choices=VARY,
                    help="the dimension to explore: hidden, tokens, topk or experts")
     p.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
@@ -33,7 +34,8 @@ def add_parser(sub) -> None:
                    help="smallest value to explore (default 1)")
     p.add_argument("--to", dest="high", type=positive, metavar="V",
                    help="largest value to explore (default: hidden 65536, tokens 1048576, topk 1024, experts 8192)")
-    p.add_argument("--plot", metavar="OUT.png", help="draw the segments per profile (needs matplotlib)")
+    p.add_argument("--plot", metavar="OUT.png", type=output_file,
+                   help="draw the segments per profile (needs matplotlib)")
     p.set_defaults(soc=None)
 
 

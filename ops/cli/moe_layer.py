@@ -5,8 +5,8 @@ from ascend_sim import SimulatorError
 from tiling.status import AclnnError
 
 from .._framework import listening_to_compiles
-from ..moe_layer import STYLES, check_arguments, moe_layer
-from .common import CliError, CompileProgress, add_chip_flags, integer, positive, soc_of
+from ..moe_layer import STYLES, LayerArgumentError, check_arguments, largest_arrays_bytes, moe_layer
+from .common import CliError, CompileProgress, add_chip_flags, check_fits_memory, integer, positive, soc_of
 
 
 def add_parser(sub) -> None:
@@ -35,9 +35,10 @@ def command(a) -> int:
     styles = STYLES if a.style == "all" else (a.style,)
     for style in styles:
         try:
-            check_arguments(style, a.dtype, a.tokens, a.hidden, a.experts, a.topk, a.capacity)
-        except ValueError as e:
-            raise CliError(f"{e} (flags --tokens --hidden --experts --topk --capacity)") from None
+            check_arguments(style, a.dtype, a.tokens, a.hidden, a.experts, a.topk, a.capacity, a.seed)
+        except LayerArgumentError as e:
+            raise CliError(f"--{e.argument} {e.value}: {e}") from None
+    check_fits_memory(largest_arrays_bytes(a.tokens, a.hidden, a.experts), a, ("tokens", "hidden", "experts"))
     results = []
     for style in styles:
         try:

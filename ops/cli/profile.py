@@ -20,17 +20,20 @@ from ascend_sim.trace import DEFAULT_MAX_EVENTS, plot_occupancy, tracing, write_
 from tiling import get_soc
 
 from .._framework import listening_to_compiles
-from .common import (CliError, CompileProgress, add_case_parser, announce_compile, check_flags_apply, cold_stages,
-                     positive, prepare_op)
+from .common import (CliError, CompileProgress, add_case_parser, announce_compile, check_flags_apply,
+                     check_inputs_fit_memory, cold_stages, output_file, positive, prepare_op)
 from .operators import op_spec
 
 
 def add_parser(sub) -> None:
     p = add_case_parser(sub, "profile", "run one case and estimate its chip time per pipe; write a Perfetto trace, "
                                         "msprof's PipeUtilization.csv, a what-if against the stock chip")
-    p.add_argument("--trace", metavar="OUT.json", help="write a Chrome / Perfetto trace (open in ui.perfetto.dev)")
-    p.add_argument("--csv", metavar="OUT.csv", help="write msprof's PipeUtilization.csv (one row per block)")
-    p.add_argument("--plot", metavar="OUT.png", help="draw pipe occupancy per traced core (needs matplotlib)")
+    p.add_argument("--trace", metavar="OUT.json", type=output_file,
+                   help="write a Chrome / Perfetto trace (open in ui.perfetto.dev)")
+    p.add_argument("--csv", metavar="OUT.csv", type=output_file,
+                   help="write msprof's PipeUtilization.csv (one row per block)")
+    p.add_argument("--plot", metavar="OUT.png", type=output_file,
+                   help="draw pipe occupancy per traced core (needs matplotlib)")
     p.add_argument("--trace-cores", metavar="LIST", type=_core_list,
                    help="blocks to trace, e.g. 0,1,5-7 (default: all); with --trace / --plot")
     p.add_argument("--max-events", type=positive, default=DEFAULT_MAX_EVENTS, metavar="N",
@@ -79,6 +82,7 @@ def _profile_soc(a, custom: bool):
 def _run(spec, a, soc, *, trace: bool):
     """Both aclnn phases of the operator on `soc`; (tiling, report, trace request or None)."""
     check_flags_apply(a, spec, soc)
+    check_inputs_fit_memory(a, spec)
     args = spec.make_inputs(a)
     tiling_result, _, size, executor = prepare_op(spec, args, soc)
     announce_compile(cold_stages([executor]))

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 from .._framework import listening_to_compiles
-from .common import (CompileProgress, add_case_parser, announce_compile, check_flags_apply, cold_stages, prepare_op,
-                     print_per_core, print_run, report_json, run_op, soc_of, tiling_json)
+from .common import (CompileProgress, add_case_parser, announce_compile, check_flags_apply, check_inputs_fit_memory,
+                     cold_stages, prepare_op, print_per_core, print_run, report_json, run_op, soc_of, tiling_json)
 from .operators import op_spec
 
 
@@ -19,6 +19,7 @@ def command(a) -> int:
     spec = op_spec(a.op)
     soc = soc_of(a)
     check_flags_apply(a, spec, soc)
+    check_inputs_fit_memory(a, spec)
     args = spec.make_inputs(a)
     _, _, _, executor = prepare_op(spec, args, soc)
     cold = cold_stages([executor])

@@ -105,14 +105,20 @@ def pad_close_or_exact(outs, want, args) -> bool:
 ROUTING_FLAGS = frozenset({"capacity", "drop_and_pad", "no_probs", "probs_dtype", "routing_map_dtype"})
 
 
-def routing_rows(a: argparse.Namespace, op: str) -> int:
-    """Permuted rows M: tokens * topK, or experts * capacity with --drop-and-pad."""
+def routing_layout(a: argparse.Namespace, op: str) -> None:
+    """The layout flags must agree (whatever the shape): --drop-and-pad with --capacity, else --topk. An
+    OpSpec.check_flags, so that `limits` refuses them as flags instead of exploring a shape that never tiles."""
     if a.drop_and_pad and a.capacity is None:
         raise CliError("--drop-and-pad needs --capacity (slots per expert)")
     if not a.drop_and_pad and a.capacity is not None:
         raise CliError("--capacity applies with --drop-and-pad only; without it give --topk")
     if not a.drop_and_pad and a.topk is None:
         raise CliError(f"{op} without --drop-and-pad needs --topk")
+
+
+def routing_rows(a: argparse.Namespace, op: str) -> int:
+    """Permuted rows M: tokens * topK, or experts * capacity with --drop-and-pad."""
+    routing_layout(a, op)
     return a.experts * a.capacity if a.drop_and_pad else a.tokens * a.topk
 
 

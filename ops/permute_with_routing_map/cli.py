@@ -7,7 +7,7 @@ from tiling import moe_token_permute_with_routing_map as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
 from ..common.cli_spec import (ROUTING_FLAGS, OpSpec, map_desc, probs_desc, routing_demo, routing_inputs,
-                               routing_rows, routing_title)
+                               routing_layout, routing_rows, routing_title)
 from . import allocate_outputs, get_workspace_size, run
 from . import examples, golden
 
@@ -46,5 +46,6 @@ SPEC = OpSpec(
     golden=lambda args, tiling: golden.permute_with_routing_map_golden(*args.values())[:3],
     flags=ROUTING_FLAGS | {"num_out_tokens", "non_topk"},
     demo_title=lambda soc: routing_title(NAME, soc),
+    check_flags=lambda a, soc: routing_layout(a, NAME),
     demo_cases=lambda soc, ub_size=None, aiv_num=None, values=True: routing_demo(NAME, examples, DEMO, soc, values),
 )

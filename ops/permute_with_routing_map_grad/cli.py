@@ -9,7 +9,7 @@ from tiling import moe_token_permute_with_routing_map_grad as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
 from ..common.cli_spec import (ROUTING_FLAGS, OpSpec, map_desc, pad_close_or_exact, routing_demo, routing_inputs,
-                               routing_rows, routing_title)
+                               routing_layout, routing_rows, routing_title)
 from . import allocate_outputs, get_workspace_size, run
 from . import examples, golden
 
@@ -45,5 +45,6 @@ SPEC = OpSpec(
     flags=ROUTING_FLAGS | {"non_topk"},
     check=pad_close_or_exact,
     demo_title=lambda soc: routing_title(NAME, soc),
+    check_flags=lambda a, soc: routing_layout(a, NAME),
     demo_cases=lambda soc, ub_size=None, aiv_num=None, values=True: routing_demo(NAME, examples, DEMO, soc, values),
 )

@@ -8,7 +8,7 @@ import numpy as np
 from tiling import moe_token_unpermute_with_routing_map_grad as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
-from ..common.cli_spec import ROUTING_FLAGS, DemoCase, OpSpec, routing_inputs, routing_rows
+from ..common.cli_spec import ROUTING_FLAGS, DemoCase, OpSpec, routing_inputs, routing_layout, routing_rows
 from . import get_workspace_size, run
 from . import examples, golden
 
@@ -71,5 +71,6 @@ SPEC = OpSpec(
     golden=lambda args, tiling: golden.golden(*args.values(), hidden_piece=tiling.fields["hidden_size_align"]),
     flags=ROUTING_FLAGS,
     demo_title=_demo_title,
+    check_flags=lambda a, soc: routing_layout(a, NAME),
     demo_cases=_demo_cases,
 )
