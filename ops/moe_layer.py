@@ -332,25 +332,51 @@ def default_capacity(tokens: int, experts: int, topk: int) -> int:
     return max(1, -(-tokens * topk // experts))
 
 
+class LayerArgumentError(ValueError):
+    """A moe_layer argument outside its domain: `argument` is its name, `value` what was given."""
+
+    def __init__(self, argument: str, value, rule: str):
+        self.argument = argument
+        self.value = value
+        super().__init__(f"{argument} {rule}, got {value!r}")
+
+
+def _whole(name: str, value, low: int) -> int:
+    """value as an int if it is a whole number >= low (Python or NumPy integer, not bool; a float, even 2.0,
+    inf or NaN, is not one), else LayerArgumentError naming the argument."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < low:
+        rule = "must be a positive whole number" if low == 1 else f"must be a whole number >= {low}"
+        raise LayerArgumentError(name, value, rule)
+    return int(value)
+
+
 def check_arguments(style: str, dtype: str, tokens: int, hidden: int, experts: int, topk: int,
-                    capacity: int | None) -> int | None:
-    """Validate moe_layer's arguments (ValueError naming the argument); returns the drop-and-pad capacity
-    (ceil(N * K / E) when not given), or None for the other styles."""
+                    capacity: int | None, seed: int = 0) -> int | None:
+    """Validate moe_layer's arguments (LayerArgumentError, a ValueError, naming the argument); returns the
+    drop-and-pad capacity (ceil(N * K / E) when not given), or None for the other styles."""
     if style not in STYLES:
-        raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
+        raise LayerArgumentError("style", style, f"must be one of {', '.join(STYLES)}")
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        raise LayerArgumentError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     for name, v in (("tokens", tokens), ("hidden", hidden), ("experts", experts), ("topk", topk)):
-        if int(v) != v or v < 1:
-            raise ValueError(f"{name} must be a positive whole number, got {v!r}")
+        _whole(name, v, 1)
+    _whole("seed", seed, 0)
     if topk > experts:
-        raise ValueError(f"topk ({topk}) must not exceed experts ({experts})")
+        raise LayerArgumentError("topk", topk, f"must not exceed experts ({experts})")
+    if capacity is not None:
+        _whole("capacity", capacity, 1)
+        # every expert takes exactly `capacity` distinct tokens in drop-and-pad mode
+        if capacity > tokens:
+            raise LayerArgumentError("capacity", capacity, f"must not exceed tokens ({tokens})")
     if style != "routing_map_pad":
         return None
-    cap = default_capacity(tokens, experts, topk) if capacity is None else int(capacity)
-    if cap < 1:
-        raise ValueError(f"capacity must be a positive whole number, got {capacity!r}")
-    return cap
+    return default_capacity(tokens, experts, topk) if capacity is None else int(capacity)
+
+
+def largest_arrays_bytes(tokens: int, hidden: int, experts: int) -> int:
+    """Bytes of the layer's largest float64 arrays: the parameters (x, upstream (N, H), w_router (H, E),
+    w_experts (E, H, H)) and the dense reference's every-expert-on-every-token activations (E, N, H)."""
+    return 8 * (2 * tokens * hidden + hidden * experts + experts * hidden * hidden + experts * tokens * hidden)
 
 
 def moe_layer(style: str = "topk", *, tokens: int = 64, hidden: int = 64, experts: int = 8, topk: int = 2,
@@ -370,7 +396,7 @@ def moe_layer(style: str = "topk", *, tokens: int = 64, hidden: int = 64, expert
 
     Returns a MoeLayerResult; `.passed` is the verdict, `str(result)` the report.
     """
-    cap = check_arguments(style, dtype, tokens, hidden, experts, topk, capacity)
+    cap = check_arguments(style, dtype, tokens, hidden, experts, topk, capacity, seed)
     profile = get_soc(soc)
     params = make_params(tokens, hidden, experts, seed)
     y_ref, _, grads_ref, _ = reference_layer(params, topk, cap)

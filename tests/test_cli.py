@@ -219,7 +219,7 @@ def test_cold_demo_compile_tickets_are_split_between_two_ends(monkeypatch):
     compiled exactly once, each process starts on its own operator."""
     import multiprocessing
 
-    from ops import cli
+    from ops.cli import demo as cli
     from tiling import get_soc
     executors = list(cli._prepared_executors(cli.demo_cases(get_soc("910b"), values=False)).values())
     tickets = cli._compile_tickets(executors)
@@ -288,3 +288,194 @@ def test_profile_bad_flags_are_one_line(extra, fragment, capsys):
     assert main(PROFILE + extra) == 2
     err = capsys.readouterr().err
     assert fragment in err and len(err.strip().splitlines()) == 1, err
+
+
+# --- the command line as a package ---------------------------------------------------------------------------
+def _module_graph() -> dict[str, set[str]]:
+    """{module under ops: the modules under ops it imports}, from every import statement (in functions too: a
+    deferred import is still a dependency). Importing a.b.c also runs the packages a.b and a, unless the
+    importer is inside them already; the registry's dynamic imports of each operator's spec are added."""
+    import ast
+    import pathlib
+
+    from ops.cli.operators import PACKAGES
+    root = pathlib.Path(__file__).resolve().parents[1]
+    modules = {}
+    for path in (root / "ops").rglob("*.py"):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets.update([base, *(f"{base}.{a.name}" for a in node.names)])
+        if name == "ops.cli.operators":
+            targets.update(f"ops.{p}.cli" for p in PACKAGES)
+        edges = set()
+        for target in targets:
+            parts = target.split(".")
+            for k in range(1, len(parts) + 1):
+                ancestor = ".".join(parts[:k])
+                if ancestor in modules and not (name == ancestor or name.startswith(ancestor + ".")):
+                    edges.add(ancestor)
+        graph[name] = edges
+    return graph
+
+
+def _cycle_through(graph: dict, start: str) -> list | None:
+    """A path start -> ... -> start in the graph, or None."""
+    stack, seen = [(start, [start])], set()
+    while stack:
+        node, path = stack.pop()
+        for nxt in graph[node]:
+            if nxt == start:
+                return path + [start]
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append((nxt, path + [nxt]))
+    return None
+
+
+def test_the_command_line_modules_import_no_cycle():
+    graph = _module_graph()
+    cli_modules = [m for m in graph if m == "ops.cli" or m.startswith("ops.cli.") or m.endswith(".cli")
+                   or m == "ops.common.cli_spec"]
+    assert "ops.cli.demo" in cli_modules and "ops.permute.cli" in cli_modules
+    cycles = {m: _cycle_through(graph, m) for m in cli_modules}
+    assert not any(cycles.values()), {m: c for m, c in cycles.items() if c}
+
+
+def test_every_operator_states_its_own_spec():
+    from ops.cli.operators import OPS, PACKAGES
+    assert len(OPS) == len(PACKAGES) == 8
+    for name, spec in OPS.items():
+        assert spec.name == name and spec.demo_cases.__module__.startswith("ops.") and spec.flags
+
+
+@pytest.mark.parametrize("op", ["moe_token_permute", "moe_token_unpermute_with_routing_map_grad",
+                                "moe_token_permute_with_routing_map", "moe_token_unpermute_with_routing_map",
+                                "moe_token_permute_with_routing_map_grad", "moe_token_unpermute",
+                                "moe_token_permute_grad", "moe_token_unpermute_grad"])
+def test_each_demo_group_is_titled_with_its_operator(op):
+    from ops.cli.demo import demo_title
+    from tiling import get_soc
+    camel = "".join(w.capitalize() for w in op.split("_"))
+    title = demo_title(op, get_soc("910b"))
+    assert title.split(" ")[0] == camel and "ascend910b" in title, title
+
+
+def test_python_dash_m_and_the_console_script_run_the_package():
+    import os
+    import subprocess
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    import ops.cli
+    root = Path(__file__).resolve().parents[1]
+    script = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]["ascend-sim"]
+    module, _, attr = script.partition(":")
+    assert (module, attr) == ("ops.cli", "main") and ops.cli.main is main
+    done = subprocess.run([sys.executable, "-m", "ops.cli", "--help"], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for command in ("demo", "tiling", "run", "profile", "limits", "moe-layer"):
+        assert command in done.stdout
+    done = subprocess.run([sys.executable, "-m", "ops.cli", "run", "moe_token_frobnicate", "--tokens", "1",
+                           "--hidden", "1", "--experts", "1"], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+    assert done.returncode == 2 and "unknown operator" in done.stderr
+
+
+# --- flag errors found before the run ------------------------------------------------------------------------
+LIMITS = ["limits", "moe_token_unpermute", "--vary", "topk", "--fix", "tokens=64", "--fix", "hidden=64", "--to", "8"]
+
+
+@pytest.mark.parametrize("command,flag,target", [
+    (PROFILE, "--trace", "missing/out.json"),
+    (PROFILE, "--trace", "."),
+    (PROFILE, "--csv", "missing/out.csv"),
+    (PROFILE, "--csv", "."),
+    (PROFILE, "--plot", "missing/out.png"),
+    (PROFILE, "--plot", "."),
+    (LIMITS, "--plot", "missing/out.png"),
+    (LIMITS, "--plot", "."),
+], ids=["profile-trace-no-dir", "profile-trace-onto-dir", "profile-csv-no-dir", "profile-csv-onto-dir",
+        "profile-plot-no-dir", "profile-plot-onto-dir", "limits-plot-no-dir", "limits-plot-onto-dir"])
+def test_an_output_file_that_cannot_be_written_is_a_flag_error_before_the_run(command, flag, target, tmp_path,
+                                                                             capsys):
+    path = str(tmp_path / target)
+    assert main(command + [flag, path]) == 2
+    captured = capsys.readouterr()
+    assert f"cannot write {path}" in captured.err and flag in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and captured.out == ""     # nothing ran
+
+
+ROUTING_OPS = ["moe_token_permute_with_routing_map", "moe_token_unpermute_with_routing_map",
+               "moe_token_permute_with_routing_map_grad", "moe_token_unpermute_with_routing_map_grad"]
+
+
+@pytest.mark.parametrize("op", ROUTING_OPS)
+@pytest.mark.parametrize("extra", [["--topk", "2"], ["--capacity", "2", "--drop-and-pad"]], ids=["topk", "pad"])
+def test_int8_tokens_on_a_routing_map_op_give_the_operators_status(op, extra, capsys):
+    """The OpDef takes float tokens only: the aclnn call's own 161002, not its tiling's error or a raw one."""
+    rc = main(["run", op, "--tokens", "8", "--hidden", "8", "--experts", "4", "--dtype", "int8", *extra])
+    err = capsys.readouterr().err
+    assert rc == 1 and "ParamInvalidError [161002]" in err and "int8" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["run", "moe_token_permute", "--tokens", "100000000000", "--hidden", "8", "--experts", "4", "--topk", "2"],
+     "--tokens"),
+    (["run", "moe_token_unpermute_with_routing_map_grad", "--tokens", "8", "--hidden", "100000000000", "--experts",
+      "4", "--topk", "2"], "--hidden"),
+    (["run", "moe_token_permute_with_routing_map", "--tokens", "64", "--hidden", "64", "--experts", "40000000000",
+      "--topk", "2"], "--experts"),
+    (["profile", "moe_token_unpermute", "--tokens", "100000000000", "--hidden", "8", "--experts", "4", "--topk",
+      "2"], "--tokens"),
+    (["moe-layer", "--tokens", "100000000000"], "--tokens"),
+    (["moe-layer", "--hidden", "1000000"], "--hidden"),
+], ids=["permute-tokens", "uwrm-grad-hidden", "pwrm-experts", "profile-tokens", "moe-layer-tokens",
+        "moe-layer-hidden"])
+def test_a_case_larger_than_the_memory_is_refused_in_one_line_before_allocating(argv, flag, capsys):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and flag in err and "bytes of memory" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_memory_bound_counts_the_case_s_bytes_not_one_flag():
+    """The same --tokens fits with a small hidden size and not with a large one: the bound is on bytes."""
+    from ops.cli import OPS, build_parser
+    from ops.cli.common import CliError, check_inputs_fit_memory, machine_memory_bytes
+    tokens = machine_memory_bytes() // 64      # bf16 tokens (N, H) + int32 indices (N, 1): N * (2H + 4) bytes
+    spec = OPS["moe_token_permute"]
+
+    def case(hidden):
+        return build_parser().parse_args(["run", "moe_token_permute", "--tokens", str(tokens), "--hidden", str(hidden),
+                                          "--experts", "4", "--topk", "1"])
+    check_inputs_fit_memory(case(16), spec)                   # 36 / 64 of the memory
+    with pytest.raises(CliError, match="--tokens .* --hidden 64 .*bytes of memory"):
+        check_inputs_fit_memory(case(64), spec)               # 132 / 64 of it
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["moe-layer", "--tokens", "8", "--experts", "4", "--capacity", "9", "--style", "routing_map_pad"], "--capacity"),
+    (["moe-layer", "--tokens", "8", "--experts", "4", "--capacity", "9"], "--capacity"),
+    (["limits", "moe_token_unpermute_with_routing_map", "--vary", "hidden", "--fix", "capacity=4"], "--capacity"),
+    (["limits", "moe_token_permute_with_routing_map_grad", "--vary", "tokens", "--drop-and-pad"], "--capacity"),
+], ids=["layer-capacity-above-tokens", "layer-all-styles", "limits-capacity-without-pad",
+        "limits-pad-without-capacity"])
+def test_flag_combinations_that_make_no_case_are_flag_errors(argv, flag, capsys):
+    rc = main(argv)
+    captured = capsys.readouterr()
+    assert rc == 2 and flag in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
+    assert "not a valid shape" not in captured.out

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ops.cli import OPS, build_parser, main
-from ops.cli_limits import _shape_rules_as_outcomes
+from ops.cli.limits import _shape_rules_as_outcomes
 from ops.limits import brute_force, explore, tiler
 from tiling import get_soc
 

@@ -14,23 +14,28 @@ import json
 
 from ascend_sim.errors import ConfigError
 
-from .cli import CliError, _check_flags_apply, _op, _positive
-from .limits import DEFAULT_MAX, DEFAULT_SHAPE, VARY, explore, profiles, tiler
+from ..limits import DEFAULT_MAX, DEFAULT_SHAPE, VARY, explore, profiles, tiler
+from .common import CliError, add_case_parser, check_flags_apply, output_file, positive
+from .operators import op_spec
 
 _FIXABLE = ("tokens", "hidden", "experts", "topk", "capacity", "num_out_tokens")
 
 
-def add_limits_flags(p) -> None:
+def add_parser(sub) -> None:
+    p = add_case_parser(sub, "limits", "find, from tilings only, where each tiling key stops fitting the UB or the "
+                                       "tiling fails as one shape dimension grows, per chip profile",
+                        shape_needed=False)
     p.add_argument("--vary", required=True, choices=VARY,
                    help="the dimension to explore: hidden, tokens, topk or experts")
     p.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
                    help="hold a shape value, e.g. --fix tokens=15000 (names: tokens, hidden, experts, topk, capacity, "
                         "num_out_tokens); same as the shape flag")
-    p.add_argument("--from", dest="low", type=_positive, default=1, metavar="V",
+    p.add_argument("--from", dest="low", type=positive, default=1, metavar="V",
                    help="smallest value to explore (default 1)")
-    p.add_argument("--to", dest="high", type=_positive, metavar="V",
+    p.add_argument("--to", dest="high", type=positive, metavar="V",
                    help="largest value to explore (default: hidden 65536, tokens 1048576, topk 1024, experts 8192)")
-    p.add_argument("--plot", metavar="OUT.png", help="draw the segments per profile (needs matplotlib)")
+    p.add_argument("--plot", metavar="OUT.png", type=output_file,
+                   help="draw the segments per profile (needs matplotlib)")
     p.set_defaults(soc=None)
 
 
@@ -64,8 +69,8 @@ def _shape_rules_as_outcomes(tile):
     return checked_tile
 
 
-def cmd_limits(a) -> int:
-    adapter = _op(a.op)
+def command(a) -> int:
+    spec = op_spec(a.op)
     base = _base(a)
     high = a.high or DEFAULT_MAX[a.vary]
     try:
@@ -74,8 +79,8 @@ def cmd_limits(a) -> int:
         raise CliError(str(e)) from None
     results = []
     for soc in socs:
-        _check_flags_apply(base, adapter, soc)
-        segments = explore(_shape_rules_as_outcomes(tiler(adapter, base, a.vary, soc)), a.low, high)
+        check_flags_apply(base, spec, soc)
+        segments = explore(_shape_rules_as_outcomes(tiler(spec, base, a.vary, soc)), a.low, high)
         results.append((soc, segments))
     held = ", ".join(f"{n} {getattr(base, n)}" for n in ("tokens", "hidden", "experts", "topk", "capacity")
                      if n != a.vary and getattr(base, n, None) is not None)

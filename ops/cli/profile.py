@@ -19,18 +19,24 @@ from ascend_sim.errors import ConfigError
 from ascend_sim.trace import DEFAULT_MAX_EVENTS, plot_occupancy, tracing, write_json
 from tiling import get_soc
 
-from ._framework import listening_to_compiles
-from .cli import (CliError, CompileProgress, _announce_compile, _check_flags_apply, _op, _positive,
-                  cold_stages, prepare_op)
+from .._framework import listening_to_compiles
+from .common import (CliError, CompileProgress, add_case_parser, announce_compile, check_flags_apply,
+                     check_inputs_fit_memory, cold_stages, output_file, positive, prepare_op)
+from .operators import op_spec
 
 
-def add_profile_flags(p) -> None:
-    p.add_argument("--trace", metavar="OUT.json", help="write a Chrome / Perfetto trace (open in ui.perfetto.dev)")
-    p.add_argument("--csv", metavar="OUT.csv", help="write msprof's PipeUtilization.csv (one row per block)")
-    p.add_argument("--plot", metavar="OUT.png", help="draw pipe occupancy per traced core (needs matplotlib)")
+def add_parser(sub) -> None:
+    p = add_case_parser(sub, "profile", "run one case and estimate its chip time per pipe; write a Perfetto trace, "
+                                        "msprof's PipeUtilization.csv, a what-if against the stock chip")
+    p.add_argument("--trace", metavar="OUT.json", type=output_file,
+                   help="write a Chrome / Perfetto trace (open in ui.perfetto.dev)")
+    p.add_argument("--csv", metavar="OUT.csv", type=output_file,
+                   help="write msprof's PipeUtilization.csv (one row per block)")
+    p.add_argument("--plot", metavar="OUT.png", type=output_file,
+                   help="draw pipe occupancy per traced core (needs matplotlib)")
     p.add_argument("--trace-cores", metavar="LIST", type=_core_list,
                    help="blocks to trace, e.g. 0,1,5-7 (default: all); with --trace / --plot")
-    p.add_argument("--max-events", type=_positive, default=DEFAULT_MAX_EVENTS, metavar="N",
+    p.add_argument("--max-events", type=positive, default=DEFAULT_MAX_EVENTS, metavar="N",
                    help=f"calls the trace keeps over all kernels (default {DEFAULT_MAX_EVENTS:,}); the rest are "
                         "counted and the trace says how many were left out")
     p.add_argument("--cost", action="append", default=[], metavar="NAME=VALUE",
@@ -73,19 +79,20 @@ def _profile_soc(a, custom: bool):
         raise CliError(str(e)) from None
 
 
-def _run(adapter, a, soc, *, trace: bool):
+def _run(spec, a, soc, *, trace: bool):
     """Both aclnn phases of the operator on `soc`; (tiling, report, trace request or None)."""
-    _check_flags_apply(a, adapter, soc)
-    args = adapter.make_inputs(a)
-    tiling_result, _, size, executor = prepare_op(adapter, args, soc)
-    _announce_compile(cold_stages([executor]))
+    check_flags_apply(a, spec, soc)
+    check_inputs_fit_memory(a, spec)
+    args = spec.make_inputs(a)
+    tiling_result, _, size, executor = prepare_op(spec, args, soc)
+    announce_compile(cold_stages([executor]))
     with listening_to_compiles(CompileProgress()):
         if trace:
             with tracing(cores=a.trace_cores, max_events=a.max_events) as request:
-                adapter.run(np.empty(size, dtype=np.uint8), size, executor)
+                spec.run(np.empty(size, dtype=np.uint8), size, executor)
         else:
             request = None
-            adapter.run(np.empty(size, dtype=np.uint8), size, executor)
+            spec.run(np.empty(size, dtype=np.uint8), size, executor)
     return tiling_result, executor.report, request
 
 
@@ -96,18 +103,18 @@ def _summary(t, rep) -> dict:
                 bound=est.bound if est is not None else "-")
 
 
-def cmd_profile(a) -> int:
-    adapter = _op(a.op)
+def command(a) -> int:
+    spec = op_spec(a.op)
     custom = a.ub_size is not None or a.cores is not None or bool(a.cost)
     soc = _profile_soc(a, custom)
     wants_trace = bool(a.trace or a.plot)
     if a.trace_cores and not wants_trace:
         raise CliError("--trace-cores selects the cores of a trace: add --trace OUT.json or --plot OUT.png")
-    tiling_result, rep, request = _run(adapter, a, soc, trace=wants_trace)
+    tiling_result, rep, request = _run(spec, a, soc, trace=wants_trace)
     stock_summary = None
     if custom and rep is not None:
         stock = get_soc(a.soc)
-        stock_t, stock_rep, _ = _run(adapter, a, stock, trace=False)
+        stock_t, stock_rep, _ = _run(spec, a, stock, trace=False)
         stock_summary = (stock.name, _summary(stock_t, stock_rep))
     if a.json:
         print(json.dumps(_json(a, soc, tiling_result, rep, stock_summary), indent=2))

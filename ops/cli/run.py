@@ -1,0 +1,38 @@
+"""`ascend-sim run OP ...`: one case through both aclnn phases, checked against the golden, with the work per pipe."""
+from __future__ import annotations
+
+import json
+
+from .._framework import listening_to_compiles
+from .common import (CompileProgress, add_case_parser, announce_compile, check_flags_apply, check_inputs_fit_memory,
+                     cold_stages, prepare_op, print_per_core, print_run, report_json, run_op, soc_of, tiling_json)
+from .operators import op_spec
+
+
+def add_parser(sub) -> None:
+    p = add_case_parser(sub, "run", "run one case, check it against the golden, report the per-pipe work")
+    p.add_argument("--no-check", action="store_true", help="skip the golden comparison")
+    p.add_argument("--per-core", action="store_true", help="also show every core's counters")
+
+
+def command(a) -> int:
+    spec = op_spec(a.op)
+    soc = soc_of(a)
+    check_flags_apply(a, spec, soc)
+    check_inputs_fit_memory(a, spec)
+    args = spec.make_inputs(a)
+    _, _, _, executor = prepare_op(spec, args, soc)
+    cold = cold_stages([executor])
+    if not a.json:
+        announce_compile(cold)
+    with listening_to_compiles(CompileProgress() if not a.json else None):
+        facts = run_op(spec, args, soc, check=not a.no_check)
+    if a.json:
+        print(json.dumps(dict(tiling=tiling_json(a.op, facts["tiling"]),
+                              report=report_json(facts["report"], a.per_core), exact=facts.get("exact")), indent=2))
+    else:
+        print(f"{a.op} on {soc.name}")
+        print_run(facts, "  ")
+        if a.per_core:
+            print_per_core(facts["report"])
+    return 0 if facts.get("exact", True) else 1

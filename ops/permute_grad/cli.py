@@ -1,0 +1,65 @@
+"""MoeTokenPermuteGrad on the command line: its flags, inputs, golden and demo cases."""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from tiling import moe_token_permute_grad as tiling_op
+from tiling.common import TensorDesc, as_dtype
+
+from ..common.cli_spec import INDEX_DEMO_SHAPE, OpSpec, index_demo, index_topk, kept_rows
+from . import allocate_outputs, arch35_k_chunk, get_workspace_size, run
+from . import examples, golden
+
+NAME = "moe_token_permute_grad"
+
+
+def _descs(a: argparse.Namespace) -> dict:
+    k = index_topk(a, NAME)
+    return dict(permuted_output_grad=TensorDesc((kept_rows(a, a.tokens * k), a.hidden), as_dtype(a.dtype)),
+                sorted_indices=TensorDesc((a.tokens * k,), np.int32), num_topk=k, padded_mode=False)
+
+
+def _inputs(a: argparse.Namespace) -> dict:
+    k = index_topk(a, NAME)
+    return examples.make_inputs(a.tokens, a.hidden, k, experts=a.experts, dtype=a.dtype,
+                                num_out_tokens=kept_rows(a, a.tokens * k), seed=a.seed)
+
+
+def _golden(args: dict, tiling) -> tuple:
+    g, s, k = args["permuted_output_grad"], args["sorted_indices"], args["num_topk"]
+    soc = tiling.soc
+    if soc.is_regbase:
+        chunk = arch35_k_chunk(g.shape[1], k, s.size // k, g.dtype, soc)
+        return (golden.golden_950(g, s, k, chunk),)
+    return (golden.golden(g, s, k),)
+
+
+DEMO = [
+    # (label, make_inputs keywords)
+    ("key 0 (kernel G, no probs)", dict()),
+    ("key 0, rows dropped by numOutTokens", dict(num_out_tokens=3000)),
+]
+
+
+def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
+    tokens, hidden, experts, top_k = INDEX_DEMO_SHAPE
+    return index_demo(NAME, lambda case: examples.make_inputs(tokens, hidden, top_k, experts=experts, dtype="bf16",
+                                                              seed=4, **case), DEMO, soc)
+
+
+SPEC = OpSpec(
+    name=NAME,
+    descs=_descs,
+    make_inputs=_inputs,
+    tiling=lambda args, soc: tiling_op(*args.values(), soc=soc),
+    get_workspace_size=lambda args, outs, soc: get_workspace_size(*args.values(), *outs, soc=soc),
+    run=run,
+    outputs=lambda args, soc: (allocate_outputs(args["permuted_output_grad"], args["sorted_indices"],
+                                                args["num_topk"]),),
+    golden=_golden,
+    flags=frozenset({"num_out_tokens"}),
+    demo_title=lambda soc: f"MoeTokenPermuteGrad on {soc.name}: bf16, tokens x hidden, topK 8 of 64 experts",
+    demo_cases=_demo_cases,
+)

@@ -1,0 +1,62 @@
+"""MoeTokenUnpermuteGrad on the command line: its flags, inputs, golden and demo cases."""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from tiling import moe_token_unpermute_grad as tiling_op
+from tiling.common import TensorDesc, as_dtype
+
+from ..common.cli_spec import INDEX_DEMO_SHAPE, OpSpec, index_demo, slots_per_token
+from . import allocate_outputs, get_workspace_size, run
+from . import examples, golden
+
+NAME = "moe_token_unpermute_grad"
+
+
+def _descs(a: argparse.Namespace) -> dict:
+    k = slots_per_token(a, NAME)
+    dt = as_dtype(a.dtype)
+    return dict(permuted_tokens=TensorDesc((a.tokens * k, a.hidden), dt),
+                unpermuted_tokens_grad=TensorDesc((a.tokens, a.hidden), dt),
+                sorted_indices=TensorDesc((a.tokens * k,), np.int32),
+                probs=None if a.no_probs else TensorDesc((a.tokens, k), as_dtype(a.probs_dtype or a.dtype)),
+                padded_mode=False)
+
+
+def _inputs(a: argparse.Namespace) -> dict:
+    k = slots_per_token(a, NAME)
+    return examples.make_inputs(a.tokens, a.hidden, topk=k, dtype=a.dtype, probs_dtype=a.probs_dtype,
+                                with_probs=not a.no_probs, seed=a.seed)
+
+
+DEMO = [
+    # (label, make_inputs keywords)
+    ("key 0 no probs (copy)", dict(with_probs=False)),
+    ("key 1 probs (ReduceSumFunc)", dict()),
+    ("key 1 bf16 grads, fp32 probs", dict(probs_dtype="fp32")),
+]
+
+
+def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
+    tokens, hidden, _, top_k = INDEX_DEMO_SHAPE
+    return index_demo(NAME, lambda case: examples.make_inputs(tokens, hidden, topk=top_k, dtype="bf16", seed=4,
+                                                              values=values, **case), DEMO, soc)
+
+
+SPEC = OpSpec(
+    name=NAME,
+    descs=_descs,
+    make_inputs=_inputs,
+    tiling=lambda args, soc: tiling_op(*args.values(), soc=soc),
+    get_workspace_size=lambda args, outs, soc: get_workspace_size(*args.values(), None, *outs, soc=soc),
+    run=run,
+    outputs=lambda args, soc: allocate_outputs(args["permuted_tokens"], args["unpermuted_tokens_grad"],
+                                               args["sorted_indices"], args["probs"]),
+    golden=lambda args, tiling: golden.golden(*list(args.values())[:4], hidden_piece=tiling.fields["hidden_size_align"],
+                                              arch35=tiling.soc.is_regbase),
+    flags=frozenset({"no_probs", "probs_dtype"}),
+    demo_title=lambda soc: f"MoeTokenUnpermuteGrad on {soc.name}: bf16, tokens x hidden, topK 8",
+    demo_cases=_demo_cases,
+)
