@@ -35,7 +35,7 @@ import numpy as np
 from ascend_sim.dtypes import DT_FLOAT16, dt_of, gm_view
 from ascend_sim.datacopy import GlobalTensor
 from tiling import get_soc
-from tiling.moe_token_permute_with_routing_map import FIELDS, LIB_API_WORKSPACE, SORT_LIMIT_LENGTH
+from tiling.moe_token_permute_with_routing_map import FIELDS, LIB_API_WORKSPACE, SORT_LIMIT_LENGTH, l0_num_out_tokens
 from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_routing_map as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError
 
@@ -92,7 +92,7 @@ def _shape_checks(tokens, routing_map, probs, num_out_tokens, drop_and_pad, perm
         raise ParamInvalidError(f"num_out_tokens must be in [0, tokens * experts = {n * e}], got {num_out_tokens}")
     if n >= SORT_LIMIT_LENGTH or e >= SORT_LIMIT_LENGTH:
         raise ParamInvalidError(f"tokens ({n}) and experts ({e}) must each be below {SORT_LIMIT_LENGTH}")
-    rows = num_out_tokens // align * align
+    rows = l0_num_out_tokens(num_out_tokens, n, e, drop_and_pad)
     if permute_out.ndim < 1 or permute_out.shape[0] != rows:
         raise ParamInvalidError(f"permute_tokens_out dim 0 must be {rows} (num_out_tokens rounded down to a multiple "
                                 f"of {'experts' if drop_and_pad else 'tokens'} = {align}), got shape {permute_out.shape}")
@@ -196,8 +196,7 @@ def allocate_outputs(tokens, routing_map, probs=None, num_out_tokens=None, drop_
     x, rm = np.asarray(tokens), np.asarray(routing_map)
     n, e = rm.shape if rm.ndim == 2 else (0, 0)
     m = resolve_num_out_tokens(rm, num_out_tokens, drop_and_pad)
-    align = (e if drop_and_pad else n) or 1
-    rows = m // align * align
+    rows = l0_num_out_tokens(m, n, e, drop_and_pad)
     probs_out = np.zeros(rows, dtype=np.asarray(probs).dtype) if probs is not None else None
     return (np.zeros((rows, *x.shape[1:]), dtype=x.dtype), probs_out, np.zeros(rows, dtype=np.int32))
 
