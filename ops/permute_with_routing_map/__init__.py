@@ -41,7 +41,7 @@ from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrErro
 
 from .._host import transpose_2d
 from .._framework import Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor
-from .._validate import as_input, as_output, check_no_alias, flag, int_attr, require
+from .._validate import as_input, as_output, check_no_alias, flag, int_attr, require, routing_map_dtype
 from .kernel import SCATTER_ASSIST, GmTensors, Template, kernel_for, pad_kernel
 
 OP = "MoeTokenPermuteWithRoutingMap"
@@ -50,7 +50,7 @@ API = "aclnnMoeTokenPermuteWithRoutingMap"
 MoeTokenPermuteWithRoutingMapTilingData = namedtuple("MoeTokenPermuteWithRoutingMapTilingData", FIELDS)
 
 _BF16, _F16, _F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
-_I8, _BOOL, _I32 = np.dtype(np.int8), np.dtype(np.bool_), np.dtype(np.int32)
+_I32 = np.dtype(np.int32)
 FLOAT_DTYPES = (_F16, _F32, _BF16)
 GM_NAMES = ("tokens", "routing_map_t", "probs_t", "permute_tokens", "permute_probs", "sorted_indices", "workspace",
             "workspace", "scatter_assist", "empty")
@@ -62,7 +62,7 @@ def _dtype_checks(tokens, routing_map, probs, permute_out, probs_out, sorted_out
             raise ParamInvalidError(f"{name} dtype must be one of {[d.name for d in allowed]}, got {t.dtype}")
     one_of("tokens", tokens, FLOAT_DTYPES)
     one_of("permute_tokens_out", permute_out, FLOAT_DTYPES)
-    one_of("routing_map", routing_map, (_I8, _BOOL))
+    routing_map_dtype("routing_map", routing_map)
     if permute_out.dtype != tokens.dtype:
         raise ParamInvalidError(f"permute_tokens_out dtype {permute_out.dtype} must equal tokens dtype {tokens.dtype}")
     one_of("sorted_indices_out", sorted_out, (_I32,))

@@ -253,10 +253,11 @@ def test_statuses(case):
     assert e.value.status == error.status and len(e.value.message) > 20
 
 
-def test_routing_map_dtype_and_shape_only_warn():
-    a = _args(routing_map=_args()["routing_map"].astype(np.uint8))
-    outs, _ = _run(a)
-    _check(a, outs)
+def test_uint8_routing_map_is_refused():
+    # the real aclnn accepts uint8 without a word, but the l0 op's OpDef has bool / int8 only (README)
+    with pytest.raises(ParamInvalidError, match="uint8") as e:
+        _run(_args(routing_map=_args()["routing_map"].astype(np.uint8)))
+    assert e.value.status == 161002
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["notpad", "pad"])

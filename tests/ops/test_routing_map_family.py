@@ -257,3 +257,51 @@ def test_unpermute_adjoint(case):
         assert probs_grad.shape == probs.shape
         _check_adjoint(lhs, probs.astype(f64) * probs_grad.astype(f64), abs_terms, max(terms + 2, h + 1),
                        "probs")
+
+
+# ------------------------------------------------------------------------------------- routing-map dtypes
+def _permute_call(rm, pad):
+    a = make_inputs(4, 8, 3, topk=2, capacity=2, dtype="fp16", drop_and_pad=pad)
+    return lambda: ops.moe_token_permute_with_routing_map(a["tokens"], rm(a["routing_map"]), a["probs"],
+                                                          a["num_out_tokens"], pad)
+
+
+def _permute_grad_call(rm, pad):
+    from ops.permute_with_routing_map_grad.examples import make_inputs as grad_inputs
+    a = grad_inputs(4, 8, 3, topk=2, capacity=2, dtype="fp16", drop_and_pad=pad)
+    return lambda: ops.moe_token_permute_with_routing_map_grad(
+        a["permuted_token_output_grad"], a["permuted_probs_output_grad"], a["sorted_indices"], rm(a["routing_map"]),
+        a["num_experts"], a["tokens_num"], pad)
+
+
+def _unpermute_call(rm, pad):
+    from ops.unpermute_with_routing_map.examples import make_inputs as unpermute_inputs
+    a = unpermute_inputs(4, 8, 3, topk=2, capacity=2, dtype="fp16", drop_and_pad=pad)
+    return lambda: ops.moe_token_unpermute_with_routing_map(a["permuted_tokens"], a["sorted_indices"],
+                                                            rm(a["routing_map"]), a["probs"], pad, a["restore_shape"])
+
+
+def _unpermute_grad_call(rm, pad):
+    from ops.unpermute_with_routing_map_grad.examples import make_inputs as unpermute_grad_inputs
+    a = unpermute_grad_inputs(4, 8, 3, topk=2, capacity=2, dtype="fp16", drop_and_pad=pad)
+    a["routing_map"] = rm(a["routing_map"])
+    return lambda: ops.moe_token_unpermute_with_routing_map_grad(*a.values())
+
+
+ROUTING_MAP_OPERATORS = {"permute": _permute_call, "permute_grad": _permute_grad_call, "unpermute": _unpermute_call,
+                         "unpermute_grad": _unpermute_grad_call}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.int32, np.float16],
+                         ids=["float32", "int64", "uint8", "int32", "float16"])
+@pytest.mark.parametrize("pad", [False, True], ids=["nopad", "pad"])
+@pytest.mark.parametrize("op", list(ROUTING_MAP_OPERATORS))
+def test_routing_maps_of_other_dtypes_are_refused(op, pad, dtype):
+    """The OpDefs take bool / int8 maps only; any other dtype is 161002 naming it, before anything runs (a 4-byte
+    map read as bytes would select the wrong pairs; MoeTokenUnpermuteWithRoutingMap used to return such tokens)."""
+    call = ROUTING_MAP_OPERATORS[op](lambda m: m.astype(dtype), pad)
+    with pytest.raises(ops.AclnnError) as e:
+        call()
+    assert e.value.status == 161002
+    assert "routing_map" in e.value.message and np.dtype(dtype).name in e.value.message
+
