@@ -6,10 +6,11 @@ Steps, in the real aclnn's order:
 2. l0op::MoeTokenPermuteWithRoutingMap: the simulated kernel (kernel.py) writes sortedIndices, permuteProbs
    and, without dropAndPad, permuteTokens straight into the caller's outputs (the ViewCopy steps of the real
    aclnn are then identities and are not listed).
-3. dropAndPad on ascend910b / 910_93: l0op::GatherV2 of the tokens by sortedIndices (host step). On ascend950
-   the real kernel gathers in-kernel (keys 9 / 19, gather_v2 SIMD / SIMT); the simulator runs the same host
-   gather there (same result; the 950 tiling figures are the real ones). The pad kernel itself (key 9 / 19)
-   is MoeSortMultiLastDimCore<uint8_t> + SyncAll + MoePermuteProb (kernel.pad_kernel).
+3. dropAndPad on ascend910b / 910_93: l0op::GatherV2 of the tokens by sortedIndices (host step). The pad kernel
+   (key 9) is MoeSortMultiLastDimCore<uint8_t> + SyncAll + MoePermuteProb (kernel.pad_kernel). On ascend950
+   the real keys 9 / 19 run no MoePermuteProb: after the sort they gather the probs (arch35 SIMT GatherV2)
+   and the tokens (SIMD for key 9, SIMT for 19) in-kernel. The simulator runs the 910B structure under those
+   keys for now, pad_kernel and the host gather (same results; the 950 tiling figures are the real ones).
 
 Checks (facts §7.c): 161001 for a missing tokens / routing_map / permute_tokens_out / sorted_indices_out, or
 probs without permute_probs_out; 161002 for dtypes (tokens = permute_tokens_out in {fp16, fp32, bf16};

@@ -13,8 +13,9 @@ The real aclnn does not compare the other shapes; the simulator refuses, with 16
 when the probs gradient is computed; without dropAndPad M // (M // tokens_num) == tokens_num; and a routing
 map with more ones than gp has values (MaskedScatter would read past gp).
 
-Steps, in the aclnn's order ("kernel" = simulated launch, "host" = NumPy standing in for another library's
-l0 op):
+Steps, in the aclnn's order ("kernel" = simulated launch, "host" = NumPy standing in for an l0 op: another
+library's, or MaskedScatter / the AiCore index add, which the open-source build takes from moe/3rd/ as
+arch35 kernels registered for ascend950 only and the simulator does not model yet):
 * always: ZerosLike(tokensGradOut) [host]; ZerosLike(probsGradOut) [host] when gp and probsGradOut are given.
 * no dropAndPad: MoeTokenPermuteWithRoutingMapGrad key 0 [kernel G] into the zeros; ViewCopy [host]; with
   probs gradients: Cast(routing map -> bool), Transpose(zeros), Transpose(mask), MaskedScatter, Transpose,
