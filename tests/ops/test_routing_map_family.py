@@ -353,3 +353,21 @@ def test_permute_grad_index_add_path_and_key(dtype, soc, deterministic):
         assert step.executor.tiling.tiling_key == {"bf16": 3, "fp16": 2, "fp32": 6}[dtype]
     else:
         assert step.name == "l0op::MoeInplaceIndexAddAiCore"
+
+
+@pytest.mark.parametrize("probs_dtype", [np.int8, np.int64], ids=["int8", "int64"])
+@pytest.mark.parametrize("pad", [False, True], ids=["nopad", "pad"])
+@pytest.mark.parametrize("op", ["permute", "unpermute"])
+def test_probs_the_opdef_lacks_are_161002_although_the_tiling_takes_them(op, pad, probs_dtype):
+    """The real tilings succeed for int8 / int64 probs (tests/tiling); the aclnn refuses them first."""
+    with pytest.raises(ops.AclnnError) as e:
+        if op == "permute":
+            a = make_inputs(4, 8, 3, topk=2, capacity=2, dtype="fp32", drop_and_pad=pad)
+            ops.moe_token_permute_with_routing_map(a["tokens"], a["routing_map"], a["probs"].astype(probs_dtype),
+                                                   a["num_out_tokens"], pad)
+        else:
+            from ops.unpermute_with_routing_map.examples import make_inputs as unpermute_inputs
+            a = unpermute_inputs(4, 8, 3, topk=2, capacity=2, dtype="fp32", drop_and_pad=pad)
+            ops.moe_token_unpermute_with_routing_map(a["permuted_tokens"], a["sorted_indices"], a["routing_map"],
+                                                     a["probs"].astype(probs_dtype), pad, a["restore_shape"])
+    assert e.value.status == 161002 and "probs" in e.value.message and np.dtype(probs_dtype).name in e.value.message
