@@ -168,3 +168,20 @@ def byte_count(name: str, value) -> int:
     if n < 0:
         raise ParamInvalidError(f"{name} must not be negative, got {n}")
     return n
+
+
+ROUTING_MAP_DTYPES = (np.dtype(np.bool_), np.dtype(np.int8))
+"""The routing-map dtypes of every routing-map operator's OpDef (its columns pair each with every other dtype)."""
+
+
+def routing_map_dtype(name: str, t) -> None:
+    """161002 unless the routing map `t` (None = absent) is bool or int8.
+
+    The kernels read the map as one byte per (token, expert) and select the bytes equal to 1, so a map of
+    another width would be read as a byte mask of the wrong length, silently. The OpDefs declare bool / int8
+    only; the permute, its gradient and the unpermute gradient refuse the rest in their aclnn, and the
+    unpermute's aclnn (which only warns) hands them to an l0 op with no kernel for them.
+    """
+    if t is not None and np.dtype(t.dtype) not in ROUTING_MAP_DTYPES:
+        raise ParamInvalidError(f"{name} dtype must be bool or int8 (the OpDef's routing-map dtypes), got "
+                                f"{dtype_name(t.dtype)}")

@@ -95,15 +95,16 @@ def masked_select_ub_plan(fields: dict, *, elem_bytes: int, with_values: bool, w
 
     with_indices=True is KernelMaskedSelectV3 of masked_select_v3.h (PWRM: writes the index stream; values
     only when probs are given); False is masked_select.h (UWRM: values only, with_values must be True).
-    elem_bytes: bytes of one value (2 or 4), ignored without values.
+    elem_bytes: sizeof of one value, ignored without values. The kernels size their value buffers with
+    sizeof(T), so any width gives the plan the template would allocate; the OpDefs only compile fp16 / bf16 /
+    fp32 values, and the aclnn dtype checks keep every other dtype away from a launch (the real tilings of
+    int8 and int64 probs succeed, so this plan must not refuse them).
 
     The counts TBuf is sized by use: pass 2 copies needCoreNum int32 counts into it, but the real kernels
     give it 64 bytes (v3) or 32 bytes (UWRM), and with more than 16 (8) cores the copy spills into the
     buffers behind it (harmless on the device: those are rewritten before they are read). The plan
     makes it at least AlignUp(needCoreNum * 4, 32) bytes so the simulator's bounds checks hold.
     """
-    if with_values and elem_bytes not in (2, 4):
-        raise ValueError(f"masked-select values must be 2- or 4-byte types, got {elem_bytes} bytes")
     if not with_indices and not with_values:
         raise ValueError("the UWRM masked select (with_indices=False) always selects values")
     align = tile_length_align(fields)

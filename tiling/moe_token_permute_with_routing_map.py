@@ -69,6 +69,14 @@ def _fail(message: str):
     raise TilingError(f"{OP} tiling: {message}")
 
 
+def l0_num_out_tokens(num_out_tokens: int, num_tokens: int, num_experts: int, drop_and_pad: bool) -> int:
+    """numOutTokens as the l0 operator passes it on (op_api/moe_token_permute_with_routing_map.cpp): rounded
+    toward zero to a multiple of the experts (dropAndPad) or of the tokens, a 0 count counting as 1. It is also
+    the row count of the l0's outputs, which the aclnn requires of the caller's (AlignDown of §7.c)."""
+    align = (num_experts if drop_and_pad else num_tokens) or 1
+    return tdiv(num_out_tokens, align) * align
+
+
 def c_ceil(a: int, b: int) -> int:
     """GetCeilInt: (a + b - 1) / b truncated toward zero (C++), 0 for b == 0; negative a stays C-like."""
     return 0 if b == 0 else int((a + b - 1) / b) if (a + b - 1) < 0 else (a + b - 1) // b
@@ -227,6 +235,9 @@ def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_
     allocates: permute_tokens (outTokens, H) ((0, 0) in pad mode off ascend950), the probs output (outTokens,)
     ((0,) without probs) and sorted_indices (outTokens,).
 
+    num_out_tokens is the aclnn's attribute: the l0 operator rounds it (l0_num_out_tokens) before the tiling
+    reads it, so topK in pad mode is AlignDown(numOutTokens, E) div N, not numOutTokens div N.
+
     Raises TilingError where the real tiling returns GRAPH_FAILED (the aclnn reports that launch failure as
     561002): routing map not 1-/2-D in the kernel's view, token counts differ, N <= 0, topK > 512 without
     padding, totalLength >= 16777215, output shape checks; and where a UB too small would leave the sort no
@@ -248,6 +259,7 @@ def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_
     if t.dim(0) != map_tokens:
         _fail(f"tokens dim 0 ({t.dim(0)}) should equal the routing map's token count ({map_tokens})")
     n = t.dim(0)
+    num_out_tokens = l0_num_out_tokens(num_out_tokens, n, e, drop_and_pad)
     cols = math.prod(t.shape[1:])
     token_bytes = np.dtype(t.dtype).itemsize
     if n <= 0:

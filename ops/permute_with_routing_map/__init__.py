@@ -6,10 +6,11 @@ Steps, in the real aclnn's order:
 2. l0op::MoeTokenPermuteWithRoutingMap: the simulated kernel (kernel.py) writes sortedIndices, permuteProbs
    and, without dropAndPad, permuteTokens straight into the caller's outputs (the ViewCopy steps of the real
    aclnn are then identities and are not listed).
-3. dropAndPad on ascend910b / 910_93: l0op::GatherV2 of the tokens by sortedIndices (host step). On ascend950
-   the real kernel gathers in-kernel (keys 9 / 19, gather_v2 SIMD / SIMT); the simulator runs the same host
-   gather there (same result; the 950 tiling figures are the real ones). The pad kernel itself (key 9 / 19)
-   is MoeSortMultiLastDimCore<uint8_t> + SyncAll + MoePermuteProb (kernel.pad_kernel).
+3. dropAndPad on ascend910b / 910_93: l0op::GatherV2 of the tokens by sortedIndices (host step). The pad kernel
+   (key 9) is MoeSortMultiLastDimCore<uint8_t> + SyncAll + MoePermuteProb (kernel.pad_kernel). On ascend950
+   the real keys 9 / 19 run no MoePermuteProb: after the sort they gather the probs (arch35 SIMT GatherV2)
+   and the tokens (SIMD for key 9, SIMT for 19) in-kernel. The simulator runs the 910B structure under those
+   keys for now, pad_kernel and the host gather (same results; the 950 tiling figures are the real ones).
 
 Checks (facts §7.c): 161001 for a missing tokens / routing_map / permute_tokens_out / sorted_indices_out, or
 probs without permute_probs_out; 161002 for dtypes (tokens = permute_tokens_out in {fp16, fp32, bf16};
@@ -38,14 +39,14 @@ import numpy as np
 from ascend_sim.dtypes import DT_FLOAT16, dt_of, gm_view
 from ascend_sim.datacopy import GlobalTensor
 from tiling import get_soc
-from tiling.moe_token_permute_with_routing_map import FIELDS, LIB_API_WORKSPACE, SORT_LIMIT_LENGTH
+from tiling.moe_token_permute_with_routing_map import FIELDS, LIB_API_WORKSPACE, SORT_LIMIT_LENGTH, l0_num_out_tokens
 from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_routing_map as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError
 
 from .._host import transpose_2d
 from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
                           validate_check)
-from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require
+from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
 from .kernel import SCATTER_ASSIST, GmTensors, Template, kernel_for, pad_kernel
 
 OP = "MoeTokenPermuteWithRoutingMap"
@@ -54,7 +55,7 @@ API = "aclnnMoeTokenPermuteWithRoutingMap"
 MoeTokenPermuteWithRoutingMapTilingData = namedtuple("MoeTokenPermuteWithRoutingMapTilingData", FIELDS)
 
 _BF16, _F16, _F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
-_I8, _BOOL, _I32 = np.dtype(np.int8), np.dtype(np.bool_), np.dtype(np.int32)
+_I32 = np.dtype(np.int32)
 FLOAT_DTYPES = (_F16, _F32, _BF16)
 GM_NAMES = ("tokens", "routing_map_t", "probs_t", "permute_tokens", "permute_probs", "sorted_indices", "workspace",
             "workspace", "scatter_assist", "empty")
@@ -66,7 +67,7 @@ def _dtype_checks(tokens, routing_map, probs, permute_out, probs_out, sorted_out
             raise ParamInvalidError(f"{name} dtype must be one of {[d.name for d in allowed]}, got {t.dtype}")
     one_of("tokens", tokens, FLOAT_DTYPES)
     one_of("permute_tokens_out", permute_out, FLOAT_DTYPES)
-    one_of("routing_map", routing_map, (_I8, _BOOL))
+    routing_map_dtype("routing_map", routing_map)
     if permute_out.dtype != tokens.dtype:
         raise ParamInvalidError(f"permute_tokens_out dtype {permute_out.dtype} must equal tokens dtype {tokens.dtype}")
     one_of("sorted_indices_out", sorted_out, (_I32,))
@@ -96,7 +97,7 @@ def _shape_checks(tokens, routing_map, probs, num_out_tokens, drop_and_pad, perm
         raise ParamInvalidError(f"num_out_tokens must be in [0, tokens * experts = {n * e}], got {num_out_tokens}")
     if n >= SORT_LIMIT_LENGTH or e >= SORT_LIMIT_LENGTH:
         raise ParamInvalidError(f"tokens ({n}) and experts ({e}) must each be below {SORT_LIMIT_LENGTH}")
-    rows = num_out_tokens // align * align
+    rows = l0_num_out_tokens(num_out_tokens, n, e, drop_and_pad)
     if permute_out.ndim < 1 or permute_out.shape[0] != rows:
         raise ParamInvalidError(f"permute_tokens_out dim 0 must be {rows} (num_out_tokens rounded down to a multiple "
                                 f"of {'experts' if drop_and_pad else 'tokens'} = {align}), got shape {permute_out.shape}")
@@ -209,8 +210,7 @@ def allocate_outputs(tokens, routing_map, probs=None, num_out_tokens=None, drop_
     drop_and_pad = flag("drop_and_pad", drop_and_pad)
     n, e = rm.shape if rm.ndim == 2 else (0, 0)
     m = resolve_num_out_tokens(rm, num_out_tokens, drop_and_pad)
-    align = (e if drop_and_pad else n) or 1
-    rows = (m // align * align, "num_out_tokens")
+    rows = (l0_num_out_tokens(m, n, e, drop_and_pad), "num_out_tokens")
     probs_out = output_array("permute_probs_out", [rows], p.dtype) if p is not None else None
     return (output_array("permute_tokens_out", [rows] + [(d, "tokens") for d in x.shape[1:]], x.dtype), probs_out,
             output_array("sorted_indices_out", [rows], np.int32))

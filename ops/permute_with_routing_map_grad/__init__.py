@@ -13,8 +13,9 @@ The real aclnn does not compare the other shapes; the simulator refuses, with 16
 when the probs gradient is computed; without dropAndPad M // (M // tokens_num) == tokens_num; and a routing
 map with more ones than gp has values (MaskedScatter would read past gp).
 
-Steps, in the aclnn's order ("kernel" = simulated launch, "host" = NumPy standing in for another library's
-l0 op):
+Steps, in the aclnn's order ("kernel" = simulated launch, "host" = NumPy standing in for an l0 op: another
+library's, or MaskedScatter / the AiCore index add, which the open-source build takes from moe/3rd/ as
+arch35 kernels registered for ascend950 only and the simulator does not model yet):
 * always: ZerosLike(tokensGradOut) [host]; ZerosLike(probsGradOut) [host] when gp and probsGradOut are given.
 * no dropAndPad: MoeTokenPermuteWithRoutingMapGrad key 0 [kernel G] into the zeros; ViewCopy [host]; with
   probs gradients: Cast(routing map -> bool), Transpose(zeros), Transpose(mask), MaskedScatter, Transpose,
@@ -44,7 +45,7 @@ from tiling.status import ParamInvalidError, ParamNullptrError, TilingError
 from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
                           validate_check)
 from .._host import index_add_rows_step, sort_ids_as_fp32_step, view_copy_step, zeros_like_step
-from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require
+from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from ..common.unpermute_gather import gather_template
 from .kernel import KERNELS, GmTensors
@@ -54,7 +55,7 @@ API = "aclnnMoeTokenPermuteWithRoutingMapGrad"
 MAX_SORT_SHAPE_DIM = 2139095040      # 0x7F800000: the fp32 bit pattern of +inf; larger ids do not sort as floats
 
 _BF16, _F16, _F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
-_I8, _BOOL, _I32 = np.dtype(np.int8), np.dtype(np.bool_), np.dtype(np.int32)
+_I32 = np.dtype(np.int32)
 FLOAT_DTYPES = (_F16, _F32, _BF16)
 MIX_TOKEN_DTYPES = (_F32, _BF16)     # Gp dtypes that may pair with an fp32 gp
 # named after the C++ struct; the class must be importable under its own name for numba's disk cache
@@ -88,8 +89,7 @@ def _check_dtypes(g, gp, s, rm, out, probs_out) -> None:
         if gp.dtype == _F32 and g.dtype not in MIX_TOKEN_DTYPES:
             raise ParamInvalidError(f"float32 permuted_probs_output_grad needs float32 or bfloat16 "
                                     f"permuted_token_output_grad, got {g.dtype}")
-    if rm is not None and rm.dtype not in (_I8, _BOOL):
-        raise ParamInvalidError(f"routing_map dtype must be int8 or bool, got {rm.dtype}")
+    routing_map_dtype("routing_map", rm)
     if s.dtype != _I32:
         raise ParamInvalidError(f"sorted_indices dtype must be int32, got {s.dtype}")
 

@@ -44,7 +44,7 @@ from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrErro
 from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
                           validate_check)
 from .._host import index_add_rows_step, sort_ids_as_fp32_step, view_copy_step, zeros_like_step
-from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
+from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from .kernel import GmTensors, Template, kernel_for
 
@@ -57,7 +57,6 @@ TilingData = MoeTokenUnpermuteWithRoutingMapTilingData
 _BF16, _F16, _F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 _I32 = np.dtype(np.int32)
 TOKEN_DTYPES = (_F16, _F32, _BF16)
-MAP_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.bool_))
 MAX_SORT_ROWS = 2139095040      # the FP32 bit pattern of +inf: ids from here on cannot be sorted as floats
 GM_NAMES = ("permuted_tokens", "sorted_indices", "routing_map", "probs", "unpermuted_tokens", "permute_probs",
             "workspace")
@@ -70,13 +69,17 @@ def _l0_fail(message: str):
 
 # --- aclnn checks (CheckParams) -------------------------------------------------------------------------------
 def _check_dtypes(p, s, rm, pr, out, out_index, token_id, out_probs) -> None:
-    """CheckDtypeValid: 161002, except the routing map, whose dtype only warns."""
+    """CheckDtypeValid (161002). The real aclnn only warns for a routing map outside int8 / uint8 / bool (and
+    accepts uint8 silently), then launches the l0 op, whose OpDef has bool / int8 only and whose wrapper
+    discards the launcher's status: what comes back is not defined by the source. The simulator refuses
+    every dtype but bool / int8 here instead (a wider map would be read as a byte mask of the wrong length)."""
     def bad(name, t, want):
         raise ParamInvalidError(f"{name} dtype must be {want}, got {t.dtype}")
     if p.dtype not in TOKEN_DTYPES:
         bad("permuted_tokens", p, "float16, float32 or bfloat16")
     if s.dtype != _I32:
         bad("sorted_indices", s, "int32")
+    routing_map_dtype("routing_map", rm)
     if pr is not None:
         if pr.dtype not in TOKEN_DTYPES:
             bad("probs", pr, "float16, float32 or bfloat16")
@@ -123,7 +126,7 @@ def get_workspace_size(permuted_tokens, sorted_indices, routing_map=None, probs=
     """aclnnMoeTokenUnpermuteWithRoutingMapGetWorkspaceSize -> (workspace_size, executor).
 
     permuted_tokens (R, H) fp16/bf16/fp32; sorted_indices (L,) int32 (not padded: token-major slot -> permuted row,
-    -1 or >= R skipped; padded: the token id of each permuted row); routing_map (N, E) bool/int8/uint8;
+    -1 or >= R skipped; padded: the token id of each permuted row); routing_map (N, E) bool / int8;
     probs (N, E) of the token dtype (or fp32 with bf16 tokens); restore_shape (N, H).
     Outputs (filled in place): unpermuted_tokens (N, H) token dtype; out_index, permute_token_id (L,) int32;
     permute_probs (L,) probs dtype. deterministic: the context's ACL_OPT_DETERMINISTIC switch (padded mode,

@@ -2,10 +2,13 @@
 the kernels.
 
 Not padded (topK = R / tokens):
-    permute_probs = probs[routing_map == 1] in token-major (row-major) order
+    permute_probs = probs[routing_map == 1] in token-major (row-major) order, packed: entry j is the j-th one
     unpermuted[t] = cast( sum_{k < topK, kept} w[t*topK + k] * P[S[t*topK + k]] ),   kept: 0 <= S < R and w != 0
-  w = permute_probs (1 without probs); the sum is fp32 with k ascending, the first kept term taken as it is
-  (zero when no term is kept); cast = round half to even. out_index / permute_token_id are not written (None).
+  w = permute_probs (1 without probs), read at the slot's own position t*topK + k whatever the row's count of
+  ones: a row with fewer than topK ones shifts every later token onto other tokens' probs, and positions past
+  the ones were never written by the masked select (on the chip whatever the l0's buffer held; 0 here, the
+  simulator's buffer). The sum is fp32 with k ascending, the first kept term taken as it is (zero when no term
+  is kept); cast = round half to even. out_index / permute_token_id are not written (None).
 Padded (capacity = L / E):
     permute_probs[i] = probs[S[i], i / capacity]                (i < E * capacity; later slots 0 here)
     (permute_token_id, out_index) = stable ascending sort of S  (values, positions)
@@ -37,7 +40,12 @@ def golden_not_pad(permuted_tokens, sorted_indices, routing_map, probs, restore_
         tokens = probs.shape[0]
         top_k = rows // tokens
         pp = _permute_probs_not_pad(routing_map, probs)
-        weights = pp.astype(np.float64).astype(_F32)[: tokens * top_k].reshape(tokens, top_k)
+        if pp.size < s.size:        # the l0's permuteProbs holds len(S) entries; the select fills the first ones
+            pp = np.concatenate([pp, np.zeros(s.size - pp.size, dtype=pp.dtype)])
+        weights = np.zeros(tokens * top_k, dtype=_F32)
+        head = pp[: tokens * top_k]
+        weights[: head.size] = head.astype(np.float64).astype(_F32)
+        weights = weights.reshape(tokens, top_k)
     else:
         top_k = rows // restore_shape[0]
         tokens = s.size // top_k

@@ -25,7 +25,7 @@ from tiling.status import ParamNullptrError, TilingError
 
 from .._framework import (Executor, IndexLink, dtype_code, gm_tensor, match_dtype_columns, run_executor, run_friendly,
                           validate_check)
-from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
+from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require, routing_map_dtype
 from .kernel import KERNELS, GmTensors, Template
 
 OP = "MoeTokenUnpermuteWithRoutingMapGrad"
@@ -98,6 +98,7 @@ def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, rout
     out_probs_grad = as_output("probs_grad_out", probs_grad_out)
     tensors = dict(zip(_INPUT_NAMES, (g, o, i, rm, p, pr, out_grad, out_probs_grad)))
     check_no_alias({n: tensors[n] for n in _INPUT_NAMES[:6]}, {n: tensors[n] for n in _INPUT_NAMES[6:]})
+    routing_map_dtype("routing_map", rm)        # the OpDef check names the map's dtype first
     match_dtype_columns(OP, list(tensors.items()), DTYPE_COLUMNS)
     if pr is not None and out_probs_grad is None:
         raise ParamNullptrError("probs_grad_out is required when probs is given (the kernel writes the probs "

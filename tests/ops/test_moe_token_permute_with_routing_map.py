@@ -243,6 +243,16 @@ def test_pad_status_codes(case):
     assert e.value.status == STATUS[err]
 
 
+def test_pad_tiling_sees_the_l0_rounded_num_out_tokens():
+    # the l0 op rounds numOutTokens 11 down to 8 (a multiple of E = 4) and tiles with it: topK = 8 div 3 = 2
+    x = np.ones((3, 16), np.float16)
+    rm = np.ones((3, 4), bool)
+    outs = allocate_outputs(x, rm, None, 11, True)
+    assert outs[0].shape == (8, 16)
+    _, ex = get_workspace_size(x, rm, None, 11, True, *outs)
+    assert (ex.tiling.fields["top_k"], ex.tiling.fields["capacity"]) == (2, 2)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_pad_fuzzed_routing_maps_never_crash(seed):
     rng = np.random.default_rng(100 + seed)

@@ -19,6 +19,7 @@ from tiling.status import AclnnError, InnerNullptrError, ParamInvalidError, Para
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 DTYPES = {"bf16": ("bf16", None), "fp16": ("fp16", None), "fp32": ("fp32", None), "bf16-fp32probs": ("bf16", "fp32")}
 SMALL = get_soc("ascend910b", aiv_num=4)
+_DT = {"bf16": BF16, "fp16": F16, "fp32": F32}
 
 
 def _bits(a):
@@ -109,6 +110,84 @@ def test_skipped_first_slot_then_negative_zeros_sum_to_positive_zero():
     outs, _ = _run(args, SMALL)
     _check(args, outs)
     assert not np.signbit(outs[0][0]).any()
+
+
+# --- rows routed to fewer than topK experts (README "A whole routing-map round trip") ---------------------------
+# 3 tokens, E 4, topK 2. Token 0 is routed to expert 1 only; token 1 to experts 0, 2; token 2 to experts 1, 3.
+# The forward numbers its rows expert-major: (e0, t1) -> 0, (e1, t0) -> 1, (e1, t2) -> 2, (e2, t1) -> 3,
+# (e3, t2) -> 4, so S (token-major slots, -1 for token 0's unused slot) is [1, -1, 0, 3, 2, 4].
+SHORT_X = np.array([1.0, 2.0, 4.0], np.float32)              # token t's one hidden value
+SHORT_S = np.array([1, -1, 0, 3, 2, 4], np.int32)
+SHORT_PERMUTED = SHORT_X[[1, 0, 2, 1, 2, 0]][:, None]        # rows 0..4 as above; row 5 never written (0 here)
+SHORT_PERMUTED[5] = 0
+
+
+def _short_map_and_probs(extra=None):
+    """The short-row routing map and probs (exact binary fractions), `extra` = (token, expert) given a 1 and prob 0."""
+    rm = np.zeros((3, 4), bool)
+    probs = np.zeros((3, 4), np.float32)
+    for (t, e), p in {(0, 1): 0.5, (1, 0): 0.125, (1, 2): 0.0625, (2, 1): 0.75, (2, 3): 0.25}.items():
+        rm[t, e], probs[t, e] = True, p
+    if extra is not None:
+        rm[extra] = True
+    return rm, probs
+
+
+def test_short_rows_shift_later_tokens_onto_other_tokens_probs():
+    """The key-1 kernel packs the selected probs token-major, [0.5, 0.125, 0.0625, 0.75, 0.25], and kernel G reads
+    slot t*topK + k at that position whatever token t's count: token 1 gets 0.0625 and 0.75 (its own second and
+    token 2's first), token 2 gets 0.25 and position 5, past the five selected (0 here; on the chip whatever the
+    l0's permuteProbs buffer held, so its second term is undefined there). Worked by hand:
+      token 0: 0.5 * x0 = 0.5              (formula 0.5)
+      token 1: 0.0625 * x1 + 0.75 * x1 = 1.625   (formula (0.125 + 0.0625) * 2 = 0.375)
+      token 2: 0.25 * x2 (+ position 5) = 1.0    (formula (0.75 + 0.25) * 4 = 4.0)"""
+    rm, probs = _short_map_and_probs()
+    out, _, _, permute_probs = uwrm.moe_token_unpermute_with_routing_map(SHORT_PERMUTED, SHORT_S, rm, probs)
+    assert out[:, 0].tolist() == [0.5, 1.625, 1.0]
+    assert (SHORT_X * probs.sum(axis=1)).tolist() == [0.5, 0.375, 4.0]      # what the formula would give
+    assert permute_probs.tolist() == [0.5, 0.125, 0.0625, 0.75, 0.25, 0.0]
+
+
+@pytest.mark.parametrize("extra,want", [
+    ((0, 3), [0.5, 0.375, 4.0]),     # filler after token 0's expert: slot 0 meets expert 1, the formula holds
+    ((0, 0), [0.0, 0.375, 4.0]),     # filler before it: slot 0 meets the filler's prob 0 and is skipped
+], ids=["filler-after", "filler-before"])
+def test_rows_filled_to_topk_with_prob_0_slots_give_the_formula(extra, want):
+    """The convention the real op needs: every row of the unpermute's map holds exactly topK ones, the unused slots'
+    ones with prob 0 and placed after the token's routed experts (slot r = the r-th one, ascending experts)."""
+    rm, probs = _short_map_and_probs(extra)
+    out = uwrm.moe_token_unpermute_with_routing_map(SHORT_PERMUTED, SHORT_S, rm, probs)[0]
+    assert out[:, 0].tolist() == want
+
+
+def _short_row_inputs(tokens, hidden, experts, topk, dtype, probs_dtype, seed):
+    """A forward's outputs for rows routed to 1..topK experts (facts 7.a, non-topK): permuted rows expert-major,
+    S[t*topK + r] = the row of token t's r-th expert (ascending), -1 past its count."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, topk + 1, size=tokens)
+    counts[0] = max(1, topk - 1)                    # a short row before the others: the shift is certain
+    rm = np.zeros((tokens, experts), bool)
+    for t in range(tokens):
+        rm[t, np.sort(rng.choice(experts, counts[t], replace=False))] = True
+    rows = np.cumsum(rm.T.reshape(-1)).reshape(experts, tokens).T - 1      # expert-major numbering
+    s = np.full((tokens, topk), -1, np.int32)
+    for t in range(tokens):
+        s[t, :counts[t]] = rows[t, np.flatnonzero(rm[t])]
+    permuted = np.zeros((tokens * topk, hidden), np.float32)
+    permuted[: rm.sum()] = rng.uniform(-2, 2, (int(rm.sum()), hidden))
+    probs = rng.uniform(0, 1, (tokens, experts)).astype(np.float32)
+    return dict(permuted_tokens=permuted.astype(dtype), sorted_indices=s.reshape(-1), routing_map=rm,
+                probs=probs.astype(probs_dtype), padded_mode=False, restore_shape=(tokens, hidden))
+
+
+@pytest.mark.parametrize("dtype,probs_dtype,soc", [
+    ("bf16", "bf16", "ascend910b"), ("fp32", "fp32", SMALL), ("bf16", "fp32", "ascend950"),
+], ids=["bf16-910b", "fp32-4cores", "bf16-fp32probs-950"])
+def test_short_rows_match_the_golden_of_the_kernels_indexing(dtype, probs_dtype, soc):
+    args = _short_row_inputs(23, 40, 6, 3, _DT[dtype], _DT[probs_dtype], seed=5)
+    outs, _ = _run(args, soc)
+    _check(args, outs)
+
 
 
 @pytest.mark.parametrize("ub_size,expect", [
@@ -253,10 +332,11 @@ def test_statuses(case):
     assert e.value.status == error.status and len(e.value.message) > 20
 
 
-def test_routing_map_dtype_and_shape_only_warn():
-    a = _args(routing_map=_args()["routing_map"].astype(np.uint8))
-    outs, _ = _run(a)
-    _check(a, outs)
+def test_uint8_routing_map_is_refused():
+    # the real aclnn accepts uint8 without a word, but the l0 op's OpDef has bool / int8 only (README)
+    with pytest.raises(ParamInvalidError, match="uint8") as e:
+        _run(_args(routing_map=_args()["routing_map"].astype(np.uint8)))
+    assert e.value.status == 161002
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["notpad", "pad"])

@@ -257,3 +257,117 @@ def test_unpermute_adjoint(case):
         assert probs_grad.shape == probs.shape
         _check_adjoint(lhs, probs.astype(f64) * probs_grad.astype(f64), abs_terms, max(terms + 2, h + 1),
                        "probs")
+
+
+# ------------------------------------------------------------------------------------- routing-map dtypes
+def _permute_call(rm, pad):
+    a = make_inputs(4, 8, 3, topk=2, capacity=2, dtype="fp16", drop_and_pad=pad)
+    return lambda: ops.moe_token_permute_with_routing_map(a["tokens"], rm(a["routing_map"]), a["probs"],
+                                                          a["num_out_tokens"], pad)
+
+
+def _permute_grad_call(rm, pad):
+    from ops.permute_with_routing_map_grad.examples import make_inputs as grad_inputs
+    a = grad_inputs(4, 8, 3, topk=2, capacity=2, dtype="fp16", drop_and_pad=pad)
+    return lambda: ops.moe_token_permute_with_routing_map_grad(
+        a["permuted_token_output_grad"], a["permuted_probs_output_grad"], a["sorted_indices"], rm(a["routing_map"]),
+        a["num_experts"], a["tokens_num"], pad)
+
+
+def _unpermute_call(rm, pad):
+    from ops.unpermute_with_routing_map.examples import make_inputs as unpermute_inputs
+    a = unpermute_inputs(4, 8, 3, topk=2, capacity=2, dtype="fp16", drop_and_pad=pad)
+    return lambda: ops.moe_token_unpermute_with_routing_map(a["permuted_tokens"], a["sorted_indices"],
+                                                            rm(a["routing_map"]), a["probs"], pad, a["restore_shape"])
+
+
+def _unpermute_grad_call(rm, pad):
+    from ops.unpermute_with_routing_map_grad.examples import make_inputs as unpermute_grad_inputs
+    a = unpermute_grad_inputs(4, 8, 3, topk=2, capacity=2, dtype="fp16", drop_and_pad=pad)
+    a["routing_map"] = rm(a["routing_map"])
+    return lambda: ops.moe_token_unpermute_with_routing_map_grad(*a.values())
+
+
+ROUTING_MAP_OPERATORS = {"permute": _permute_call, "permute_grad": _permute_grad_call, "unpermute": _unpermute_call,
+                         "unpermute_grad": _unpermute_grad_call}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.int32, np.float16],
+                         ids=["float32", "int64", "uint8", "int32", "float16"])
+@pytest.mark.parametrize("pad", [False, True], ids=["nopad", "pad"])
+@pytest.mark.parametrize("op", list(ROUTING_MAP_OPERATORS))
+def test_routing_maps_of_other_dtypes_are_refused(op, pad, dtype):
+    """The OpDefs take bool / int8 maps only; any other dtype is 161002 naming it, before anything runs (a 4-byte
+    map read as bytes would select the wrong pairs; MoeTokenUnpermuteWithRoutingMap used to return such tokens)."""
+    call = ROUTING_MAP_OPERATORS[op](lambda m: m.astype(dtype), pad)
+    with pytest.raises(ops.AclnnError) as e:
+        call()
+    assert e.value.status == 161002
+    assert "routing_map" in e.value.message and np.dtype(dtype).name in e.value.message
+
+
+
+# ------------------------------------------------------------------ the drop-and-pad index add of both chains
+def _index_add_steps(composite):
+    return [s for s in composite.steps if "IndexAdd" in s.name]
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["switch-off", "switch-on"])
+@pytest.mark.parametrize("soc", ["ascend910b", "ascend910_93", "ascend950"])
+@pytest.mark.parametrize("dtype,probs_dtype", [("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"),
+                                               ("bf16", "fp32")], ids=["bf16", "fp16", "fp32", "bf16-fp32probs"])
+def test_unpermute_index_add_path_and_key(dtype, probs_dtype, soc, deterministic):
+    """aclnnMoeTokenUnpermuteWithRoutingMap, padded: the sorted index add when the accumulator is bf16 / fp16, or
+    when the deterministic switch is on and the chip is 910B / 910_93 (is910Deterministic); else the AiCore index
+    add. The accumulator is fp32 for fp32 tokens and for bf16 tokens with fp32 probs, so key 1 (fp32 atomics)
+    is never reached: fp32 gets there only with the switch, which makes the tiling pick key 6."""
+    from ops.unpermute_with_routing_map import allocate_outputs, get_workspace_size
+    from ops.unpermute_with_routing_map.examples import make_inputs as unpermute_inputs
+    a = unpermute_inputs(8, 16, 4, capacity=3, dtype=dtype, probs_dtype=probs_dtype, drop_and_pad=True)
+    _, ex = get_workspace_size(*a.values(), *allocate_outputs(*a.values()), soc=soc, deterministic=deterministic)
+    fp32_acc = dtype == "fp32" or probs_dtype == "fp32"
+    sorted_path = not fp32_acc or (deterministic and soc != "ascend950")
+    (step,) = _index_add_steps(ex)
+    if sorted_path:
+        assert step.name == "l0op::MoeInplaceIndexAddWithSorted"
+        assert step.executor.tiling.tiling_key == {"bf16": 3, "fp16": 2}.get(dtype if not fp32_acc else "", 6)
+    else:
+        assert step.name == "l0op::MoeInplaceIndexAddAiCore"
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["switch-off", "switch-on"])
+@pytest.mark.parametrize("soc", ["ascend910b", "ascend910_93", "ascend950"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_permute_grad_index_add_path_and_key(dtype, soc, deterministic):
+    """aclnnMoeTokenPermuteWithRoutingMapGrad, drop-and-pad: the sorted index add when the gradient is bf16 / fp16
+    or the deterministic switch is on, on 910B / 910_93 and 950 alike; fp32 with the switch is key 6, never 1."""
+    from ops.permute_with_routing_map_grad import allocate_outputs, get_workspace_size
+    from ops.permute_with_routing_map_grad.examples import make_inputs as grad_inputs
+    a = grad_inputs(8, 16, 4, topk=2, capacity=3, dtype=dtype, drop_and_pad=True)
+    outs = allocate_outputs(a["permuted_token_output_grad"], a["permuted_probs_output_grad"], a["num_experts"],
+                            a["tokens_num"])
+    _, ex = get_workspace_size(*a.values(), *outs, soc=soc, deterministic=deterministic)
+    (step,) = _index_add_steps(ex)
+    if dtype != "fp32" or deterministic:
+        assert step.name == "l0op::MoeInplaceIndexAddWithSorted"
+        assert step.executor.tiling.tiling_key == {"bf16": 3, "fp16": 2, "fp32": 6}[dtype]
+    else:
+        assert step.name == "l0op::MoeInplaceIndexAddAiCore"
+
+
+@pytest.mark.parametrize("probs_dtype", [np.int8, np.int64], ids=["int8", "int64"])
+@pytest.mark.parametrize("pad", [False, True], ids=["nopad", "pad"])
+@pytest.mark.parametrize("op", ["permute", "unpermute"])
+def test_probs_the_opdef_lacks_are_161002_although_the_tiling_takes_them(op, pad, probs_dtype):
+    """The real tilings succeed for int8 / int64 probs (tests/tiling); the aclnn refuses them first."""
+    with pytest.raises(ops.AclnnError) as e:
+        if op == "permute":
+            a = make_inputs(4, 8, 3, topk=2, capacity=2, dtype="fp32", drop_and_pad=pad)
+            ops.moe_token_permute_with_routing_map(a["tokens"], a["routing_map"], a["probs"].astype(probs_dtype),
+                                                   a["num_out_tokens"], pad)
+        else:
+            from ops.unpermute_with_routing_map.examples import make_inputs as unpermute_inputs
+            a = unpermute_inputs(4, 8, 3, topk=2, capacity=2, dtype="fp32", drop_and_pad=pad)
+            ops.moe_token_unpermute_with_routing_map(a["permuted_tokens"], a["sorted_indices"], a["routing_map"],
+                                                     a["probs"].astype(probs_dtype), pad, a["restore_shape"])
+    assert e.value.status == 161002 and "probs" in e.value.message and np.dtype(probs_dtype).name in e.value.message

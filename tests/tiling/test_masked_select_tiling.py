@@ -90,11 +90,18 @@ def test_ub_plan_sizes_the_counts_buffer_by_the_cores_that_write_it():
         assert next(b.bytes for b in plan if b.name == "offsetBuf") == 192
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(elem_bytes=8, with_values=True, with_indices=True), "2- or 4-byte"),
-    (dict(elem_bytes=2, with_values=False, with_indices=False), "always selects values"),
-], ids=["eight_byte_values", "uwrm_without_values"])
-def test_ub_plan_rejects_shapes_no_kernel_has(kwargs, message):
+def test_ub_plan_rejects_the_uwrm_select_without_values():
     fields = masked_select_tiling(ub_bytes=6000, core_num=3, num_tokens=300, num_experts=5, elem_bytes=2)
-    with pytest.raises(ValueError, match=message):
-        masked_select_ub_plan(fields, pipe="p", **kwargs)
+    with pytest.raises(ValueError, match="always selects values"):
+        masked_select_ub_plan(fields, pipe="p", elem_bytes=2, with_values=False, with_indices=False)
+
+
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8])
+@pytest.mark.parametrize("with_indices", [True, False], ids=["v3", "uwrm"])
+def test_ub_plan_sizes_the_value_queues_in_the_values_width(elem_bytes, with_indices):
+    # the real tilings accept 1- and 8-byte probs (PWRM UTs with_prob_int8 / with_prob_int64); the kernels'
+    # value buffers are tileLengthAlign * sizeof(T): 300 tokens -> tile 300 -> 384 elements
+    fields = masked_select_tiling(ub_bytes=196352, core_num=3, num_tokens=300, num_experts=5, elem_bytes=elem_bytes)
+    plan = masked_select_ub_plan(fields, pipe="p", elem_bytes=elem_bytes, with_values=True, with_indices=with_indices)
+    sizes = {b.name: b.bytes for b in plan}
+    assert sizes["inQueueX"] == sizes["outQueueY"] == 384 * elem_bytes and sizes["maskCastBuf"] == 384 * 4

@@ -8,6 +8,7 @@ import pytest
 
 from tiling import get_soc
 from tiling.common import TensorDesc as D
+from tiling.masked_select import MS_FIELDS
 from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_routing_map as tile
 from tiling.status import TilingError
 
@@ -74,7 +75,9 @@ def test_output_checks(out_shape, match):
     (F16, F16, 9600),           # 2-byte probs
     (F32, F32, 7424),           # 4-byte probs: AlignDown(261760 / 35, 128)
     (BF16, F32, 7424),          # mixed bf16 tokens + fp32 probs: the probs' size counts
-], ids=["noprobs", "fp16", "fp32", "bf16_tokens_fp32_probs"])
+    (F32, I8, 11264),           # the op's own table gives 1-byte probs 1 byte: AlignDown(261760 / 23, 128)
+    (F32, np.int64, 5120),      # 8-byte probs: AlignDown(261760 / 51, 128)
+], ids=["noprobs", "fp16", "fp32", "bf16_tokens_fp32_probs", "int8", "int64"])
 def test_probs_dtype_sets_masked_select_element_size(tok, probs, tile_elems):
     # ubLength = AlignDown((UB - 128) / (4 * elemSize + 19), 128), clamped to N: N large enough not to clamp
     n, e = 20000, 3
@@ -90,3 +93,38 @@ def test_pad_ub_plan_lists_the_sort_and_prob_pipes(probs):
                 D((64, 8), probs) if probs else None, 512, True, soc=UT)
     pipes = {row.pipe for row in r.ub_plan}
     assert pipes == ({"sortPipe2", "sortPipe"} if probs else {"sortPipe2"}) and r.ub_fits
+
+
+@pytest.mark.parametrize("probs,value_bytes", [(I8, 1), (np.int64, 8)], ids=["with_prob_int8", "with_prob_int64"])
+def test_ut_with_prob_int8_and_int64_succeed(probs, value_bytes):
+    """UT with_prob_int8 / with_prob_int64: tokens fp32 (2, 5), kernel map (3, 2) (here (2, 3)), probs of that
+    dtype, numOutTokens 6, compile aivNum 40, UB 192 KiB: GRAPH_SUCCESS with key 1 (the OpDef has no kernel for
+    these probs; the aclnn refuses them before any tiling, see the operator tests)."""
+    r = tile(D((2, 5), F32), D((2, 3), np.int32), D((2, 3), probs), 6, False, soc=UT_192K)
+    assert r.tiling_key == 1 and r.fields["has_prob"] == 1 and r.fields["top_k"] == 3
+    # masked select over E = 3 rows of N = 2: 3 cores of one 2-element tile each (the tile clamps to N)
+    ms = [r.fields[f"ms_{k}"] for k in MS_FIELDS]
+    assert ms == [3, 2, 1, 2, 2, 0, 0, 0, 0, 0, 2, 3]
+    # the value queues hold the 128-element aligned tile in the probs' own width
+    sizes = {row.name: row.bytes for row in r.ub_plan if row.pipe == "sortPipe"}
+    assert sizes["inQueueX"] == sizes["outQueueY"] == 128 * value_bytes
+    assert r.ub_fits
+
+
+@pytest.mark.parametrize("probs", [None, F32, I8], ids=["noprobs", "fp32", "int8"])
+def test_pad_probs_of_any_width_tile(probs):
+    r = tile(D((64, 5), F32), D((64, 8), I8), D((64, 8), probs) if probs else None, 512, True, soc=UT)
+    assert r.tiling_key == 9 and r.ub_fits
+
+
+@pytest.mark.parametrize("n,e,num_out,pad,top_k,capacity", [
+    (3, 4, 11, True, 2, 2),      # the issue's case: the l0 rounds 11 down to 8 = 2 * E; topK = 8 div 3 (11 div 3 = 3)
+    (3, 4, 8, True, 2, 2),       # already a multiple of E
+    (2, 4, 7, True, 2, 1),       # 7 -> 4; topK = 4 div 2 (7 div 2 = 3)
+    (3, 5, 14, True, 3, 2),      # 14 -> 10; topK = 10 div 3 (14 div 3 = 4)
+    (1, 4, 7, True, 4, 1),       # 7 -> 4; topK = 4 div 1 (7 div 1 = 7)
+    (3, 4, 11, False, 3, 0),     # no pad: rounding to a multiple of N = 3 leaves topK = 11 div 3 = 3
+], ids=["issue-3x4-11", "multiple", "2x4-7", "3x5-14", "1x4-7", "nopad-3x4-11"])
+def test_top_k_is_read_from_the_l0_rounded_num_out_tokens(n, e, num_out, pad, top_k, capacity):
+    r = tile(D((n, 16), F32), D((n, e), I8), None, num_out, pad, soc="ascend910b")
+    assert (r.fields["top_k"], r.fields["capacity"]) == (top_k, capacity)

@@ -93,3 +93,30 @@ def test_tiling_failures(args):
 def test_topk_over_experts_and_capacity_over_tokens_only_warn():
     assert tiling(D((40, 8), "bf16"), D((40,), "int32"), None, D((4, 2), "bf16"), False).fields["top_k"] == 10
     assert tiling(D((40, 8), "bf16"), D((40,), "int32"), None, D((4, 2), "bf16"), True).fields["capacity"] == 20
+
+
+@pytest.mark.parametrize("probs,ms_bytes,value_bytes,same_t_g_as", [
+    ("int8", 0, 1, "fp32"),     # GetLengthByType: INT8 -> 0; T-G's unit 4 (index) + 0 + 4 (fp32 cast) = fp32's 4 + 4
+    ("int64", 8, 8, None),      # INT64 -> 8; unit 4 + 8 + 4
+], ids=["int8_probs", "int64_probs"])
+def test_int8_and_int64_probs_tile_as_the_real_host_code(probs, ms_bytes, value_bytes, same_t_g_as):
+    """The real tiling has no dtype check: its size table gives these probs 0 and 8 bytes and it succeeds (as
+    PermuteWithRoutingMap's UTs with_prob_int8 / with_prob_int64 do). The aclnn refuses such probs before."""
+    n, e = 20000, 2
+    r = tiling(D((2 * n, 64), "fp16"), D((2 * n,), "int32"), D((n, e), "bool"), D((n, e), probs), False,
+               soc=UT_SOC)
+    assert r.tiling_key == 1 and r.fields["top_k"] == 2
+    # ubLength = AlignDown((261888 - 128) / (4 * elemSize + 19), 128), below N = 20000
+    assert r.fields["formertile_length"] == (261760 // (4 * ms_bytes + 19)) // 128 * 128
+    sizes = {row.name: row.bytes for row in r.ub_plan if row.pipe == "sortPipe"}
+    assert sizes["inQueueX"] == sizes["outQueueY"] == r.fields["formertile_length"] * value_bytes
+    if same_t_g_as:
+        other = tiling(D((2 * n, 64), "fp16"), D((2 * n,), "int32"), D((n, e), "bool"), D((n, e), same_t_g_as),
+                       False, soc=UT_SOC)
+        assert r.data()[:13] == other.data()[:13]
+
+
+@pytest.mark.parametrize("probs", ["int8", "int64"])
+def test_pad_mode_tiles_int8_and_int64_probs(probs):
+    r = tiling(D((64, 8), "fp16"), D((64,), "int32"), D((16, 4), "bool"), D((16, 4), probs), True, soc=UT_SOC)
+    assert r.tiling_key == 1000 and r.fields["capacity"] == 16
