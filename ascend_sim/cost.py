@@ -29,11 +29,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 
 from .errors import ConfigError
-
-RATE_SCALE = 1024
-"""Rates go into the kernels as bytes per RATE_SCALE cycles, so they stay integers."""
-
-DCACHE_MAX_LINES = 256
+from .layout import DCACHE_MAX_LINES, RATE_SCALE
 
 
 @dataclass(frozen=True)
