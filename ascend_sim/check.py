@@ -60,7 +60,7 @@ _CHECKED: ContextVar[str | None] = ContextVar("ascend_sim_check", default=None)
 @contextmanager
 def checked(mode: str = "race"):
     """Run the launches inside the block (this thread) in checked mode `mode` ("race" or "strict")."""
-    resolve(mode)
+    _mode_code("mode", mode)
     token = _CHECKED.set(mode)
     try:
         yield
@@ -68,18 +68,25 @@ def checked(mode: str = "race"):
         _CHECKED.reset(token)
 
 
+def _mode_code(source: str, value) -> int:
+    """The mode code of `value` ("race", "strict", "off" or ""); ConfigError naming `source` for anything else
+    (a list such as ["race"] included: it is not one of the names, and would not hash)."""
+    if isinstance(value, str):
+        if value in ("off", ""):
+            return MODE_OFF
+        if value in MODES:
+            return MODES[value]
+    raise ConfigError(f"{source} must be 'race', 'strict' or 'off', got {value!r} ({type(value).__name__})",
+                      setting=source)
+
+
 def resolve(check) -> int:
     """The checked mode of a launch: `check` if given ("race", "strict", "off" / None), else the enclosing
     `checked()` block, else $ASCEND_SIM_CHECK. ConfigError for anything else."""
     for source, value in (("check", check), ("checked()", _CHECKED.get()),
                           (CHECK_ENV, os.environ.get(CHECK_ENV, "").strip() or None)):
-        if value is None:
-            continue
-        if value in ("off", ""):
-            return MODE_OFF
-        if value not in MODES:
-            raise ConfigError(f"{source} must be 'race', 'strict' or 'off', got {value!r}")
-        return MODES[value]
+        if value is not None:
+            return _mode_code(source, value)
     return MODE_OFF
 
 

@@ -7,8 +7,8 @@ Tracing is asked for around the calls to trace:
     ascend_sim.trace.write_json(request.runs, "out.json")
 
 Every launch inside the block (on this thread: the request is a context variable) gives the
-selected cores a trace buffer; together the launches keep at most `max_events` calls, shared
-evenly by the traced cores of each launch. Calls past a core's share are counted, not kept,
+selected cores a trace buffer; together the launches keep at most `max_events` calls in all, what is
+left shared evenly by the traced cores of each launch (with fewer calls left than cores, the first ones). Calls past a core's share are counted, not kept,
 and the JSON says how many were left out. Without a request no core has a buffer and the
 timeline writes nothing but its clocks.
 """
@@ -70,12 +70,15 @@ class TraceRequest:
     runs: list = field(default_factory=list)
 
     def rows_for(self, block_dim: int) -> dict[int, int]:
-        """Trace rows for each traced block of a launch of `block_dim` blocks."""
+        """Trace rows for each traced block of a launch of `block_dim` blocks: what is left of `max_events`,
+        split evenly (the lower blocks take the remainder), never more in total. With fewer rows left than
+        traced blocks the higher blocks get none and are not traced."""
         chosen = [b for b in (range(block_dim) if self.cores is None else self.cores) if 0 <= b < block_dim]
         if not chosen or self.remaining <= 0:
             return {}
-        share = max(1, self.remaining // len(chosen))
-        return {b: share for b in chosen}
+        share, extra = divmod(self.remaining, len(chosen))
+        rows = {b: share + (k < extra) for k, b in enumerate(chosen)}
+        return {b: n for b, n in rows.items() if n > 0}
 
     def took(self, report) -> None:
         """Book a traced launch."""
@@ -97,9 +100,12 @@ def tracing(cores=None, max_events: int = DEFAULT_MAX_EVENTS):
     (default all); `max_events`: calls kept over all launches. Yields the TraceRequest (`.runs`)."""
     max_events = whole_number("max_events", max_events, 1, MAX_EVENTS_LIMIT, "events")
     if cores is not None:
+        if isinstance(cores, (str, bytes)) or not hasattr(cores, "__iter__") or getattr(cores, "ndim", 1) != 1:
+            raise ConfigError(f"cores must be a sequence of block indices (e.g. (0, 1)) or None for all, got "
+                              f"{cores!r} ({type(cores).__name__})", setting="cores")
         cores = tuple(whole_number("cores", c, 0, 1 << 20, "block index") for c in cores)
         if not cores:
-            raise ConfigError("cores: give at least one block index to trace, or None for all")
+            raise ConfigError("cores: give at least one block index to trace, or None for all", setting="cores")
     request = TraceRequest(cores, max_events, max_events)
     token = _REQUEST.set(request)
     try:
