@@ -1,4 +1,4 @@
-"""Per-call traces of the timeline, and their Chrome / Perfetto JSON and occupancy plot.
+"""Per-call traces of the timeline, and their Chrome / Perfetto JSON (the occupancy plot: occupancy.py).
 
 Tracing is asked for around the calls to trace:
 
@@ -25,6 +25,7 @@ from .layout import (CALL_ALLOC_TENSOR, CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, C
                      CALL_DATA_COPY_PAD_OUT, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_INIT_OUTPUT, CALL_NAMES,
                      CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, HARD_EVENT_NAMES, PIPE_NAMES)
 from .errors import ConfigError, whole_number
+from .occupancy import plot_occupancy  # noqa: F401   (the occupancy plot: occupancy.py)
 
 DEFAULT_MAX_EVENTS = 1_000_000
 MAX_EVENTS_LIMIT = 50_000_000
@@ -214,35 +215,3 @@ def _write_rows(put, rows, setter, first_row, kernel, pid, offset_us, to_us) -> 
     if batch:
         put(",\n".join(batch))
     return flows
-
-
-def plot_occupancy(runs, path) -> None:
-    """Pipe occupancy per traced core as horizontal bars (needs matplotlib: pip install 'ascend-sim[plot]')."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install 'ascend-sim[plot]' (or pip install matplotlib)") \
-            from None
-    traced = [r for r in runs if r.trace is not None]
-    lanes = sorted({c.block_idx for r in traced for c in r.trace.cores})
-    fig, ax = plt.subplots(figsize=(12, 1 + 0.9 * max(1, len(lanes))))
-    colours = ("tab:gray", "tab:green", "tab:blue", "tab:orange")
-    offset = 0.0
-    for run in traced:
-        to_us = 1.0 / run.estimate.cost.clock_mhz
-        for ct in run.trace.cores:
-            y = lanes.index(ct.block_idx)
-            for pipe in range(len(PIPE_NAMES)):
-                sel = ct.rows[ct.rows[:, 2] == pipe]
-                bars = [(offset + s * to_us, max((e - s) * to_us, 1e-6)) for s, e in zip(sel[:, 3], sel[:, 4]) if e > s]
-                ax.broken_barh(bars, (y + pipe * 0.22, 0.2), color=colours[pipe])
-        offset += run.estimate.time_us
-    ax.set_yticks([i + 0.44 for i in range(len(lanes))], [f"core {b}" for b in lanes])
-    ax.set_xlabel("estimated time (us)")
-    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours], labels=list(PIPE_NAMES),
-              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=4, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
