@@ -46,5 +46,5 @@ def _compile(fn, n_args: int):
 
 
 _COMPILED = (_compile(_ub, 7), _compile(_vector_access, 9), _compile(_gm_read, 6))
-# in the order of core.CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ
+# in the order of layout.CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ
 ENTRIES = tuple(f.address for f in _COMPILED)

@@ -37,7 +37,7 @@ _FLAG_CALLS = {CALL_SET_FLAG, CALL_WAIT_FLAG}
 
 @dataclass(frozen=True)
 class CoreTrace:
-    """One traced block: its rows (see core.TRACE_COLS) and how many calls it made in all (`offered`)."""
+    """One traced block: its rows (see layout.TRACE_COLS) and how many calls it made in all (`offered`)."""
     block_idx: int
     rows: np.ndarray
     offered: int
