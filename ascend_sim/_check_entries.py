@@ -1,7 +1,7 @@
 """The checker's entry points as C functions (numba cfunc), compiled once and called by kernels by address.
 
 check.ub / vector_access / gm_read, which kernels inline, only test the mode and call these through the
-addresses that check.attach stores in the core state; the checks themselves (check.check_*) are compiled here,
+addresses that check.attach stores in the core state; the checks themselves (shadow.check_*) are compiled here,
 once per process or loaded from the disk cache, instead of inside every kernel stage. Importing this module
 compiles them: check.attach does so on the first checked launch, under Python's import lock, so concurrent
 first launches compile once.
@@ -16,7 +16,7 @@ from collections import namedtuple
 from numba import carray, cfunc
 from numba import types as nt
 
-from . import check
+from . import shadow
 from ._jit import source_stamp
 from ._memory import i64_pointer
 
@@ -24,16 +24,16 @@ StateOnly = namedtuple("StateOnly", ["state"])     # the part of a Core the chec
 
 
 def _ub(state_address, state_len, call, pipe, off, nbytes, write):
-    check.check_ub(StateOnly(carray(i64_pointer(state_address), state_len)), call, pipe, off, nbytes, write != 0)
+    shadow.check_ub(StateOnly(carray(i64_pointer(state_address), state_len)), call, pipe, off, nbytes, write != 0)
 
 
 def _vector_access(state_address, state_len, call, d, d_bytes, s0, s0_bytes, s1, s1_bytes):
-    check.check_vector_access(StateOnly(carray(i64_pointer(state_address), state_len)), call, d, d_bytes, s0,
-                              s0_bytes, s1, s1_bytes)
+    shadow.check_vector_access(StateOnly(carray(i64_pointer(state_address), state_len)), call, d, d_bytes, s0,
+                               s0_bytes, s1, s1_bytes)
 
 
 def _gm_read(state_address, state_len, call, pipe, address, nbytes):
-    check.check_gm_read(StateOnly(carray(i64_pointer(state_address), state_len)), call, pipe, address, nbytes)
+    shadow.check_gm_read(StateOnly(carray(i64_pointer(state_address), state_len)), call, pipe, address, nbytes)
 
 
 def _compile(fn, n_args: int):
@@ -46,5 +46,5 @@ def _compile(fn, n_args: int):
 
 
 _COMPILED = (_compile(_ub, 7), _compile(_vector_access, 9), _compile(_gm_read, 6))
-# in the order of core.CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ
+# in the order of layout.CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ
 ENTRIES = tuple(f.address for f in _COMPILED)

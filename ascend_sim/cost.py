@@ -29,11 +29,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 
 from .errors import ConfigError
-
-RATE_SCALE = 1024
-"""Rates go into the kernels as bytes per RATE_SCALE cycles, so they stay integers."""
-
-DCACHE_MAX_LINES = 256
+from .layout import DCACHE_MAX_LINES, RATE_SCALE
 
 
 @dataclass(frozen=True)
@@ -60,7 +56,7 @@ class CostModel:
         barrier_cycles: PipeBarrier<pipe> cost on that pipe (PIPE_ALL: on every pipe).
         sync_all_cycles: SyncAll() after the slowest core arrives.
     """
-    clock_mhz: float = 1850.0
+    clock_mhz: float = 1800.0
     mte2_bytes_per_cycle: float = 32.0
     mte3_bytes_per_cycle: float = 32.0
     hbm_bytes_per_cycle: float = 768.0
@@ -178,11 +174,17 @@ def parse_override(text: str) -> tuple[str, object]:
         raise ConfigError(f"--cost {name}: cannot read {raw!r} as {kind.__name__}") from None
 
 
-# 910B: clock and DMA rates from the platform ini (cube_freq 1850 MHz on B1; ddr_rate 32 B/cycle/core), HBM cap
-# 24 x 32 B/cycle (~1.42 TB/s at 1.85 GHz); the msprof simulator's L2 latencies for the DMA fixed cost. 910_93 and
-# 950 figures were not found: they take the 910B's (stated in the README).
+# Sources (README, "Where the NPU's time goes"; the project's measured_references.md): the A2 / A3 vector
+# clock is 1.8 GHz (ops-transformer's cross-platform migration guide; the asc-devkit copy benchmark's cycles over
+# its times give 1.79-1.82 GHz), the 950's 1.65 GHz (same guide; the benchmark gives about 1.63). HBM: 910B / 910_93
+# keep 24 x the ini's ddr_rate 32 B/cycle = 768 B/cycle, 1.38 TB/s at 1.8 GHz, beside the 1.40 TB/s the copy
+# benchmark achieves on A2 / A3; the 950 takes the 1.60 TB/s that benchmark achieves over its 64 AIV, at 1.65 GHz.
+# DMA per-core rates and latencies are the 910B's on every chip.
+ASCEND950_CLOCK_MHZ = 1650.0
+ASCEND950_ACHIEVED_HBM_BYTES_PER_S = 1.60e12
 STOCK_COSTS = {
     "ascend910b": CostModel(),
     "ascend910_93": CostModel(),
-    "ascend950": CostModel(),
+    "ascend950": CostModel(clock_mhz=ASCEND950_CLOCK_MHZ,
+                           hbm_bytes_per_cycle=float(round(ASCEND950_ACHIEVED_HBM_BYTES_PER_S / (ASCEND950_CLOCK_MHZ * 1e6)))),
 }

@@ -31,16 +31,16 @@ from numba.extending import intrinsic, overload
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import STREAM_MIN_BYTES, data_address, memcpy_bytes, stream_bytes
 from . import check as chk
-from .core import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, ATOMIC_TYPE, CAP_MAX_BLOCK_COUNT, CHK_MODE, CNT_MTE2_BYTES,
-                   CNT_MTE3_BYTES, PIPE_MTE2, PIPE_MTE3, PIPE_V, POISON)
+from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, ATOMIC_TYPE, CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT,
+                     CALL_DATA_COPY_PAD_IN, CALL_DATA_COPY_PAD_OUT, CALL_DATA_COPY_UB, CALL_INIT_OUTPUT,
+                     CAP_MAX_BLOCK_COUNT, CHK_MODE, CNT_MTE2_BYTES, CNT_MTE3_BYTES, F_DATACOPY_TRUNC, F_ELEM_TYPE,
+                     F_GM_OOB, F_LEN_MULTIPLE, F_PARAM, F_UB_OOB, PIPE_MTE2, PIPE_MTE3, PIPE_V, POISON, P_BLOCK_COUNT,
+                     P_BLOCK_LEN, P_COUNT, P_LEFT_PADDING, P_RIGHT_PADDING, P_STRIDE)
 from .timeline import dma, repeats_of, vector
 from .dtypes import (CAST_RINT, DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT8, DT_INT16, DT_INT32, bf16_bits_to_f32_bits,
                      f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_f16_bits, f32_from_bits,
                      view_f32_as_u32)
-from .faults import (CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DATA_COPY_PAD_IN, CALL_DATA_COPY_PAD_OUT,
-                     CALL_DATA_COPY_UB, CALL_INIT_OUTPUT, F_DATACOPY_TRUNC, F_ELEM_TYPE, F_GM_OOB, F_LEN_MULTIPLE,
-                     F_PARAM, F_UB_OOB, P_BLOCK_COUNT, P_BLOCK_LEN, P_COUNT, P_LEFT_PADDING, P_RIGHT_PADDING, P_STRIDE,
-                     fault, issue)
+from .faults import fault, issue
 from .local import note_ub_write, ub_aligned_offset
 
 GlobalTensor = namedtuple("GlobalTensor", ["data", "id", "offset"])

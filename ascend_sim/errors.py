@@ -9,18 +9,30 @@ from __future__ import annotations
 
 class ConfigError(ValueError):
     """A simulator setting outside what it supports: a thread count, an environment variable, a chip
-    profile's UB size or core count. Raised before anything is compiled or launched."""
+    profile's UB size or core count. Raised before anything is compiled or launched.
+
+    Attributes:
+        setting: the argument or setting at fault (e.g. "check", "cores"), or None when the message alone
+            names it.
+    """
+
+    def __init__(self, message: str, *, setting: str | None = None):
+        super().__init__(message)
+        self.setting = setting
 
 
 def whole_number(name: str, value, low: int, high: int, unit: str, error=ConfigError) -> int:
     """`value` as an int if it is a whole number (Python or NumPy integer, not a bool) in [low, high];
     otherwise `error` with a message naming the setting, the range and the unit."""
+    def fail(message: str):
+        return error(message, setting=name) if error is ConfigError else error(message)
+
     if isinstance(value, bool) or not hasattr(value, "__index__") or hasattr(value, "dtype") and \
             value.dtype.kind == "b":
-        raise error(f"{name} must be a whole number of {unit}, got {value!r} ({type(value).__name__})")
+        raise fail(f"{name} must be a whole number of {unit}, got {value!r} ({type(value).__name__})")
     value = value.__index__()
     if not low <= value <= high:
-        raise error(f"{name} must be between {low:,} and {high:,} {unit}, got {value:,}")
+        raise fail(f"{name} must be between {low:,} and {high:,} {unit}, got {value:,}")
     return value
 
 

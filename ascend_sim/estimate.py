@@ -18,7 +18,7 @@ import io
 import math
 from dataclasses import dataclass
 
-from .core import PIPE_NAMES
+from .layout import PIPE_NAMES
 from .cost import CostModel
 
 PIPE_UTILIZATION_COLUMNS = (

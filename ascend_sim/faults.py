@@ -13,134 +13,11 @@ import numpy as np
 
 from . import errors
 from ._jit import aicore
-from .core import CNT_CALLS, ERR_BASE, FAULT_CALL_INDEX
-
-# --- AscendC calls (fault record word 1) ---------------------------------------------------
-CALL_DATA_COPY_PAD_IN = 1
-CALL_DATA_COPY_PAD_OUT = 2
-CALL_DATA_COPY_IN = 3
-CALL_DATA_COPY_OUT = 4
-CALL_ALLOC_TENSOR = 5
-CALL_ENQUE = 6
-CALL_DEQUE = 7
-CALL_FREE_TENSOR = 8
-CALL_TBUF_GET = 9
-CALL_SET_FLAG = 10
-CALL_WAIT_FLAG = 11
-CALL_PIPE_BARRIER = 12
-CALL_CAST = 13
-CALL_MULS = 14
-CALL_MUL = 15
-CALL_ADD = 16
-CALL_DUPLICATE = 17
-CALL_COPY = 18
-CALL_BLOCK_REDUCE_SUM = 19
-CALL_WHOLE_REDUCE_SUM = 20
-CALL_GM_GET_VALUE = 21
-CALL_GM_SET_VALUE = 22
-CALL_UB_GET_VALUE = 23
-CALL_UB_SET_VALUE = 24
-CALL_INIT_OUTPUT = 25
-CALL_REINTERPRET_CAST = 26
-CALL_SCALAR_ARRAY = 27
-CALL_ADDS = 28
-CALL_DATA_COPY_UB = 29
-CALL_ARITH_PROGRESSION = 40
-CALL_SORT = 41
-CALL_EXTRACT = 42
-CALL_MRG_SORT = 43
-CALL_CONCAT = 44
-CALL_DUPLICATE_MASK = 45
-CALL_VF = 46
-CALL_FETCH_EVENT_ID = 47
-CALL_COMPARE_SCALAR = 60   # masked-select instructions (mask.py)
-CALL_GATHER_MASK = 61
-
-CALL_NAMES = {
-    CALL_DATA_COPY_PAD_IN: "DataCopyPad(GM->UB)",
-    CALL_DATA_COPY_PAD_OUT: "DataCopyPad(UB->GM)",
-    CALL_DATA_COPY_IN: "DataCopy(GM->UB)",
-    CALL_DATA_COPY_OUT: "DataCopy(UB->GM)",
-    CALL_DATA_COPY_UB: "DataCopy(UB->UB)",
-    CALL_ALLOC_TENSOR: "AllocTensor",
-    CALL_ENQUE: "EnQue",
-    CALL_DEQUE: "DeQue",
-    CALL_FREE_TENSOR: "FreeTensor",
-    CALL_TBUF_GET: "TBuf::Get",
-    CALL_SET_FLAG: "SetFlag",
-    CALL_WAIT_FLAG: "WaitFlag",
-    CALL_PIPE_BARRIER: "PipeBarrier",
-    CALL_CAST: "Cast",
-    CALL_MULS: "Muls",
-    CALL_MUL: "Mul",
-    CALL_ADD: "Add",
-    CALL_ADDS: "Adds",
-    CALL_DUPLICATE: "Duplicate",
-    CALL_COPY: "Copy",
-    CALL_BLOCK_REDUCE_SUM: "BlockReduceSum",
-    CALL_WHOLE_REDUCE_SUM: "WholeReduceSum",
-    CALL_GM_GET_VALUE: "GlobalTensor::GetValue",
-    CALL_GM_SET_VALUE: "GlobalTensor::SetValue",
-    CALL_UB_GET_VALUE: "LocalTensor::GetValue",
-    CALL_UB_SET_VALUE: "LocalTensor::SetValue",
-    CALL_INIT_OUTPUT: "InitOutput",
-    CALL_REINTERPRET_CAST: "ReinterpretCast",
-    CALL_SCALAR_ARRAY: "scalar array access",
-    CALL_ARITH_PROGRESSION: "ArithProgression",
-    CALL_SORT: "Sort",
-    CALL_EXTRACT: "Extract",
-    CALL_MRG_SORT: "MrgSort",
-    CALL_CONCAT: "Concat",
-    CALL_DUPLICATE_MASK: "Duplicate(mask)",
-    CALL_VF: "vector function (__VEC_SCOPE__)",
-    CALL_FETCH_EVENT_ID: "TPipe::FetchEventID",
-    CALL_COMPARE_SCALAR: "CompareScalar",
-    CALL_GATHER_MASK: "GatherMask",
-}
-
-# --- fault codes (fault record word 0) and their arguments -----------------------------------
-F_GM_OOB = 1          # tensor id, first byte, end byte, tensor bytes
-F_UB_OOB = 2          # UB offset of the tensor, bytes accessed, tensor bytes
-F_UB_NOT_IN_UB = 3    # byte offset relative to UB start, bytes
-F_UB_ALIGN = 4        # UB offset, required alignment
-F_PARAM = 5           # parameter id, value, low, high
-F_LEN_MULTIPLE = 6    # blockLen bytes, sizeof(T)
-F_DATACOPY_TRUNC = 7  # bytes requested (not a multiple of 32)
-F_QUE_STATE = 8       # queue, buffer index, state found
-F_QUE_DEPTH = 9       # queue, used count, depth
-F_QUE_EMPTY = 10      # queue
-F_QUE_FOREIGN = 11    # queue, UB offset of the tensor
-F_QUE_NO_FREE = 12    # queue, buffers
-F_EVT_ID = 13         # event, id
-F_EVT_DOUBLE_SET = 14  # event, id
-F_EVT_WAIT_UNSET = 15  # event, id
-F_BARRIER_S = 16
-F_CAST_PAIR = 17      # dst dtype, src dtype, round mode
-F_SCALAR_OOB = 18     # array id (kernel defined), index, size
-F_QUE_KIND = 20       # queue, kind
-F_QUE_INDEX = 21      # queue, buffers of the live TPipe
-F_ELEM_TYPE = 22      # destination element bytes, source element bytes
-F_EVT_EXHAUSTED = 23  # event, ids the event has
-F_COUNT_BYTES = 40    # bytes the count covers, the multiple they must be (mask.py)
-F_UNSUPPORTED = 41    # dtype code, mode, NPU arch: a dtype / mode this chip's instruction lacks
-F_PATTERN_TYPE = 42   # pattern element bytes, data element bytes (GatherMask)
-F_PIPE_RACE = 43      # earlier call number, earlier call id, pipes / kind / memory packed, first byte, end byte
-F_QUE_OWNER = 44      # queue, buffer, its state, call number of its last FreeTensor (0: never freed)
-
-P_BLOCK_COUNT = 1
-P_BLOCK_LEN = 2
-P_STRIDE = 3
-P_LEFT_PADDING = 4
-P_RIGHT_PADDING = 5
-P_REPEAT = 6
-P_MASK = 7
-P_COUNT = 8
-P_BLK_STRIDE = 10
-PARAM_NAMES = {
-    P_BLOCK_COUNT: "blockCount", P_BLOCK_LEN: "blockLen", P_STRIDE: "stride",
-    P_LEFT_PADDING: "leftPadding", P_RIGHT_PADDING: "rightPadding", P_REPEAT: "repeatTime",
-    P_MASK: "mask", P_COUNT: "count", P_BLK_STRIDE: "blkStride",
-}
+from .layout import (CALL_NAMES, CNT_CALLS, ERR_BASE, FAULT_CALL_INDEX, F_BARRIER_S, F_CAST_PAIR, F_COUNT_BYTES,
+                     F_DATACOPY_TRUNC, F_ELEM_TYPE, F_EVT_DOUBLE_SET, F_EVT_EXHAUSTED, F_EVT_ID, F_EVT_WAIT_UNSET,
+                     F_GM_OOB, F_LEN_MULTIPLE, F_PARAM, F_PATTERN_TYPE, F_PIPE_RACE, F_QUE_DEPTH, F_QUE_EMPTY,
+                     F_QUE_FOREIGN, F_QUE_INDEX, F_QUE_KIND, F_QUE_NO_FREE, F_QUE_OWNER, F_QUE_STATE, F_SCALAR_OOB,
+                     F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB, F_UNSUPPORTED, PARAM_NAMES, STATE_NAMES)
 
 
 @aicore
@@ -171,9 +48,6 @@ def issue(c, call):
 @aicore
 def faulted(c):
     return c.state[ERR_BASE] != 0
-
-
-_STATE_NAMES = ("FREE", "OCCUPIED", "ENQUE", "DEQUE")
 
 
 def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, call_index: int,
@@ -216,7 +90,7 @@ def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, cal
             f"DataCopy of {a[0]} bytes is not a multiple of 32 bytes; the hardware would silently move only "
             f"{a[0] - a[0] % 32} bytes (use DataCopyPad)", **where)
     if code == F_QUE_STATE:
-        state = _STATE_NAMES[a[2]] if 0 <= a[2] < 4 else str(a[2])
+        state = STATE_NAMES[a[2]] if 0 <= a[2] < 4 else str(a[2])
         return errors.QueueError(f"buffer {a[1]} of '{que(a[0])}' is {state}, which this call does not accept",
                                  **where)
     if code == F_QUE_DEPTH:

@@ -38,8 +38,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import errors
-from .core import (CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE, N_PIPES,
-                   TL_BUSY, TL_TRACE_N, TRACE_COLS, counters, fault_record, flags, make_core, release_core, start_pipe)
+from .layout import (CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE,
+                     N_PIPES, TL_BUSY, TL_TRACE_N, TRACE_COLS)
+from .core import counters, fault_record, flags, make_core, release_core, start_pipe
 from .cost import CostModel
 from .estimate import CoreTime, Estimate
 from . import check as checking
@@ -380,6 +381,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                 if live_phase[i] != p:
                     tables = core_tables[p]
                     start_pipe(core, tables[i] if len(tables) > 1 else tables[0])
+                    if check_mode:      # a new TPipe starts after the old one's work (TPipe::Destroy waits for it)
+                        checking.barrier_all(core.state)
                     live_phase[i] = p
                     core.state[CHK_OWN_WAIVE] = queue_waivers[p]
                 entry = entries.get(id(item))

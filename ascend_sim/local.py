@@ -12,8 +12,8 @@ from numba.extending import overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import data_address
-from .core import CNT_UB_HWM
-from .faults import CALL_REINTERPRET_CAST, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB, fault
+from .layout import CALL_REINTERPRET_CAST, CNT_UB_HWM, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB
+from .faults import fault
 
 
 @aicore

@@ -25,13 +25,14 @@ from numba.extending import overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from . import check as chk
-from .core import CAP_NPU_ARCH, CHK_MODE, CNT_V_ELEMS, PIPE_V
+from .layout import (CALL_CAST, CALL_COMPARE_SCALAR, CALL_GATHER_MASK, CAP_NPU_ARCH, CHK_MODE, CNT_V_ELEMS, F_CAST_PAIR,
+                     F_COUNT_BYTES, F_PARAM, F_PATTERN_TYPE, F_UB_OOB, F_UNSUPPORTED, PIPE_V, P_BLK_STRIDE, P_COUNT,
+                     P_MASK, P_REPEAT)
 from .timeline import repeats_of, vector
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16, DT_FLOAT,
                      DT_FLOAT16, DT_INT32, DT_UINT8, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits,
                      f32_bits_to_bf16_bits, f32_bits_to_f16_bits, i64_to_f32_bits, view_f32_as_u32)
-from .faults import (CALL_CAST, CALL_COMPARE_SCALAR, CALL_GATHER_MASK, F_CAST_PAIR, F_COUNT_BYTES, F_PARAM,
-                     F_PATTERN_TYPE, F_UB_OOB, F_UNSUPPORTED, P_BLK_STRIDE, P_COUNT, P_MASK, P_REPEAT, fault, issue)
+from .faults import fault, issue
 from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset
 
 # AscendC CMPMODE

@@ -14,43 +14,14 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from .errors import QueueError, UBOverflowError
+from .layout import (KIND_TBUF, KIND_TQUE, KIND_TQUEBIND, MAX_BUFFERS_PER_POSITION, POS_VECCALC, POS_VECIN, POS_VECOUT,
+                     QUE_COLS, Q_BASE, Q_DEPTH, Q_DST_POS, Q_KIND, Q_LEN, Q_NUM, Q_SRC_POS)
 
 BLOCK_BYTES = 32
 MAX_PIPE_BUFFERS = 64            # buffers one TPipe can manage
-MAX_BUFFERS_PER_POSITION = 8     # event ids per hardware event: buffers alive at one TPosition
 
-# Kinds and positions as stored in the queue table.
-KIND_TQUE = 0
-KIND_TQUEBIND = 1
-KIND_TBUF = 2
-POS_VECIN = 1
-POS_VECOUT = 2
-POS_VECCALC = 3
 _KINDS = {"TQue": KIND_TQUE, "TQueBind": KIND_TQUEBIND, "TBuf": KIND_TBUF}
 _POSITIONS = {"VECIN": POS_VECIN, "VECOUT": POS_VECOUT, "VECCALC": POS_VECCALC}
-
-# Queue table columns (int64).
-Q_KIND = 0
-Q_SRC_POS = 1
-Q_DST_POS = 2
-Q_BASE = 3        # UB byte offset of buffer 0
-Q_LEN = 4         # bytes per buffer, rounded up to 32
-Q_NUM = 5         # buffers (InitBuffer num)
-Q_DEPTH = 6       # TQue depth (EnQue-without-DeQue limit)
-Q_CURSOR = 7      # next buffer AllocTensor tries
-Q_USED = 8        # tensors currently enqueued
-Q_SEQ = 9         # EnQue sequence counter (DeQue is FIFO)
-Q_STATE = 10      # Q_STATE + i: state of buffer i (FREE/OCCUPIED/ENQUE/DEQUE)
-Q_ENQ_SEQ = Q_STATE + MAX_BUFFERS_PER_POSITION   # Q_ENQ_SEQ + i: EnQue order of buffer i
-# timeline (timeline.py): when buffer i's EnQue event and its FreeTensor event fire, and which call set them
-Q_READY_T = Q_ENQ_SEQ + MAX_BUFFERS_PER_POSITION
-Q_FREE_T = Q_READY_T + MAX_BUFFERS_PER_POSITION
-Q_READY_CALL = Q_FREE_T + MAX_BUFFERS_PER_POSITION
-Q_FREE_CALL = Q_READY_CALL + MAX_BUFFERS_PER_POSITION
-# checked mode (check.py): the happens-before vector (4 words) released by buffer i's EnQue and by its FreeTensor
-Q_READY_V = Q_FREE_CALL + MAX_BUFFERS_PER_POSITION
-Q_FREE_V = Q_READY_V + 4 * MAX_BUFFERS_PER_POSITION
-QUE_COLS = Q_FREE_V + 4 * MAX_BUFFERS_PER_POSITION
 
 
 class UbBuffer(NamedTuple):

@@ -12,25 +12,18 @@ framework inserts (MTE2_V / V_MTE3 / MTE2_MTE3 and their reverse), which the rep
 
 `T` arguments are typed views of the whole UB (asc.ub_f32(c), asc.ub_like(c, gm), ...) and
 choose the element type of the returned LocalTensor, like AscendC's template argument.
-The queue table row of queue q starts at state[QUE_BASE + q * QUE_COLS] (columns in pipe.py).
+The queue table row of queue q starts at state[QUE_BASE + q * QUE_COLS] (columns in layout.py).
 """
 from __future__ import annotations
 
 from ._jit import aicore
-from .core import CNT_EVENTS, PIPE_QUEUES, QUE_BASE
-from .faults import (CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_TBUF_GET,
-                     F_QUE_DEPTH, F_QUE_EMPTY, F_QUE_FOREIGN, F_QUE_INDEX, F_QUE_KIND, F_QUE_NO_FREE, F_QUE_STATE,
-                     F_UB_OOB, fault, issue)
+from .layout import (CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_TBUF_GET, CNT_EVENTS, DEQUE,
+                     ENQUE, FREE, F_QUE_DEPTH, F_QUE_EMPTY, F_QUE_FOREIGN, F_QUE_INDEX, F_QUE_KIND, F_QUE_NO_FREE,
+                     F_QUE_STATE, F_UB_OOB, KIND_TBUF, OCCUPIED, PIPE_QUEUES, QUE_BASE, QUE_COLS, Q_BASE, Q_CURSOR,
+                     Q_DEPTH, Q_ENQ_SEQ, Q_KIND, Q_LEN, Q_NUM, Q_SEQ, Q_STATE, Q_USED)
+from .faults import fault, issue
 from .local import ub_offset
 from . import timeline as tl
-from .pipe import (KIND_TBUF, Q_BASE, Q_CURSOR, Q_DEPTH, Q_ENQ_SEQ, Q_KIND, Q_LEN, Q_NUM, Q_SEQ,
-                   Q_STATE, Q_USED, QUE_COLS)
-
-FREE = 0
-OCCUPIED = 1
-ENQUE = 2
-DEQUE = 3
-
 
 @aicore
 def _row(q):

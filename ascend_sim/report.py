@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .core import COUNTER_NAMES
+from .layout import COUNTER_NAMES
 from .estimate import Estimate
 
 

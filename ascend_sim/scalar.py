@@ -13,10 +13,11 @@ from numba.extending import overload
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import data_address
 from . import check as chk
-from .core import CHK_MODE, CNT_S_GM_READS, CNT_S_GM_WRITES, CNT_S_UB_OPS, MEMBER_BASE, N_MEMBERS, PIPE_S
+from .layout import (CALL_GM_GET_VALUE, CALL_GM_SET_VALUE, CALL_SCALAR_ARRAY, CALL_UB_GET_VALUE, CALL_UB_SET_VALUE,
+                     CHK_MODE, CNT_S_GM_READS, CNT_S_GM_WRITES, CNT_S_UB_OPS, F_GM_OOB, F_SCALAR_OOB, F_UB_OOB,
+                     MEMBER_BASE, N_MEMBERS, PIPE_S)
 from .dtypes import DT_BF16, DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits
-from .faults import (CALL_GM_GET_VALUE, CALL_GM_SET_VALUE, CALL_SCALAR_ARRAY, CALL_UB_GET_VALUE, CALL_UB_SET_VALUE,
-                     F_GM_OOB, F_SCALAR_OOB, F_UB_OOB, fault, faulted, issue)
+from .faults import fault, faulted, issue
 from .local import note_ub_write, ub_offset
 from . import timeline as tl
 from .vector import as_elem

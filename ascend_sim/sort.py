@@ -13,10 +13,10 @@ import numpy as np
 
 from ._jit import aicore
 from . import check as chk
-from .core import CHK_MODE, CNT_V_ELEMS, PIPE_V
+from .layout import (CALL_ARITH_PROGRESSION, CALL_CONCAT, CALL_DUPLICATE_MASK, CALL_EXTRACT, CALL_MRG_SORT, CALL_SORT,
+                     CHK_MODE, CNT_V_ELEMS, F_PARAM, F_UB_OOB, PIPE_V, P_COUNT, P_MASK, P_REPEAT)
 from .timeline import repeats_of, vector
-from .faults import (CALL_ARITH_PROGRESSION, CALL_CONCAT, CALL_DUPLICATE_MASK, CALL_EXTRACT, CALL_MRG_SORT,
-                     CALL_SORT, F_PARAM, F_UB_OOB, P_COUNT, P_MASK, P_REPEAT, fault, issue)
+from .faults import fault, issue
 from .dtypes import view_f32_as_u32
 from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset
 

@@ -1,4 +1,4 @@
-"""Per-call traces of the timeline, and their Chrome / Perfetto JSON and occupancy plot.
+"""Per-call traces of the timeline, and their Chrome / Perfetto JSON (the occupancy plot: occupancy.py).
 
 Tracing is asked for around the calls to trace:
 
@@ -7,8 +7,8 @@ Tracing is asked for around the calls to trace:
     ascend_sim.trace.write_json(request.runs, "out.json")
 
 Every launch inside the block (on this thread: the request is a context variable) gives the
-selected cores a trace buffer; together the launches keep at most `max_events` calls, shared
-evenly by the traced cores of each launch. Calls past a core's share are counted, not kept,
+selected cores a trace buffer; together the launches keep at most `max_events` calls in all, what is
+left shared evenly by the traced cores of each launch (with fewer calls left than cores, the first ones). Calls past a core's share are counted, not kept,
 and the JSON says how many were left out. Without a request no core has a buffer and the
 timeline writes nothing but its clocks.
 """
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .core import HARD_EVENT_NAMES, PIPE_NAMES
+from .layout import (CALL_ALLOC_TENSOR, CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DATA_COPY_PAD_IN,
+                     CALL_DATA_COPY_PAD_OUT, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_INIT_OUTPUT, CALL_NAMES,
+                     CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, HARD_EVENT_NAMES, PIPE_NAMES)
 from .errors import ConfigError, whole_number
-from .faults import (CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DATA_COPY_PAD_IN, CALL_DATA_COPY_PAD_OUT,
-                     CALL_INIT_OUTPUT, CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_NAMES, CALL_PIPE_BARRIER,
-                     CALL_SET_FLAG, CALL_WAIT_FLAG)
+from .occupancy import plot_occupancy  # noqa: F401   (the occupancy plot: occupancy.py)
 
 DEFAULT_MAX_EVENTS = 1_000_000
 MAX_EVENTS_LIMIT = 50_000_000
@@ -37,7 +37,7 @@ _FLAG_CALLS = {CALL_SET_FLAG, CALL_WAIT_FLAG}
 
 @dataclass(frozen=True)
 class CoreTrace:
-    """One traced block: its rows (see core.TRACE_COLS) and how many calls it made in all (`offered`)."""
+    """One traced block: its rows (see layout.TRACE_COLS) and how many calls it made in all (`offered`)."""
     block_idx: int
     rows: np.ndarray
     offered: int
@@ -71,12 +71,15 @@ class TraceRequest:
     runs: list = field(default_factory=list)
 
     def rows_for(self, block_dim: int) -> dict[int, int]:
-        """Trace rows for each traced block of a launch of `block_dim` blocks."""
+        """Trace rows for each traced block of a launch of `block_dim` blocks: what is left of `max_events`,
+        split evenly (the lower blocks take the remainder), never more in total. With fewer rows left than
+        traced blocks the higher blocks get none and are not traced."""
         chosen = [b for b in (range(block_dim) if self.cores is None else self.cores) if 0 <= b < block_dim]
         if not chosen or self.remaining <= 0:
             return {}
-        share = max(1, self.remaining // len(chosen))
-        return {b: share for b in chosen}
+        share, extra = divmod(self.remaining, len(chosen))
+        rows = {b: share + (k < extra) for k, b in enumerate(chosen)}
+        return {b: n for b, n in rows.items() if n > 0}
 
     def took(self, report) -> None:
         """Book a traced launch."""
@@ -98,9 +101,12 @@ def tracing(cores=None, max_events: int = DEFAULT_MAX_EVENTS):
     (default all); `max_events`: calls kept over all launches. Yields the TraceRequest (`.runs`)."""
     max_events = whole_number("max_events", max_events, 1, MAX_EVENTS_LIMIT, "events")
     if cores is not None:
+        if isinstance(cores, (str, bytes)) or not hasattr(cores, "__iter__") or getattr(cores, "ndim", 1) != 1:
+            raise ConfigError(f"cores must be a sequence of block indices (e.g. (0, 1)) or None for all, got "
+                              f"{cores!r} ({type(cores).__name__})", setting="cores")
         cores = tuple(whole_number("cores", c, 0, 1 << 20, "block index") for c in cores)
         if not cores:
-            raise ConfigError("cores: give at least one block index to trace, or None for all")
+            raise ConfigError("cores: give at least one block index to trace, or None for all", setting="cores")
     request = TraceRequest(cores, max_events, max_events)
     token = _REQUEST.set(request)
     try:
@@ -209,35 +215,3 @@ def _write_rows(put, rows, setter, first_row, kernel, pid, offset_us, to_us) -> 
     if batch:
         put(",\n".join(batch))
     return flows
-
-
-def plot_occupancy(runs, path) -> None:
-    """Pipe occupancy per traced core as horizontal bars (needs matplotlib: pip install 'ascend-sim[plot]')."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install 'ascend-sim[plot]' (or pip install matplotlib)") \
-            from None
-    traced = [r for r in runs if r.trace is not None]
-    lanes = sorted({c.block_idx for r in traced for c in r.trace.cores})
-    fig, ax = plt.subplots(figsize=(12, 1 + 0.9 * max(1, len(lanes))))
-    colours = ("tab:gray", "tab:green", "tab:blue", "tab:orange")
-    offset = 0.0
-    for run in traced:
-        to_us = 1.0 / run.estimate.cost.clock_mhz
-        for ct in run.trace.cores:
-            y = lanes.index(ct.block_idx)
-            for pipe in range(len(PIPE_NAMES)):
-                sel = ct.rows[ct.rows[:, 2] == pipe]
-                bars = [(offset + s * to_us, max((e - s) * to_us, 1e-6)) for s, e in zip(sel[:, 3], sel[:, 4]) if e > s]
-                ax.broken_barh(bars, (y + pipe * 0.22, 0.2), color=colours[pipe])
-        offset += run.estimate.time_us
-    ax.set_yticks([i + 0.44 for i in range(len(lanes))], [f"core {b}" for b in lanes])
-    ax.set_xlabel("estimated time (us)")
-    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours], labels=list(PIPE_NAMES),
-              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=4, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

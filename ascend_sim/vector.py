@@ -24,15 +24,15 @@ from numba.np.numpy_support import as_dtype
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from . import check as chk
-from .core import CHK_MODE, CNT_V_ELEMS, PIPE_V
+from .layout import (CALL_ADD, CALL_ADDS, CALL_BLOCK_REDUCE_SUM, CALL_CAST, CALL_COPY, CALL_DUPLICATE, CALL_MUL,
+                     CALL_MULS, CALL_WHOLE_REDUCE_SUM, CHK_MODE, CNT_V_ELEMS, F_CAST_PAIR, F_PARAM, F_UB_ALIGN,
+                     F_UB_OOB, PIPE_V, P_BLK_STRIDE, P_COUNT, P_MASK, P_REPEAT)
 from .timeline import repeats_of, vector
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16,
                      DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
                      f32_bits_to_bf16_bits_rint,
                      f32_bits_to_f16_bits, i64_to_f32_bits)
-from .faults import (CALL_ADD, CALL_ADDS, CALL_BLOCK_REDUCE_SUM, CALL_CAST, CALL_COPY, CALL_DUPLICATE, CALL_MUL,
-                     CALL_MULS, CALL_WHOLE_REDUCE_SUM, F_CAST_PAIR, F_PARAM, F_UB_ALIGN, F_UB_OOB, P_BLK_STRIDE,
-                     P_COUNT, P_MASK, P_REPEAT, fault, issue)
+from .faults import fault, issue
 from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset
 
 CopyRepeatParams = namedtuple("CopyRepeatParams", ["dstStride", "srcStride", "dstRepeatSize", "srcRepeatSize"])

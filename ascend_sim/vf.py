@@ -10,10 +10,9 @@ views directly without leaving the tensors it was given.
 from __future__ import annotations
 
 from ._jit import aicore
-from .faults import CALL_VF
+from .layout import CALL_VF, CHK_MODE, PIPE_V
 from .local import note_ub_write
 from . import check as chk
-from .core import CHK_MODE, PIPE_V
 from .vector import _begin, _operand
 
 

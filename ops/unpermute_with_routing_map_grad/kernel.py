@@ -461,6 +461,13 @@ PROB_GRAD_LINE_RACES = (
                "the real kernel zeroes the next line with no MTE3 -> V event after the copy-out"),
     RaceWaiver("S", "LocalTensor::SetValue", "V", "Duplicate",
                "the real kernel zeroes the next line with no S -> V event after filling the last one"))
+# keys 11 / 111 with fp32 gradients ([M26] ..._prob_not_none_drop_pad_true.h, Process(), lines 137-143): the
+# product written by Muls (V) goes through EnQue / DeQue of permutedTokensTQue, a TQue<VECIN> whose event is
+# MTE2 -> V, and is then copied out by DataCopyPad (MTE3) with no V -> MTE3 event; the fp16 / bf16 branch has
+# its VToMTE3Sync() after the Cast, the fp32 branch none
+PAD_TRUE_FP32_OUT_RACE = RaceWaiver("V", "Muls", "MTE3", "DataCopyPad(UB->GM)",
+                                    "the real kernel copies the fp32 Muls result out after only the MTE2 -> V "
+                                    "event of a VECIN queue, with no V -> MTE3 event")
 _PAD_TRUE_BUFFERS = ("unpermutedGradTQue", "permutedTokensTQue", "probGradReduceSumTBuf", "permutedTokensGradTQue",
                      "probGradOutTBuf")
 _PAD_FALSE_BUFFERS = ("inQueueUnpermuted", "inQueuePermutedTokens", "outQueueProbGrad", "outQueuePermutedTokensGrad",
@@ -476,7 +483,8 @@ KERNELS = {
               (prob_not_none_drop_pad_false_init, prob_not_none_drop_pad_false_process), _PAD_FALSE_BUFFERS,
               waivers=(ROUTING_MAP_ROW_RACE, *PROB_GRAD_LINE_RACES)),
     11: Kernel.single_pipe(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNotNoneDropPadTrue",
-               (prob_not_none_drop_pad_true_init, prob_not_none_drop_pad_true_process), _PAD_TRUE_BUFFERS),
+               (prob_not_none_drop_pad_true_init, prob_not_none_drop_pad_true_process), _PAD_TRUE_BUFFERS,
+               waivers=(PAD_TRUE_FP32_OUT_RACE,)),
 }
 KERNELS[101] = KERNELS[1]    # ProbsT = float
 KERNELS[111] = KERNELS[11]

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from ascend_sim import check as chk
-from ascend_sim.core import (CHK_E, CHK_FLAG_V, CHK_K, CNT_CALLS, ERR_BASE, N_PIPES, PIPE_S, PIPE_V, QUE_BASE,
-                             Core)
-from ascend_sim.faults import F_PIPE_RACE
+from ascend_sim.layout import (CHK_E, CHK_FLAG_V, CHK_K, CHK_SHADOW_BLOCKS, CNT_CALLS, ERR_BASE, F_PIPE_RACE, MODE_RACE,
+                               MODES, N_PIPES, PIPE_S, PIPE_V, QUE_BASE, RAW, SHADOW_COLS, WAR, WAW)
+from ascend_sim.core import Core
 
-COLS = chk.SHADOW_COLS
+COLS = SHADOW_COLS
 UB_BYTES = 6000                 # 188 blocks: the sentinel bit sits inside the third bitmap word
 
 
@@ -75,13 +75,13 @@ class BlockModel:
             if write:
                 for r in range(N_PIPES):
                     if r not in (pipe, PIPE_S) and row[3 + r] > 0 and not before(r, row[3 + r] - 1):
-                        return chk.WAR, r, int(row[7 + r]), b
+                        return WAR, r, int(row[7 + r]), b
             wp = int(row[0]) - 1
             if wp >= 0:
                 same_ok = wp == pipe and (pipe == PIPE_S or (pipe == PIPE_V and (write or not self.strict))
                                           or (write and not self.strict))
                 if not same_ok and not before(wp, row[1]):
-                    return (chk.WAW if write else chk.RAW), wp, int(row[2]), b
+                    return (WAW if write else RAW), wp, int(row[2]), b
             if write:
                 row[:] = 0
                 row[:3] = pipe + 1, stamp, me
@@ -112,8 +112,8 @@ def test_run_length_shadow_matches_the_per_block_rules(mode, seed):
     while steps < 600:
         state = np.zeros(QUE_BASE + 64, dtype=np.int64)
         core = Core(np.zeros(UB_BYTES, dtype=np.uint8), state, 0, 1)
-        shadow = chk.attach(state, chk.MODES[mode], UB_BYTES)
-        blocks = int(state[chk.CHK_SHADOW_BLOCKS])
+        shadow = chk.attach(state, MODES[mode], UB_BYTES)
+        blocks = int(state[CHK_SHADOW_BLOCKS])
         model = BlockModel(blocks, strict=mode == "strict")
         for step in _random_steps(rng, 200):
             steps += 1
@@ -150,7 +150,7 @@ def test_a_race_names_the_whole_conflicting_range_only():
     """A write over a tile part of which another pipe still reads: the error covers exactly the part read."""
     state = np.zeros(QUE_BASE + 64, dtype=np.int64)
     core = Core(np.zeros(UB_BYTES, dtype=np.uint8), state, 0, 1)
-    shadow = chk.attach(state, chk.MODE_RACE, UB_BYTES)
+    shadow = chk.attach(state, MODE_RACE, UB_BYTES)
     state[CNT_CALLS] = 1
     _access(core, 1, PIPE_V, 0, 4096, True)             # V writes the tile
     _barrier(core, 4)

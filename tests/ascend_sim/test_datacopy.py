@@ -11,7 +11,7 @@ import pytest
 import ascend_sim.kernel_api as asc
 from ascend_sim import AlignmentError, OutOfBoundsError, ParamRangeError
 from ascend_sim._jit import global_aicore
-from ascend_sim.core import POISON
+from ascend_sim.layout import POISON
 from tiling import get_soc
 
 from .harness import run, tbuf

@@ -17,7 +17,7 @@ import pytest
 import ascend_sim.kernel_api as asc
 from ascend_sim import OutOfBoundsError
 from ascend_sim._jit import global_aicore
-from ascend_sim.core import POISON
+from ascend_sim.layout import POISON
 
 from .harness import run, tbuf
 

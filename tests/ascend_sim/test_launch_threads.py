@@ -136,7 +136,8 @@ def write_then_dump(c, out, write_bytes):
 
 def test_a_reused_ub_shows_poison_where_its_last_launch_wrote():
     """UBs of finished launches are pooled; the next kernel must still find poison, never the last one's data."""
-    from ascend_sim.core import POISON, UB_POOL
+    from ascend_sim.core import UB_POOL
+    from ascend_sim.layout import POISON
     out = np.zeros(4 * 4096, dtype=np.uint8)
     for _ in range(2):
         run([write_then_dump], [tbuf("buf", 4096)], asc.GlobalTensor(out, 0, 0), 4096, block_dim=4)

@@ -18,7 +18,7 @@ from ascend_sim import SYNC_ALL
 from ascend_sim._jit import global_aicore
 from ascend_sim.cost import CostModel
 from ascend_sim.estimate import PIPE_UTILIZATION_COLUMNS
-from ascend_sim.faults import CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DUPLICATE, CALL_WAIT_FLAG
+from ascend_sim.layout import CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DUPLICATE, CALL_WAIT_FLAG
 from ascend_sim.trace import tracing, write_json
 from tiling import get_soc
 

@@ -7,7 +7,7 @@ import functools
 import numpy as np
 import pytest
 
-from ascend_sim.core import PIPE_NAMES
+from ascend_sim.layout import PIPE_NAMES
 from ascend_sim.estimate import PIPE_UTILIZATION_COLUMNS
 from ascend_sim.trace import tracing
 from ops import _framework

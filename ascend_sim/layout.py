@@ -1,0 +1,309 @@
+"""The numbers every part of the simulator agrees on: the layout of a core's state array, of the queue
+table inside it and of a fault record, the AscendC call ids, fault codes and checked-mode codes.
+
+Everything in ascend_sim imports these from here, and this module imports nothing of ours, so no two of
+the simulator's modules need each other for a constant (the numba kernels bake these values in at compile
+time; _jit.source_stamp therefore stamps every kernel with this file).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# --- a core's state array (core.py) ----------------------------------------------------------
+# Pipes of a vector core (PipeBarrier<PIPE_X> and the timeline's lanes).
+PIPE_S = 0
+PIPE_V = 1
+PIPE_MTE2 = 2
+PIPE_MTE3 = 3
+PIPE_ALL = 4
+N_PIPES = 4
+PIPE_NAMES = ("S", "V", "MTE2", "MTE3")   # timeline lanes, in pipe order
+
+# Per-core counters, state[0:N_COUNTERS]. Bytes are GM-side bytes moved by the DMA pipes.
+CNT_MTE2_BYTES = 0      # GM -> UB bytes (DataCopy / DataCopyPad in)
+CNT_MTE2_INSTR = 1
+CNT_MTE3_BYTES = 2      # UB -> GM bytes (DataCopy / DataCopyPad out, InitOutput)
+CNT_MTE3_INSTR = 3
+CNT_V_ELEMS = 4         # vector element-operations (elements each vector instruction processes)
+CNT_V_INSTR = 5
+CNT_S_GM_READS = 6      # scalar GlobalTensor::GetValue
+CNT_S_GM_WRITES = 7     # scalar GlobalTensor::SetValue
+CNT_S_UB_OPS = 8        # scalar LocalTensor::GetValue / SetValue
+CNT_EVENTS = 9          # SetFlag + WaitFlag, explicit and the ones TQue inserts
+CNT_PIPE_BARRIERS = 10
+CNT_SYNC_ALL = 11
+CNT_UB_HWM = 12         # one past the highest UB byte written
+CNT_CALLS = 13          # AscendC calls issued; locates a fault ("call #n")
+N_COUNTERS = 14
+
+COUNTER_NAMES = (
+    "mte2_bytes", "mte2_instr", "mte3_bytes", "mte3_instr", "vec_elem_ops", "vec_instr",
+    "scalar_gm_reads", "scalar_gm_writes", "scalar_ub_ops", "events", "pipe_barriers",
+    "sync_all", "ub_hwm_bytes", "calls",
+)
+
+FAULT_CALL_INDEX = 14   # CNT_CALLS when the first fault happened
+PIPE_QUEUES = 15        # rows of the live TPipe's queue table (queue ids a kernel may use)
+ERR_BASE = 16           # state[ERR_BASE:ERR_BASE + ERR_COLS]: fault code (0 = none), call id, six arguments
+ERR_COLS = 8
+CAP_BASE = 24           # chip limits
+CAP_MAX_BLOCK_COUNT = CAP_BASE + 0   # DataCopy(Pad) blockCount upper bound
+CAP_NPU_ARCH = CAP_BASE + 1          # 2201 (910B / 910_93) or 3510 (950)
+ATOMIC_TYPE = CAP_BASE + 2           # 0 after SetAtomicNone(), else 1 + the ge dtype code of SetAtomicAdd<T>()
+ATOMIC_LOCK_TABLE = CAP_BASE + 3     # address of ATOMIC_LOCKS (shared by every core of every launch)
+UB_POISONED = CAP_BASE + 4           # 1 once start_pipe has poisoned the whole UB
+UB_DIRTY = CAP_BASE + 5              # bytes a pooled UB's previous launch may have written (see UbPool)
+EVENT_IDS = 8
+N_HARD_EVENTS = 13
+# HardEvent values (events.py): SRC_DST, the DST pipe waits for the SRC pipe
+HARD_EVENT_NAMES = ("MTE2_V", "V_MTE2", "MTE3_V", "V_MTE3", "V_V", "MTE3_MTE2", "MTE2_MTE3",
+                    "S_V", "V_S", "S_MTE2", "MTE2_S", "S_MTE3", "MTE3_S")
+FLAG_BASE = 32          # state[FLAG_BASE + event * EVENT_IDS + id] is 1 while a SetFlag awaits its WaitFlag
+MEMBER_BASE = FLAG_BASE + N_HARD_EVENTS * EVENT_IDS   # kernel member variables that live across SyncAll()
+N_MEMBERS = 64
+# The timeline (timeline.py): per-pipe clocks, the cost model's figures, flag times and the scalar data cache.
+TL_BASE = MEMBER_BASE + N_MEMBERS
+TL_END = TL_BASE                 # TL_END + pipe: cycle the pipe can start its next instruction (PIPE_S: the scalar
+                                 # unit's time)
+TL_BUSY = TL_BASE + 4            # TL_BUSY + pipe: cycles the pipe was busy
+TL_ON = TL_BASE + 8              # 1 while the cost model runs
+TL_TRACE_N = TL_BASE + 9         # calls offered to the trace (rows past its end are dropped and counted)
+TL_RATE = TL_BASE + 10           # TL_RATE + pipe: DMA bytes per RATE_SCALE cycles (MTE2, MTE3 slots used)
+RATE_SCALE = 1024                # rates go into the kernels as bytes per RATE_SCALE cycles, so they stay integers
+TL_LATENCY = TL_BASE + 14        # TL_LATENCY + pipe: fixed cycles of one DMA instruction
+TL_BURST = TL_BASE + 18
+TL_VEC_ISSUE = TL_BASE + 19
+TL_CALL = TL_BASE + 20           # scalar cycles to issue a call
+TL_SCALAR_UB = TL_BASE + 21
+TL_GM_HIT = TL_BASE + 22
+TL_GM_MISS = TL_BASE + 23
+TL_GM_WRITE = TL_BASE + 24
+TL_EVENT = TL_BASE + 25
+TL_BARRIER = TL_BASE + 26
+TL_DCACHE_SHIFT = TL_BASE + 27   # log2 of the data cache's line bytes
+TL_DCACHE_MASK = TL_BASE + 28    # lines - 1
+TL_DMA_ISSUE = TL_BASE + 29      # fixed pipe cycles of one DMA instruction
+TL_DONE = TL_BASE + 30           # TL_DONE + pipe: cycle the pipe's work so far is complete (DMA: landed in memory)
+TL_TRACE_ADDR = TL_BASE + 34     # address of the core's trace rows (int64, TRACE_COLS each)
+TL_TRACE_CAP = TL_BASE + 35      # rows the trace holds (0: no trace)
+N_CALL_IDS = 64
+TL_CPR = TL_BASE + 36            # TL_CPR + call id: vector cycles per 256-byte repeat
+TL_FLAG_T = TL_CPR + N_CALL_IDS  # TL_FLAG_T + event * EVENT_IDS + id: cycle the flag rises
+TL_FLAG_CALL = TL_FLAG_T + N_HARD_EVENTS * EVENT_IDS   # call number of the SetFlag that raised it (trace flows)
+DCACHE_MAX_LINES = 256
+TL_DCACHE = TL_FLAG_CALL + N_HARD_EVENTS * EVENT_IDS   # tags of the scalar data cache (line address + 1; 0 = empty)
+TL_SIZE = TL_DCACHE + DCACHE_MAX_LINES - TL_BASE
+# Checked mode (check.py): pipe epochs and known-epoch vectors, flag vectors, the GM write ring, the shadow's address.
+CHK_BASE = TL_BASE + TL_SIZE
+CHK_MODE = CHK_BASE              # 0 off, 1 race, 2 strict
+CHK_SHADOW_ADDR = CHK_BASE + 1
+CHK_SHADOW_BLOCKS = CHK_BASE + 2
+CHK_GM_N = CHK_BASE + 3          # GM writes recorded so far (the ring keeps the last CHK_GM_ENTRIES)
+CHK_E = CHK_BASE + 4             # CHK_E + pipe: the pipe's release epoch
+CHK_K = CHK_BASE + 8             # CHK_K + pipe * 4 + other: epochs of `other` the pipe is known to come after
+CHK_FLAG_V = CHK_BASE + 24       # CHK_FLAG_V + (event * EVENT_IDS + id) * 4: the vector a SetFlag released
+CHK_GM_ENTRIES = 32
+CHK_GM = CHK_FLAG_V + N_HARD_EVENTS * EVENT_IDS * 4    # ring rows: start, end, pipe, stamp, call number * 64 + call
+CHK_WAIVERS = 8
+CHK_WAIVE_N = CHK_GM + CHK_GM_ENTRIES * 5          # waivers in use
+CHK_WAIVED = CHK_WAIVE_N + 1                        # races a waiver let pass
+CHK_WAIVE = CHK_WAIVE_N + 2                         # rows: first pipe, first call id, second pipe, second call id
+CHK_OWN_WAIVE = CHK_WAIVE + CHK_WAIVERS * 4          # bit q: the live TPipe's queue q may be used after FreeTensor
+CHK_FN = CHK_OWN_WAIVE + 1                          # addresses of the checker's compiled entries (_check_entries)
+CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ = range(CHK_FN, CHK_FN + 3)
+CHK_SIZE = CHK_FN + 3 - CHK_BASE
+QUE_BASE = CHK_BASE + CHK_SIZE                        # queue table rows of the live TPipe, QUE_COLS each
+
+# Trace rows: call number, AscendC call id, pipe, start cycle, end cycle, two arguments, and the call number of
+# the SetFlag / EnQue / FreeTensor whose event this call waited for (-1: none).
+TRACE_COLS = 8
+
+# Two-byte poison pattern for memory nobody wrote: reads as NaN in fp32, fp16 and bf16,
+# and as a huge positive int32, so a kernel that consumes it fails loudly.
+POISON = np.array([0xBF, 0x7F], dtype=np.uint8)
+POISON_EVEN = 0xBF
+POISON_ODD = 0x7F
+POISON_PAIR = np.uint16(POISON_ODD << 8 | POISON_EVEN)    # the two bytes as one little-endian uint16
+
+# --- the queue table of the live TPipe (state[QUE_BASE:], one row per InitBuffer; pipe.py) ---------
+MAX_BUFFERS_PER_POSITION = 8     # event ids per hardware event: buffers alive at one TPosition
+
+# Kinds and positions as stored in the queue table.
+KIND_TQUE = 0
+KIND_TQUEBIND = 1
+KIND_TBUF = 2
+POS_VECIN = 1
+POS_VECOUT = 2
+POS_VECCALC = 3
+
+# Queue table columns (int64).
+Q_KIND = 0
+Q_SRC_POS = 1
+Q_DST_POS = 2
+Q_BASE = 3        # UB byte offset of buffer 0
+Q_LEN = 4         # bytes per buffer, rounded up to 32
+Q_NUM = 5         # buffers (InitBuffer num)
+Q_DEPTH = 6       # TQue depth (EnQue-without-DeQue limit)
+Q_CURSOR = 7      # next buffer AllocTensor tries
+Q_USED = 8        # tensors currently enqueued
+Q_SEQ = 9         # EnQue sequence counter (DeQue is FIFO)
+Q_STATE = 10      # Q_STATE + i: state of buffer i (FREE/OCCUPIED/ENQUE/DEQUE)
+Q_ENQ_SEQ = Q_STATE + MAX_BUFFERS_PER_POSITION   # Q_ENQ_SEQ + i: EnQue order of buffer i
+# timeline (timeline.py): when buffer i's EnQue event and its FreeTensor event fire, and which call set them
+Q_READY_T = Q_ENQ_SEQ + MAX_BUFFERS_PER_POSITION
+Q_FREE_T = Q_READY_T + MAX_BUFFERS_PER_POSITION
+Q_READY_CALL = Q_FREE_T + MAX_BUFFERS_PER_POSITION
+Q_FREE_CALL = Q_READY_CALL + MAX_BUFFERS_PER_POSITION
+# checked mode (check.py): the happens-before vector (4 words) released by buffer i's EnQue and by its FreeTensor
+Q_READY_V = Q_FREE_CALL + MAX_BUFFERS_PER_POSITION
+Q_FREE_V = Q_READY_V + 4 * MAX_BUFFERS_PER_POSITION
+QUE_COLS = Q_FREE_V + 4 * MAX_BUFFERS_PER_POSITION
+
+# --- AscendC calls (fault record word 1) ---------------------------------------------------
+CALL_DATA_COPY_PAD_IN = 1
+CALL_DATA_COPY_PAD_OUT = 2
+CALL_DATA_COPY_IN = 3
+CALL_DATA_COPY_OUT = 4
+CALL_ALLOC_TENSOR = 5
+CALL_ENQUE = 6
+CALL_DEQUE = 7
+CALL_FREE_TENSOR = 8
+CALL_TBUF_GET = 9
+CALL_SET_FLAG = 10
+CALL_WAIT_FLAG = 11
+CALL_PIPE_BARRIER = 12
+CALL_CAST = 13
+CALL_MULS = 14
+CALL_MUL = 15
+CALL_ADD = 16
+CALL_DUPLICATE = 17
+CALL_COPY = 18
+CALL_BLOCK_REDUCE_SUM = 19
+CALL_WHOLE_REDUCE_SUM = 20
+CALL_GM_GET_VALUE = 21
+CALL_GM_SET_VALUE = 22
+CALL_UB_GET_VALUE = 23
+CALL_UB_SET_VALUE = 24
+CALL_INIT_OUTPUT = 25
+CALL_REINTERPRET_CAST = 26
+CALL_SCALAR_ARRAY = 27
+CALL_ADDS = 28
+CALL_DATA_COPY_UB = 29
+CALL_ARITH_PROGRESSION = 40
+CALL_SORT = 41
+CALL_EXTRACT = 42
+CALL_MRG_SORT = 43
+CALL_CONCAT = 44
+CALL_DUPLICATE_MASK = 45
+CALL_VF = 46
+CALL_FETCH_EVENT_ID = 47
+CALL_COMPARE_SCALAR = 60   # masked-select instructions (mask.py)
+CALL_GATHER_MASK = 61
+
+CALL_NAMES = {
+    CALL_DATA_COPY_PAD_IN: "DataCopyPad(GM->UB)",
+    CALL_DATA_COPY_PAD_OUT: "DataCopyPad(UB->GM)",
+    CALL_DATA_COPY_IN: "DataCopy(GM->UB)",
+    CALL_DATA_COPY_OUT: "DataCopy(UB->GM)",
+    CALL_DATA_COPY_UB: "DataCopy(UB->UB)",
+    CALL_ALLOC_TENSOR: "AllocTensor",
+    CALL_ENQUE: "EnQue",
+    CALL_DEQUE: "DeQue",
+    CALL_FREE_TENSOR: "FreeTensor",
+    CALL_TBUF_GET: "TBuf::Get",
+    CALL_SET_FLAG: "SetFlag",
+    CALL_WAIT_FLAG: "WaitFlag",
+    CALL_PIPE_BARRIER: "PipeBarrier",
+    CALL_CAST: "Cast",
+    CALL_MULS: "Muls",
+    CALL_MUL: "Mul",
+    CALL_ADD: "Add",
+    CALL_ADDS: "Adds",
+    CALL_DUPLICATE: "Duplicate",
+    CALL_COPY: "Copy",
+    CALL_BLOCK_REDUCE_SUM: "BlockReduceSum",
+    CALL_WHOLE_REDUCE_SUM: "WholeReduceSum",
+    CALL_GM_GET_VALUE: "GlobalTensor::GetValue",
+    CALL_GM_SET_VALUE: "GlobalTensor::SetValue",
+    CALL_UB_GET_VALUE: "LocalTensor::GetValue",
+    CALL_UB_SET_VALUE: "LocalTensor::SetValue",
+    CALL_INIT_OUTPUT: "InitOutput",
+    CALL_REINTERPRET_CAST: "ReinterpretCast",
+    CALL_SCALAR_ARRAY: "scalar array access",
+    CALL_ARITH_PROGRESSION: "ArithProgression",
+    CALL_SORT: "Sort",
+    CALL_EXTRACT: "Extract",
+    CALL_MRG_SORT: "MrgSort",
+    CALL_CONCAT: "Concat",
+    CALL_DUPLICATE_MASK: "Duplicate(mask)",
+    CALL_VF: "vector function (__VEC_SCOPE__)",
+    CALL_FETCH_EVENT_ID: "TPipe::FetchEventID",
+    CALL_COMPARE_SCALAR: "CompareScalar",
+    CALL_GATHER_MASK: "GatherMask",
+}
+
+# --- fault codes (fault record word 0) and their arguments -----------------------------------
+F_GM_OOB = 1          # tensor id, first byte, end byte, tensor bytes
+F_UB_OOB = 2          # UB offset of the tensor, bytes accessed, tensor bytes
+F_UB_NOT_IN_UB = 3    # byte offset relative to UB start, bytes
+F_UB_ALIGN = 4        # UB offset, required alignment
+F_PARAM = 5           # parameter id, value, low, high
+F_LEN_MULTIPLE = 6    # blockLen bytes, sizeof(T)
+F_DATACOPY_TRUNC = 7  # bytes requested (not a multiple of 32)
+F_QUE_STATE = 8       # queue, buffer index, state found
+F_QUE_DEPTH = 9       # queue, used count, depth
+F_QUE_EMPTY = 10      # queue
+F_QUE_FOREIGN = 11    # queue, UB offset of the tensor
+F_QUE_NO_FREE = 12    # queue, buffers
+F_EVT_ID = 13         # event, id
+F_EVT_DOUBLE_SET = 14  # event, id
+F_EVT_WAIT_UNSET = 15  # event, id
+F_BARRIER_S = 16
+F_CAST_PAIR = 17      # dst dtype, src dtype, round mode
+F_SCALAR_OOB = 18     # array id (kernel defined), index, size
+F_QUE_KIND = 20       # queue, kind
+F_QUE_INDEX = 21      # queue, buffers of the live TPipe
+F_ELEM_TYPE = 22      # destination element bytes, source element bytes
+F_EVT_EXHAUSTED = 23  # event, ids the event has
+F_COUNT_BYTES = 40    # bytes the count covers, the multiple they must be (mask.py)
+F_UNSUPPORTED = 41    # dtype code, mode, NPU arch: a dtype / mode this chip's instruction lacks
+F_PATTERN_TYPE = 42   # pattern element bytes, data element bytes (GatherMask)
+F_PIPE_RACE = 43      # earlier call number, earlier call id, pipes / kind / memory packed, first byte, end byte
+F_QUE_OWNER = 44      # queue, buffer, its state, call number of its last FreeTensor (0: never freed)
+
+P_BLOCK_COUNT = 1
+P_BLOCK_LEN = 2
+P_STRIDE = 3
+P_LEFT_PADDING = 4
+P_RIGHT_PADDING = 5
+P_REPEAT = 6
+P_MASK = 7
+P_COUNT = 8
+P_BLK_STRIDE = 10
+PARAM_NAMES = {
+    P_BLOCK_COUNT: "blockCount", P_BLOCK_LEN: "blockLen", P_STRIDE: "stride",
+    P_LEFT_PADDING: "leftPadding", P_RIGHT_PADDING: "rightPadding", P_REPEAT: "repeatTime",
+    P_MASK: "mask", P_COUNT: "count", P_BLK_STRIDE: "blkStride",
+}
+
+# --- checked mode (check.py, shadow.py) ------------------------------------------------------
+MODE_OFF = 0             # state[CHK_MODE]
+MODE_RACE = 1
+MODE_STRICT = 2
+MODES = {"race": MODE_RACE, "strict": MODE_STRICT}
+RAW, WAR, WAW = 0, 1, 2  # the race kind in a F_PIPE_RACE fault record
+KIND_NAMES = ("RAW", "WAR", "WAW")
+MEM_UB, MEM_GM = 0, 1    # the memory of a race
+SHADOW_COLS = 11         # UB shadow words per block: write pipe + 1, write stamp, write call, read stamp + 1 and
+                         # read call per pipe
+SHADOW_BLOCK = 32        # UB bytes one shadow record covers
+
+# --- queue buffer states (state[row + Q_STATE + i]; AscendC's TBufState) ----------------------
+FREE = 0
+OCCUPIED = 1
+ENQUE = 2
+DEQUE = 3
+STATE_NAMES = ("FREE", "OCCUPIED", "ENQUE", "DEQUE")
+
+# Atomic-add spinlocks (datacopy.py): stripes of GM addresses, one lock word each (core.ATOMIC_LOCKS).
+ATOMIC_LOCK_COUNT = 4096

@@ -1,0 +1,207 @@
+"""Checked mode's checks of each access (numba): the UB shadow and the core's GM write ring.
+
+check.py holds the model (its docstring) and what kernels inline; the functions here are the heavy part
+that _check_entries compiles once as C functions and kernels reach by address. An access by pipe p is
+checked against the last accesses the shadow or ring remembers, with the happens-before vectors that
+check.release / acquire / barrier keep in the core state.
+"""
+from __future__ import annotations
+
+from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
+
+from ._jit import aicore
+from ._memory import load_i64, store_i64
+from .faults import fault
+from .layout import (CHK_E, CHK_GM, CHK_GM_ENTRIES, CHK_GM_N, CHK_K, CHK_MODE, CHK_OWN_WAIVE, CHK_SHADOW_ADDR,
+                     CHK_SHADOW_BLOCKS, CHK_WAIVE, CHK_WAIVED, CHK_WAIVE_N, CNT_CALLS, ENQUE, FREE, F_PIPE_RACE,
+                     F_QUE_OWNER, KIND_TBUF, MEM_GM, MEM_UB, MODE_STRICT, N_PIPES, PIPE_QUEUES, PIPE_S, PIPE_V,
+                     QUE_BASE, QUE_COLS, Q_BASE, Q_FREE_CALL, Q_KIND, Q_LEN, Q_NUM, Q_STATE, RAW, SHADOW_BLOCK,
+                     SHADOW_COLS, WAR, WAW)
+
+
+@aicore
+def _before(c, q, stamp, p):
+    """Does an access by pipe q stamped `stamp` happen before what pipe p does now?"""
+    if q == PIPE_S and p == PIPE_S:
+        return True
+    return c.state[CHK_K + p * N_PIPES + q] > stamp
+
+
+# --- UB accesses ----------------------------------------------------------------------------
+@aicore
+def _race(c, call, kind, mem, other_pipe, other, pipe, start, end):
+    """Record a PipeRaceError (`other` is the earlier access's call number * 64 + its call id), unless the
+    kernel waives this pair of calls: then count it and return False (the access goes on)."""
+    for k in range(c.state[CHK_WAIVE_N]):
+        w = CHK_WAIVE + 4 * k
+        if (c.state[w] == other_pipe and c.state[w + 1] == other % 64 and c.state[w + 2] == pipe
+                and c.state[w + 3] == call):
+            c.state[CHK_WAIVED] += 1
+            return False
+    fault(c, F_PIPE_RACE, call, other // 64, other % 64, other_pipe | (pipe << 4) | (kind << 8) | (mem << 12),
+          start, end, 0)
+    return True
+
+
+@aicore
+def _owned(c, call, off):
+    """The UB byte `off` is not in a TQue buffer that is free or enqueued (QueueError otherwise)."""
+    for q in range(c.state[PIPE_QUEUES]):
+        r = QUE_BASE + q * QUE_COLS
+        if c.state[r + Q_KIND] == KIND_TBUF:
+            continue
+        base = c.state[r + Q_BASE]
+        length = c.state[r + Q_LEN]
+        if off < base or off >= base + length * c.state[r + Q_NUM]:
+            continue
+        i = (off - base) // length
+        state = c.state[r + Q_STATE + i]
+        if (c.state[CHK_OWN_WAIVE] >> q) & 1:
+            return True
+        if state == FREE or state == ENQUE:
+            fault(c, F_QUE_OWNER, call, q, i, state, c.state[r + Q_FREE_CALL + i])
+            return False
+        return True
+    return True
+
+
+# The shadow is kept in runs: consecutive blocks whose last accesses are the same share one record, kept in the
+# run's first block, and a bitmap marks where runs start (bit `blocks` is a sentinel). A write makes its whole
+# range one run; a read by V or a DMA pipe splits runs at its ends. A DataCopy of a whole tile then checks and
+# records one run instead of every 32-byte block of it, which is what keeps checked mode within a few times the
+# unchecked run time.
+@aicore
+def _run_start(addr, bits, b):
+    """The first block of the run that holds block b."""
+    w = b >> 6
+    m = load_i64(addr, bits + w) & ((2 << (b & 63)) - 1)
+    while m == 0:                       # bit 0 is always set
+        w -= 1
+        m = load_i64(addr, bits + w)
+    return w * 64 + 63 - leading_zeros(m)
+
+
+@aicore
+def _run_end(addr, bits, b):
+    """The first block after the run that holds block b (the next run's start or the sentinel)."""
+    w = b >> 6
+    m = load_i64(addr, bits + w) & ~((2 << (b & 63)) - 1)
+    while m == 0:                       # the sentinel bit ends the search
+        w += 1
+        m = load_i64(addr, bits + w)
+    return w * 64 + trailing_zeros(m)
+
+
+@aicore
+def _split(addr, bits, b):
+    """Let a run start at block b, with the record of the run it was part of."""
+    w = bits + (b >> 6)
+    bit = 1 << (b & 63)
+    word = load_i64(addr, w)
+    if word & bit:
+        return
+    h = _run_start(addr, bits, b)
+    for k in range(SHADOW_COLS):
+        store_i64(addr, b * SHADOW_COLS + k, load_i64(addr, h * SHADOW_COLS + k))
+    store_i64(addr, w, word | bit)
+
+
+@aicore
+def _join(addr, bits, b0, b1):
+    """Make blocks [b0, b1) one run (b0 already starts one): clear the run starts inside."""
+    lo = b0 + 1
+    while lo < b1:
+        r = lo & 63
+        n = min(64 - r, b1 - lo)
+        mask = -1 if n == 64 else ((1 << n) - 1) << r
+        w = bits + (lo >> 6)
+        store_i64(addr, w, load_i64(addr, w) & ~mask)
+        lo += n
+
+
+@aicore
+def check_ub(c, call, pipe, off, nbytes, write):
+    """Check an access of `nbytes` UB bytes from `off` by `pipe` for the current AscendC call `call`, and record it."""
+    if nbytes <= 0 or off < 0:
+        return
+    if pipe != PIPE_S and not _owned(c, call, off):
+        return
+    addr = c.state[CHK_SHADOW_ADDR]
+    blocks = c.state[CHK_SHADOW_BLOCKS]
+    bits = blocks * SHADOW_COLS
+    b0 = off // SHADOW_BLOCK
+    b1 = min((off + nbytes + SHADOW_BLOCK - 1) // SHADOW_BLOCK, blocks)
+    if b0 >= b1:
+        return
+    stamp = c.state[CHK_E + pipe]
+    me = c.state[CNT_CALLS] * 64 + call
+    strict = c.state[CHK_MODE] == MODE_STRICT
+    # a scalar read has completed before the scalar unit issues anything after it, so it is never the earlier
+    # access of a race and is not recorded (nor are runs split for it)
+    record = write or pipe != PIPE_S
+    if record:
+        _split(addr, bits, b0)
+        if b1 < blocks:
+            _split(addr, bits, b1)
+        h = b0
+    else:
+        h = _run_start(addr, bits, b0)
+    while h < b1:
+        e = _run_end(addr, bits, h)
+        row = h * SHADOW_COLS
+        lo = max(h, b0) * SHADOW_BLOCK
+        hi = min(e, b1) * SHADOW_BLOCK
+        if write:           # a reader of another pipe first: it names the call that still needs the bytes
+            for r in range(N_PIPES):
+                rs = load_i64(addr, row + 3 + r) - 1
+                if rs >= 0 and r != pipe and r != PIPE_S and not _before(c, r, rs, pipe) and _race(
+                        c, call, WAR, MEM_UB, r, load_i64(addr, row + 7 + r), pipe, lo, hi):
+                    return
+        wp = load_i64(addr, row) - 1
+        if wp >= 0:
+            # the scalar unit is ordered with itself; in mode "race" the vector pipe's writes and reads of its own
+            # results, and a DMA pipe's writes, follow program order too
+            ordered_same = wp == pipe and (pipe == PIPE_S or (not strict and (pipe == PIPE_V or write))
+                                           or (pipe == PIPE_V and write))
+            if not ordered_same and not _before(c, wp, load_i64(addr, row + 1), pipe) and _race(
+                    c, call, WAW if write else RAW, MEM_UB, wp, load_i64(addr, row + 2), pipe, lo, hi):
+                return
+        if record and not write:
+            store_i64(addr, row + 3 + pipe, stamp + 1)
+            store_i64(addr, row + 7 + pipe, me)
+        h = e
+    if write:
+        _join(addr, bits, b0, b1)
+        row = b0 * SHADOW_COLS
+        store_i64(addr, row, pipe + 1)
+        store_i64(addr, row + 1, stamp)
+        store_i64(addr, row + 2, me)
+        for r in range(N_PIPES):
+            store_i64(addr, row + 3 + r, 0)
+
+
+# --- GM accesses ----------------------------------------------------------------------------
+@aicore
+def check_gm_read(c, call, pipe, address, nbytes):
+    """A GM read by `pipe` must come after this core's overlapping writes by other pipes."""
+    if nbytes <= 0:
+        return
+    kept = min(c.state[CHK_GM_N], CHK_GM_ENTRIES)
+    end = address + nbytes
+    for j in range(kept):
+        e = CHK_GM + j * 5
+        if c.state[e + 2] != pipe and c.state[e] < end and address < c.state[e + 1] \
+                and not _before(c, c.state[e + 2], c.state[e + 3], pipe) \
+                and _race(c, call, RAW, MEM_GM, c.state[e + 2], c.state[e + 4], pipe, max(address, c.state[e]),
+                          min(end, c.state[e + 1])):
+            return
+
+
+@aicore
+def check_vector_access(c, call, d, d_bytes, s0, s0_bytes, s1, s1_bytes):
+    """A PIPE_V instruction reads [s0, s0 + s0_bytes) and [s1, s1 + s1_bytes) (s1 < 0: no second source), then
+    writes [d, d + d_bytes): sources first, so an in-place instruction does not race with itself."""
+    check_ub(c, call, PIPE_V, s0, s0_bytes, False)
+    if s1 >= 0:
+        check_ub(c, call, PIPE_V, s1, s1_bytes, False)
+    check_ub(c, call, PIPE_V, d, d_bytes, True)
