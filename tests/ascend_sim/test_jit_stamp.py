@@ -10,3 +10,18 @@ def test_a_module_importing_only_constants_is_stamped_with_their_module():
     # recompile the queue calls (a stale cache read the queue table at the old offsets)
     assert "ascend_sim.core" in stamped_modules("ascend_sim.queue")
     assert "ascend_sim.pipe" in stamped_modules("ascend_sim.queue")
+
+
+def test_import_statements_are_parsed_again_after_an_edit(tmp_path):
+    """The parse of a module's import statements is memoised per version of its file: an edit that adds an
+    import must be seen (the disk-cache stamp would otherwise miss the new module)."""
+    import os
+
+    from ascend_sim._jit import _import_statement_names
+    src = tmp_path / "mod.py"
+    src.write_text("from .core import QUE_BASE\n")
+    assert _import_statement_names(str(src), "ascend_sim") == ("ascend_sim.core", "ascend_sim.core.QUE_BASE")
+    src.write_text("from .core import QUE_BASE\nfrom . import timeline\n")
+    st = src.stat()
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))     # a new mtime even on a coarse clock
+    assert "ascend_sim.timeline" in _import_statement_names(str(src), "ascend_sim")
