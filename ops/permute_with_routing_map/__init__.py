@@ -81,7 +81,9 @@ def _dtype_checks(tokens, routing_map, probs, permute_out, probs_out, sorted_out
             raise ParamInvalidError(f"permute_probs_out dtype {probs_out.dtype} must equal probs dtype {probs.dtype}")
 
 
-def _shape_checks(tokens, routing_map, probs, num_out_tokens, drop_and_pad, permute_out, probs_out) -> None:
+def _input_shape_checks(tokens, routing_map, probs, num_out_tokens: int) -> None:
+    """The aclnn's shape rules on the inputs and numOutTokens (161002): what a friendly call checks before it
+    sizes any output from them."""
     if routing_map.ndim != 2:
         raise ParamInvalidError(f"routing_map must be 2-D (tokens, experts), got shape {routing_map.shape}")
     if probs is not None:
@@ -90,13 +92,18 @@ def _shape_checks(tokens, routing_map, probs, num_out_tokens, drop_and_pad, perm
         if probs.shape != routing_map.shape:
             raise ParamInvalidError(f"probs shape {probs.shape} must equal routing_map shape {routing_map.shape}")
     n, e = routing_map.shape
-    align = (e if drop_and_pad else n) or 1
     if tokens.ndim != 2:
         raise ParamInvalidError(f"tokens must be 2-D (tokens, hidden), got shape {tokens.shape}")
     if num_out_tokens < 0 or num_out_tokens > n * e:
         raise ParamInvalidError(f"num_out_tokens must be in [0, tokens * experts = {n * e}], got {num_out_tokens}")
     if n >= SORT_LIMIT_LENGTH or e >= SORT_LIMIT_LENGTH:
         raise ParamInvalidError(f"tokens ({n}) and experts ({e}) must each be below {SORT_LIMIT_LENGTH}")
+
+
+def _shape_checks(tokens, routing_map, probs, num_out_tokens, drop_and_pad, permute_out, probs_out) -> None:
+    _input_shape_checks(tokens, routing_map, probs, num_out_tokens)
+    n, e = routing_map.shape
+    align = (e if drop_and_pad else n) or 1
     rows = l0_num_out_tokens(num_out_tokens, n, e, drop_and_pad)
     if permute_out.ndim < 1 or permute_out.shape[0] != rows:
         raise ParamInvalidError(f"permute_tokens_out dim 0 must be {rows} (num_out_tokens rounded down to a multiple "
@@ -208,8 +215,9 @@ def allocate_outputs(tokens, routing_map, probs=None, num_out_tokens=None, drop_
     require("routing_map", routing_map)
     x, rm, p = as_input("tokens", tokens), as_input("routing_map", routing_map), as_input("probs", probs)
     drop_and_pad = flag("drop_and_pad", drop_and_pad)
-    n, e = rm.shape if rm.ndim == 2 else (0, 0)
     m = resolve_num_out_tokens(rm, num_out_tokens, drop_and_pad)
+    _input_shape_checks(x, rm, p, m)
+    n, e = rm.shape
     rows = (l0_num_out_tokens(m, n, e, drop_and_pad), "num_out_tokens")
     probs_out = output_array("permute_probs_out", [rows], p.dtype) if p is not None else None
     return (output_array("permute_tokens_out", [rows] + [(d, "tokens") for d in x.shape[1:]], x.dtype), probs_out,

@@ -126,9 +126,23 @@ def _check_shapes(g, gp, s, rm, out, probs_out, experts: int, tokens: int, pad: 
         if probs_out.shape != (tokens, experts):
             _shape_error(f"probs_grad_out must have shape (tokens_num, num_experts) = {(tokens, experts)}, "
                          f"got {probs_out.shape}")
-        if not pad and rm.shape != (tokens, experts):
-            _shape_error(f"routing_map must have shape (tokens_num, num_experts) = {(tokens, experts)}, "
-                         f"got {rm.shape}")
+        if not pad:
+            _check_map_shape(rm, experts, tokens)
+
+
+def _check_counts(experts: int, tokens: int) -> None:
+    """The aclnn's first rule on the two attributes that size the outputs (161002)."""
+    if experts <= 0:
+        raise ParamInvalidError(f"num_experts must be greater than 0, got {experts}")
+    if tokens <= 0:
+        raise ParamInvalidError(f"tokens_num must be greater than 0, got {tokens}")
+
+
+def _check_map_shape(rm, experts: int, tokens: int) -> None:
+    """Without dropAndPad the probs gradient is scattered through the routing map: it must be (tokens_num,
+    num_experts), the shape of probs_grad_out (161002)."""
+    if rm.shape != (tokens, experts):
+        _shape_error(f"routing_map must have shape (tokens_num, num_experts) = {(tokens, experts)}, got {rm.shape}")
 
 
 def _check_scatter_count(rm, gp) -> None:
@@ -201,10 +215,7 @@ def get_workspace_size(permuted_token_output_grad, permuted_probs_output_grad=No
     tokens = int_attr("tokens_num", tokens_num)
     pad = flag("drop_and_pad", drop_and_pad)
     deterministic = flag("deterministic", deterministic)
-    if experts <= 0:
-        raise ParamInvalidError(f"num_experts must be greater than 0, got {experts}")
-    if tokens <= 0:
-        raise ParamInvalidError(f"tokens_num must be greater than 0, got {tokens}")
+    _check_counts(experts, tokens)
     require("permuted_token_output_grad", permuted_token_output_grad)
     require("sorted_indices", sorted_indices)
     require("tokens_grad_out", tokens_grad_out)
@@ -273,14 +284,20 @@ def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     run_executor(API, workspace, workspace_size, executor, stream, check)
 
 
-def allocate_outputs(permuted_token_output_grad, permuted_probs_output_grad, num_experts, tokens_num):
+def allocate_outputs(permuted_token_output_grad, permuted_probs_output_grad, num_experts, tokens_num,
+                     routing_map=None, drop_and_pad=False):
     """Zeroed (tokens_grad_out (tokens_num, H) in Gp's dtype, probs_grad_out (tokens_num, num_experts) in gp's
-    dtype or None without gp). tokens_num / num_experts that no output can have (negative, 2**40) are refused
-    (161002) before anything is allocated."""
+    dtype or None without gp). The aclnn's rules on tokens_num / num_experts (positive; without drop_and_pad
+    the routing map's shape when gp is given) and sizes no output can have (2**40) are refused (161002) before
+    anything is allocated."""
     experts, tokens = int_attr("num_experts", num_experts), int_attr("tokens_num", tokens_num)
+    _check_counts(experts, tokens)
     require("permuted_token_output_grad", permuted_token_output_grad)
     g = as_input("permuted_token_output_grad", permuted_token_output_grad)
     gp = as_input("permuted_probs_output_grad", permuted_probs_output_grad)
+    rm = as_input("routing_map", routing_map)
+    if gp is not None and rm is not None and g.size and not flag("drop_and_pad", drop_and_pad):
+        _check_map_shape(rm, experts, tokens)
     h = g.shape[1] if g.ndim == 2 else 0
     out = output_array("tokens_grad_out", [(tokens, "tokens_num"), (h, "permuted_token_output_grad")], g.dtype)
     probs = None if gp is None else output_array("probs_grad_out", [(tokens, "tokens_num"), (experts, "num_experts")],
@@ -299,7 +316,8 @@ def moe_token_permute_with_routing_map_grad(permuted_tokens_grad, permuted_probs
     """
     validate_check(check)
     soc = get_soc(soc)
-    out, probs = allocate_outputs(permuted_tokens_grad, permuted_probs_grad, num_experts, tokens_num)
+    out, probs = allocate_outputs(permuted_tokens_grad, permuted_probs_grad, num_experts, tokens_num, routing_map,
+                                  drop_and_pad)
     size, executor = get_workspace_size(permuted_tokens_grad, permuted_probs_grad, sorted_indices, routing_map,
                                         num_experts, tokens_num, drop_and_pad, out, probs, soc=soc,
                                         deterministic=deterministic)

@@ -139,6 +139,43 @@ def test_bad_arguments_give_the_aclnn_status_before_anything_runs(case, soc):
     assert runs == [], f"{case}: a kernel ran before the argument was refused"
 
 
+def _pwrm_grad_topk(**change):
+    a = pwrm_grad_ex.make_inputs(N, H, E, topk=K)
+    args = dict(zip(("permuted_tokens_grad", "permuted_probs_grad", "sorted_indices", "routing_map", "num_experts",
+                     "tokens_num", "drop_and_pad"), a.values()))
+    args.update(change)
+    return lambda soc: ops.moe_token_permute_with_routing_map_grad(**args, soc=soc)
+
+
+# id: (operator module, call whose sizing argument breaks one of the aclnn's own rules while the output it would
+# size stays small, the rule's words). The friendly call must apply the rule before it allocates that output.
+SIZED_BY_A_BAD_ATTRIBUTE = {
+    "pwrm-num-out-above-n-times-e": (ops.permute_with_routing_map, _pwrm(num_out_tokens=N * E + N),
+                                     "num_out_tokens must be in [0, tokens * experts"),
+    "pwrm-pad-num-out-above-n-times-e": (ops.permute_with_routing_map, _pwrm(pad=True, num_out_tokens=N * E + E),
+                                         "num_out_tokens must be in [0, tokens * experts"),
+    "pwrm-grad-tokens-num-not-the-map's": (ops.permute_with_routing_map_grad, _pwrm_grad_topk(tokens_num=4 * N),
+                                           "routing_map must have shape (tokens_num, num_experts)"),
+    "pwrm-grad-num-experts-not-the-map's": (ops.permute_with_routing_map_grad, _pwrm_grad_topk(num_experts=3 * E),
+                                            "routing_map must have shape (tokens_num, num_experts)"),
+    "pwrm-grad-num-experts-0": (ops.permute_with_routing_map_grad, _pwrm_grad(num_experts=0),
+                                "num_experts must be greater than 0"),
+}
+
+
+@pytest.mark.parametrize("soc", ["ascend910b", "ascend950"])
+@pytest.mark.parametrize("case", SIZED_BY_A_BAD_ATTRIBUTE)
+def test_the_aclnn_rules_on_sizing_attributes_run_before_any_output_is_allocated(case, soc, monkeypatch):
+    module, call, rule = SIZED_BY_A_BAD_ATTRIBUTE[case]
+
+    def no_allocation(name, dims, dtype):
+        raise AssertionError(f"{case}: {name} allocated before the aclnn's rule refused the call")
+    monkeypatch.setattr(module, "output_array", no_allocation)
+    with pytest.raises(AclnnError) as info:
+        call(soc)
+    assert info.value.status == 161002 and rule in info.value.message, f"{case}: {info.value}"
+
+
 @pytest.mark.parametrize("dims,fragment", [
     ([(-1, "num_out_tokens"), (16, "tokens")], "num_out_tokens gives out a dim 0 of -1"),
     ([(2 ** 63, "tokens_num")], "tokens_num gives out a dim 0"),
