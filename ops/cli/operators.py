@@ -1,26 +1,32 @@
-"""The operators the command line knows: one list of package names; each package's `cli.SPEC` says the rest.
+"""The operators the command line knows: every package of `ops` that has a `cli` module; its `cli.SPEC` says
+the rest.
 
-Adding an operator: give its package a `cli.py` with `SPEC = OpSpec(...)` (see ops.common.cli_spec) and
-add the package's name here. The order is the demo's order and the order of the help's operator list.
+Adding an operator: give its package a `cli.py` with `SPEC = OpSpec(...)` (see ops.common.cli_spec); nothing
+here changes. `SPEC.order` places it in the demo and in the help's operator list.
 """
 from __future__ import annotations
 
+import importlib.util
+import pkgutil
 from importlib import import_module
+
+import ops
 
 from ..common.cli_spec import CliError, OpSpec
 
-PACKAGES = (
-    "unpermute_with_routing_map_grad",
-    "permute",
-    "permute_with_routing_map",
-    "unpermute_with_routing_map",
-    "permute_with_routing_map_grad",
-    "unpermute",
-    "permute_grad",
-    "unpermute_grad",
-)
 
-OPS: dict[str, OpSpec] = {spec.name: spec for spec in (import_module(f"ops.{p}.cli").SPEC for p in PACKAGES)}
+def _specs() -> list[OpSpec]:
+    found = [info.name for info in pkgutil.iter_modules(ops.__path__)
+             if info.ispkg and importlib.util.find_spec(f"ops.{info.name}.cli") is not None]
+    specs = [(import_module(f"ops.{name}.cli").SPEC, name) for name in found]
+    return sorted(specs, key=lambda spec_name: spec_name[0].order)
+
+
+_FOUND = _specs()
+PACKAGES = tuple(name for _, name in _FOUND)
+"""The operator packages, in demo order."""
+
+OPS: dict[str, OpSpec] = {spec.name: spec for spec, _ in _FOUND}
 """{aclnn-style operator name (snake_case): its spec}"""
 
 OP_SPECIFIC_FLAGS = frozenset().union(*(o.flags for o in OPS.values()))

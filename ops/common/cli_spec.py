@@ -46,6 +46,8 @@ class OpSpec:
     given on the command line is reported as not applying to it.
     """
     name: str
+    order: int
+    """The operator's place in the demo and in the help's operator list (ascending)."""
     descs: Callable[[argparse.Namespace], dict]
     """TensorDescs in aclnn order straight from the flags (any shape, no data)."""
     make_inputs: Callable[[argparse.Namespace], dict]

@@ -94,6 +94,7 @@ def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
 
 SPEC = OpSpec(
     name=NAME,
+    order=20,
     descs=_descs,
     make_inputs=_inputs,
     tiling=_tiling,

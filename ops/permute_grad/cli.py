@@ -51,6 +51,7 @@ def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
 
 SPEC = OpSpec(
     name=NAME,
+    order=70,
     descs=_descs,
     make_inputs=_inputs,
     tiling=lambda args, soc: tiling_op(*args.values(), soc=soc),

@@ -37,6 +37,7 @@ DEMO = [
 
 SPEC = OpSpec(
     name=NAME,
+    order=30,
     descs=_descs,
     make_inputs=_inputs,
     tiling=lambda args, soc: tiling_op(*args.values(), soc=soc),

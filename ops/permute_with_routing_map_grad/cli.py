@@ -33,6 +33,7 @@ DEMO = [
 
 SPEC = OpSpec(
     name=NAME,
+    order=50,
     descs=_descs,
     make_inputs=lambda a: routing_inputs(examples, a, NAME, full_topk=not a.non_topk),
     tiling=lambda args, soc: tiling_op(*args.values(), soc=soc),

@@ -46,6 +46,7 @@ def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
 
 SPEC = OpSpec(
     name=NAME,
+    order=60,
     descs=_descs,
     make_inputs=_inputs,
     tiling=lambda args, soc: tiling_op(*args.values(), soc=soc),

@@ -35,6 +35,7 @@ DEMO = [
 
 SPEC = OpSpec(
     name=NAME,
+    order=40,
     descs=_descs,
     make_inputs=lambda a: routing_inputs(examples, a, NAME),
     tiling=lambda args, soc: tiling_op(*args.values(), soc=soc),

@@ -62,6 +62,7 @@ def _demo_title(soc) -> str:
 
 SPEC = OpSpec(
     name=NAME,
+    order=10,
     descs=_descs,
     make_inputs=lambda a: routing_inputs(examples, a, NAME),
     tiling=lambda args, soc: tiling_op(*args.values(), soc=soc),
