@@ -60,8 +60,9 @@ def _pwrm(pad=False, **change):
     return lambda soc, check=None: ops.moe_token_permute_with_routing_map(**a, soc=soc, **_check(check))
 
 
-def _pwrm_grad(**change):
-    a = pwrm_grad_ex.make_inputs(N, H, E, capacity=2, drop_and_pad=True)
+def _pwrm_grad(pad=True, **change):
+    a = pwrm_grad_ex.make_inputs(N, H, E, capacity=2, drop_and_pad=True) if pad else \
+        pwrm_grad_ex.make_inputs(N, H, E, topk=K)
     args = dict(zip(("permuted_tokens_grad", "permuted_probs_grad", "sorted_indices", "routing_map", "num_experts",
                      "tokens_num", "drop_and_pad"), a.values()))
     args.update(change)
@@ -139,14 +140,6 @@ def test_bad_arguments_give_the_aclnn_status_before_anything_runs(case, soc):
     assert runs == [], f"{case}: a kernel ran before the argument was refused"
 
 
-def _pwrm_grad_topk(**change):
-    a = pwrm_grad_ex.make_inputs(N, H, E, topk=K)
-    args = dict(zip(("permuted_tokens_grad", "permuted_probs_grad", "sorted_indices", "routing_map", "num_experts",
-                     "tokens_num", "drop_and_pad"), a.values()))
-    args.update(change)
-    return lambda soc: ops.moe_token_permute_with_routing_map_grad(**args, soc=soc)
-
-
 # id: (operator module, call whose sizing argument breaks one of the aclnn's own rules while the output it would
 # size stays small, the rule's words). The friendly call must apply the rule before it allocates that output.
 SIZED_BY_A_BAD_ATTRIBUTE = {
@@ -154,9 +147,11 @@ SIZED_BY_A_BAD_ATTRIBUTE = {
                                      "num_out_tokens must be in [0, tokens * experts"),
     "pwrm-pad-num-out-above-n-times-e": (ops.permute_with_routing_map, _pwrm(pad=True, num_out_tokens=N * E + E),
                                          "num_out_tokens must be in [0, tokens * experts"),
-    "pwrm-grad-tokens-num-not-the-map's": (ops.permute_with_routing_map_grad, _pwrm_grad_topk(tokens_num=4 * N),
+    "pwrm-grad-tokens-num-not-the-map's": (ops.permute_with_routing_map_grad,
+                                           _pwrm_grad(pad=False, tokens_num=4 * N),
                                            "routing_map must have shape (tokens_num, num_experts)"),
-    "pwrm-grad-num-experts-not-the-map's": (ops.permute_with_routing_map_grad, _pwrm_grad_topk(num_experts=3 * E),
+    "pwrm-grad-num-experts-not-the-map's": (ops.permute_with_routing_map_grad,
+                                            _pwrm_grad(pad=False, num_experts=3 * E),
                                             "routing_map must have shape (tokens_num, num_experts)"),
     "pwrm-grad-num-experts-0": (ops.permute_with_routing_map_grad, _pwrm_grad(num_experts=0),
                                 "num_experts must be greater than 0"),
