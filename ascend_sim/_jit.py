@@ -181,6 +181,10 @@ def _parse_import_names(path: str, package: str) -> tuple[str, ...]:
 
 KERNEL_OPT_LEVEL = 2
 
+AFTER_COMPILE: list[Callable] = []
+"""Functions of a stage's compiled (or disk-loaded) code library that ensure_compiled calls before the stage
+runs (registered by _outline, which this module must not import)."""
+
 
 @contextmanager
 def _kernel_opt_level():
@@ -236,6 +240,8 @@ def ensure_compiled(calls: Iterable[tuple], on_compile: Callable | None = None) 
             if cold and on_compile is not None:
                 on_compile("start", stage.__name__, 0.0)
             stage.compile(sig)
+            for hook in AFTER_COMPILE:      # e.g. _outline.resolve_library: the variants a cached stage calls
+                hook(stage.overloads[sig].library)
         took = time.perf_counter() - start
         spent += took
         if cold and on_compile is not None:

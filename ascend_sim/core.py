@@ -23,8 +23,9 @@ import numpy as np
 from numba import njit
 
 from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, CAP_MAX_BLOCK_COUNT, CAP_NPU_ARCH, CNT_UB_HWM, ERR_BASE,
-                     ERR_COLS, EVENT_IDS, FLAG_BASE, MEMBER_BASE, N_COUNTERS, N_HARD_EVENTS, PIPE_QUEUES, POISON_EVEN,
-                     POISON_PAIR, QUE_BASE, Q_NUM, UB_DIRTY, UB_POISONED)
+                     ERR_COLS, EVENT_IDS, FLAG_BASE, MEMBER_BASE, N_COUNTERS, N_HARD_EVENTS, OUTLINE_RESOLVER,
+                     OUTLINE_TABLE, PIPE_QUEUES, POISON_EVEN, POISON_PAIR, QUE_BASE, Q_NUM, UB_DIRTY, UB_POISONED)
+from ._outline import RESOLVER_ADDRESS, TABLE_ADDRESS
 
 Core = namedtuple("Core", ["ub", "state", "block_idx", "block_num"])   # state layout: layout.py
 
@@ -96,6 +97,8 @@ def make_core(block_idx: int, block_num: int, ub_size: int, queue_slots: int, ma
     state[CAP_MAX_BLOCK_COUNT] = max_block_count
     state[CAP_NPU_ARCH] = npu_arch
     state[ATOMIC_LOCK_TABLE] = ATOMIC_LOCKS.ctypes.data
+    state[OUTLINE_TABLE] = TABLE_ADDRESS
+    state[OUTLINE_RESOLVER] = RESOLVER_ADDRESS
     return Core(ub, state, block_idx, block_num)
 
 

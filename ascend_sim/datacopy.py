@@ -29,6 +29,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
+from ._outline import outline
 from ._memory import STREAM_MIN_BYTES, data_address, memcpy_bytes, stream_bytes
 from . import check as chk
 from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, ATOMIC_TYPE, CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT,
@@ -285,7 +286,7 @@ def _poison(c, start, end):
         c.ub[b] = _POISON_EVEN if b % 2 == 0 else _POISON_ODD
 
 
-@aicore
+@outline
 def _pad_gm_to_ub(c, dst, src, params, pad):
     call = CALL_DATA_COPY_PAD_IN
     if not issue(c, call):
@@ -343,7 +344,7 @@ def _pad_gm_to_ub(c, dst, src, params, pad):
     c.state[CNT_MTE2_BYTES] += n * blen
 
 
-@aicore
+@outline
 def _pad_ub_to_gm(c, dst, src, params):
     call = CALL_DATA_COPY_PAD_OUT
     if not issue(c, call):
@@ -437,7 +438,7 @@ def _strided_ok(c, call, n, blocks, sstride, dstride):
     return True
 
 
-@aicore
+@outline
 def _copy_in(c, dst, src, n, blocks, sstride, dstride):
     call = CALL_DATA_COPY_IN
     if not issue(c, call) or not _strided_ok(c, call, n, blocks, sstride, dstride):
@@ -465,7 +466,7 @@ def _copy_in(c, dst, src, n, blocks, sstride, dstride):
     c.state[CNT_MTE2_BYTES] += n * blen
 
 
-@aicore
+@outline
 def _copy_out(c, dst, src, n, blocks, sstride, dstride):
     call = CALL_DATA_COPY_OUT
     if not issue(c, call) or not _strided_ok(c, call, n, blocks, sstride, dstride):
@@ -500,7 +501,7 @@ def _copy_out(c, dst, src, n, blocks, sstride, dstride):
     c.state[CNT_MTE3_BYTES] += n * blen
 
 
-@aicore
+@outline
 def _copy_ub(c, dst, src, n, blocks, sstride, dstride):
     call = CALL_DATA_COPY_UB
     if not issue(c, call) or not _strided_ok(c, call, n, blocks, sstride, dstride):
@@ -576,7 +577,7 @@ def _data_copy(c, dst, src, count_or_params):
     return impl_contiguous
 
 
-@aicore
+@outline
 def init_output(c, g, count, value):
     """InitOutput<T>(gm, count, value): fill count elements of GM from g's offset (through UB, on MTE3)."""
     if not issue(c, CALL_INIT_OUTPUT):

@@ -8,6 +8,7 @@ no flag may be left set when the kernel ends (the launcher checks that).
 from __future__ import annotations
 
 from ._jit import aicore
+from ._outline import outline
 from .layout import (CALL_FETCH_EVENT_ID, CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, CNT_EVENTS,  # noqa: F401
                      CNT_PIPE_BARRIERS, EVENT_IDS, FLAG_BASE, F_BARRIER_S, F_EVT_DOUBLE_SET, F_EVT_EXHAUSTED, F_EVT_ID,
                      F_EVT_WAIT_UNSET, HARD_EVENT_NAMES, N_HARD_EVENTS, PIPE_ALL, PIPE_MTE2, PIPE_MTE3, PIPE_S, PIPE_V)
@@ -40,7 +41,7 @@ def _flag_slot(c, call, evt, event_id):
     return FLAG_BASE + evt * EVENT_IDS + event_id
 
 
-@aicore
+@outline
 def set_flag(c, evt, event_id):
     """SetFlag<evt>(id): the SRC pipe raises the flag once its earlier work is done."""
     if not issue(c, CALL_SET_FLAG):
@@ -56,7 +57,7 @@ def set_flag(c, evt, event_id):
     tl_set_flag(c, evt, event_id)
 
 
-@aicore
+@outline
 def wait_flag(c, evt, event_id):
     """WaitFlag<evt>(id): the DST pipe stalls until the flag is up, then clears it."""
     if not issue(c, CALL_WAIT_FLAG):
@@ -72,7 +73,7 @@ def wait_flag(c, evt, event_id):
     tl_wait_flag(c, evt, event_id)
 
 
-@aicore
+@outline
 def sync_pipes(c, evt):
     """FetchEventID(evt), SetFlag and WaitFlag on that id: the pipe named second waits for the first's work
     so far (the XToYSync helpers the kernels define)."""
@@ -97,7 +98,7 @@ def fetch_event_id(c, evt):
     return 0
 
 
-@aicore
+@outline
 def pipe_barrier(c, pipe):
     """PipeBarrier<pipe>(): order a pipe with itself (not allowed for PIPE_S)."""
     if not issue(c, CALL_PIPE_BARRIER):

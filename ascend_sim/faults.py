@@ -17,7 +17,7 @@ from .layout import (CALL_NAMES, CNT_CALLS, ERR_BASE, FAULT_CALL_INDEX, F_BARRIE
                      F_DATACOPY_TRUNC, F_ELEM_TYPE, F_EVT_DOUBLE_SET, F_EVT_EXHAUSTED, F_EVT_ID, F_EVT_WAIT_UNSET,
                      F_GM_OOB, F_LEN_MULTIPLE, F_PARAM, F_PATTERN_TYPE, F_PIPE_RACE, F_QUE_DEPTH, F_QUE_EMPTY,
                      F_QUE_FOREIGN, F_QUE_INDEX, F_QUE_KIND, F_QUE_NO_FREE, F_QUE_OWNER, F_QUE_STATE, F_SCALAR_OOB,
-                     F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB, F_UNSUPPORTED, PARAM_NAMES, STATE_NAMES)
+                     F_OUTLINE, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB, F_UNSUPPORTED, PARAM_NAMES, STATE_NAMES)
 
 
 @aicore
@@ -153,6 +153,10 @@ def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, cal
         else:
             how = "before any AllocTensor handed it out"
         return errors.QueueError(f"buffer {a[1]} of '{que(a[0])}' is used {how}", **where)
+    if code == F_OUTLINE:
+        return errors.SimulatorError("internal: the compiled machine-model code of this call could not be loaded "
+                                     "(see the warnings above; clearing the __pycache__ directories recompiles it)",
+                                     **where)
     return errors.SimulatorError(f"fault code {code} with arguments {a}", **where)
 
 

@@ -53,6 +53,8 @@ ATOMIC_TYPE = CAP_BASE + 2           # 0 after SetAtomicNone(), else 1 + the ge 
 ATOMIC_LOCK_TABLE = CAP_BASE + 3     # address of ATOMIC_LOCKS (shared by every core of every launch)
 UB_POISONED = CAP_BASE + 4           # 1 once start_pipe has poisoned the whole UB
 UB_DIRTY = CAP_BASE + 5              # bytes a pooled UB's previous launch may have written (see UbPool)
+OUTLINE_TABLE = CAP_BASE + 6         # address of the outlined calls' table (_outline.py)
+OUTLINE_RESOLVER = CAP_BASE + 7      # address of its resolver callback
 EVENT_IDS = 8
 N_HARD_EVENTS = 13
 # HardEvent values (events.py): SRC_DST, the DST pipe waits for the SRC pipe
@@ -270,6 +272,7 @@ F_UNSUPPORTED = 41    # dtype code, mode, NPU arch: a dtype / mode this chip's i
 F_PATTERN_TYPE = 42   # pattern element bytes, data element bytes (GatherMask)
 F_PIPE_RACE = 43      # earlier call number, earlier call id, pipes / kind / memory packed, first byte, end byte
 F_QUE_OWNER = 44      # queue, buffer, its state, call number of its last FreeTensor (0: never freed)
+F_OUTLINE = 45        # an outlined machine-model call whose compiled variant could not be loaded
 
 P_BLOCK_COUNT = 1
 P_BLOCK_LEN = 2

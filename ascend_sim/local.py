@@ -11,7 +11,7 @@ from numba import types
 from numba.extending import overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
-from ._memory import data_address
+from ._memory import data_address, ub_view
 from .layout import CALL_REINTERPRET_CAST, CNT_UB_HWM, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB
 from .faults import fault
 
@@ -48,13 +48,13 @@ def view_as(c, t, like):
     off = ub_offset(c, t, CALL_REINTERPRET_CAST)
     size = like.itemsize
     if off < 0:
-        return like[0:0]
-    return like[off // size: (off + t.nbytes) // size]
+        return ub_view(c.ub, like, 0, 0)
+    return ub_view(c.ub, like, off // size * size, (off + t.nbytes) // size - off // size)
 
 
 @aicore
 def ub_i8(c):
-    return c.ub.view(np.int8)
+    return ub_view(c.ub, np.int8, 0, c.ub.size // 1)
 
 
 @aicore
@@ -64,33 +64,33 @@ def ub_u8(c):
 
 @aicore
 def ub_u16(c):
-    return c.ub[: c.ub.size - c.ub.size % 2].view(np.uint16)
+    return ub_view(c.ub, np.uint16, 0, c.ub.size // 2)
 
 
 @aicore
 def ub_i16(c):
-    return c.ub[: c.ub.size - c.ub.size % 2].view(np.int16)
+    return ub_view(c.ub, np.int16, 0, c.ub.size // 2)
 
 
 @aicore
 def ub_i32(c):
-    return c.ub[: c.ub.size - c.ub.size % 4].view(np.int32)
+    return ub_view(c.ub, np.int32, 0, c.ub.size // 4)
 
 
 @aicore
 def ub_u32(c):
-    return c.ub[: c.ub.size - c.ub.size % 4].view(np.uint32)
+    return ub_view(c.ub, np.uint32, 0, c.ub.size // 4)
 
 
 @aicore
 def ub_f32(c):
     """The whole UB as float32: the `T` of LocalTensor<float>."""
-    return c.ub[: c.ub.size - c.ub.size % 4].view(np.float32)
+    return ub_view(c.ub, np.float32, 0, c.ub.size // 4)
 
 
 @aicore
 def ub_i64(c):
-    return c.ub[: c.ub.size - c.ub.size % 8].view(np.int64)
+    return ub_view(c.ub, np.int64, 0, c.ub.size // 8)
 
 
 def ub_like(c, g):

@@ -24,6 +24,7 @@ from numba import types
 from numba.extending import overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
+from ._outline import outline, outline_int
 from . import check as chk
 from .layout import (CALL_CAST, CALL_COMPARE_SCALAR, CALL_GATHER_MASK, CAP_NPU_ARCH, CHK_MODE, CNT_V_ELEMS, F_CAST_PAIR,
                      F_COUNT_BYTES, F_PARAM, F_PATTERN_TYPE, F_UB_OOB, F_UNSUPPORTED, PIPE_V, P_BLK_STRIDE, P_COUNT,
@@ -104,7 +105,7 @@ def _compare_supported(c, src_dt, mode):
     return False
 
 
-@aicore
+@outline
 def compare_scalar(c, dst, src, src_dt, scalar, cmp_mode, count):
     """CompareScalar(dst, src, scalar, CMPMODE, count): bit k of dst (uint8) = (src[k] <cmp_mode> scalar).
 
@@ -198,7 +199,7 @@ def _bit(pattern_bytes, bit_index):
     return (pattern_bytes[bit_index >> 3] >> (bit_index & 7)) & 1
 
 
-@aicore
+@outline_int
 def _gather_mask(c, dst, src0, src1_pattern, reduce_mode, mask, params):
     call = CALL_GATHER_MASK
     if not issue(c, call):
@@ -324,7 +325,7 @@ def _cast_checks(c, supported, dst_dt, src_dt, mode, dst, src, count):
     return d
 
 
-@aicore
+@outline
 def cast_u8_to_half(c, dst, src, round_mode, count):
     """Cast<half, uint8_t>(dst, src, CAST_NONE, count): dst (uint16 fp16 bits) = src exactly (0..255)."""
     d = _cast_checks(c, round_mode == CAST_NONE, DT_FLOAT16, DT_UINT8, round_mode, dst, src, count)
@@ -352,7 +353,7 @@ def _round_to_int(x, mode):
     return np.rint(v)
 
 
-@aicore
+@outline
 def cast_f32_to_i32(c, dst, src, round_mode, count):
     """Cast<int32_t, float>(dst, src, RoundMode, count) for CAST_RINT / FLOOR / CEIL / ROUND / TRUNC.
 

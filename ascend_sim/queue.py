@@ -17,11 +17,13 @@ The queue table row of queue q starts at state[QUE_BASE + q * QUE_COLS] (columns
 from __future__ import annotations
 
 from ._jit import aicore
+from ._outline import outline, outline_int
 from .layout import (CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_TBUF_GET, CNT_EVENTS, DEQUE,
                      ENQUE, FREE, F_QUE_DEPTH, F_QUE_EMPTY, F_QUE_FOREIGN, F_QUE_INDEX, F_QUE_KIND, F_QUE_NO_FREE,
                      F_QUE_STATE, F_UB_OOB, KIND_TBUF, OCCUPIED, PIPE_QUEUES, QUE_BASE, QUE_COLS, Q_BASE, Q_CURSOR,
                      Q_DEPTH, Q_ENQ_SEQ, Q_KIND, Q_LEN, Q_NUM, Q_SEQ, Q_STATE, Q_USED)
 from .faults import fault, issue
+from ._memory import ub_view
 from .local import ub_offset
 from . import timeline as tl
 
@@ -35,7 +37,7 @@ def _buffer_view(c, q, i, T):
     r = _row(q)
     size = T.itemsize
     start = (c.state[r + Q_BASE] + i * c.state[r + Q_LEN]) // size
-    return T[start: start + c.state[r + Q_LEN] // size]
+    return ub_view(c.ub, T, start * size, c.state[r + Q_LEN] // size)
 
 
 @aicore
@@ -76,11 +78,11 @@ def _buffer_index(c, q, t, call):
     return -1
 
 
-@aicore
-def alloc_tensor(c, q, T):
-    """TQue::AllocTensor<T>(): the next FREE buffer as a LocalTensor (contents undefined)."""
+@outline_int
+def _alloc_index(c, q):
+    """AllocTensor's state change; the buffer index its LocalTensor views, or -1 for an empty one."""
     if not issue(c, CALL_ALLOC_TENSOR) or not _is_queue(c, q, CALL_ALLOC_TENSOR):
-        return T[0:0]
+        return -1
     r = _row(q)
     num = c.state[r + Q_NUM]
     for _ in range(num):
@@ -90,12 +92,23 @@ def alloc_tensor(c, q, T):
             c.state[r + Q_STATE + i] = OCCUPIED
             c.state[CNT_EVENTS] += 1  # waits for the free event of this buffer
             tl.alloc_tensor(c, q, r, i)
-            return _buffer_view(c, q, i, T)
+            return i
     fault(c, F_QUE_NO_FREE, CALL_ALLOC_TENSOR, q, num)
-    return _buffer_view(c, q, 0, T)
+    return 0
 
 
 @aicore
+def _view_or_empty(c, q, i, T):
+    return ub_view(c.ub, T, 0, 0) if i < 0 else _buffer_view(c, q, i, T)
+
+
+@aicore
+def alloc_tensor(c, q, T):
+    """TQue::AllocTensor<T>(): the next FREE buffer as a LocalTensor (contents undefined)."""
+    return _view_or_empty(c, q, _alloc_index(c, q), T)
+
+
+@outline
 def en_que(c, q, t):
     """TQue::EnQue(t): hand the buffer to the consumer pipe (sets the forward event)."""
     if not issue(c, CALL_ENQUE) or not _is_queue(c, q, CALL_ENQUE):
@@ -119,11 +132,11 @@ def en_que(c, q, t):
     tl.en_que(c, q, r, i)
 
 
-@aicore
-def de_que(c, q, T):
-    """TQue::DeQue<T>(): the oldest enqueued buffer (waits on the forward event)."""
+@outline_int
+def _de_que_index(c, q):
+    """DeQue's state change; the buffer index its LocalTensor views, or -1 for an empty one."""
     if not issue(c, CALL_DEQUE) or not _is_queue(c, q, CALL_DEQUE):
-        return T[0:0]
+        return -1
     r = _row(q)
     best = -1
     for i in range(c.state[r + Q_NUM]):
@@ -132,15 +145,21 @@ def de_que(c, q, T):
             best = i
     if best < 0:
         fault(c, F_QUE_EMPTY, CALL_DEQUE, q)
-        return _buffer_view(c, q, 0, T)
+        return 0
     c.state[r + Q_STATE + best] = DEQUE
     c.state[r + Q_USED] -= 1
     c.state[CNT_EVENTS] += 1
     tl.de_que(c, q, r, best)
-    return _buffer_view(c, q, best, T)
+    return best
 
 
 @aicore
+def de_que(c, q, T):
+    """TQue::DeQue<T>(): the oldest enqueued buffer (waits on the forward event)."""
+    return _view_or_empty(c, q, _de_que_index(c, q), T)
+
+
+@outline
 def free_tensor(c, q, t):
     """TQue::FreeTensor(t): give the buffer back (sets the free event AllocTensor waits for)."""
     if not issue(c, CALL_FREE_TENSOR) or not _is_queue(c, q, CALL_FREE_TENSOR):
@@ -160,16 +179,22 @@ def free_tensor(c, q, t):
     tl.free_tensor(c, q, r, i)
 
 
-@aicore
-def tbuf_get(c, q, T):
-    """TBuf::Get<T>(): the whole TBuf as a LocalTensor (no state, no events)."""
+@outline_int
+def _tbuf_index(c, q):
+    """TBuf::Get's checks; 0 (the TBuf's one buffer) or -1 for an empty LocalTensor."""
     if not issue(c, CALL_TBUF_GET) or not _exists(c, q, CALL_TBUF_GET):
-        return T[0:0]
+        return -1
     tl.scalar(c, CALL_TBUF_GET, 0, q)
     kind = c.state[_row(q) + Q_KIND]
     if kind != KIND_TBUF:
         fault(c, F_QUE_KIND, CALL_TBUF_GET, q, kind)
-    return _buffer_view(c, q, 0, T)
+    return 0
+
+
+@aicore
+def tbuf_get(c, q, T):
+    """TBuf::Get<T>(): the whole TBuf as a LocalTensor (no state, no events)."""
+    return _view_or_empty(c, q, _tbuf_index(c, q), T)
 
 
 @aicore

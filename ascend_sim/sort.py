@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._jit import aicore
+from ._outline import outline
 from . import check as chk
 from .layout import (CALL_ARITH_PROGRESSION, CALL_CONCAT, CALL_DUPLICATE_MASK, CALL_EXTRACT, CALL_MRG_SORT, CALL_SORT,
                      CHK_MODE, CNT_V_ELEMS, F_PARAM, F_UB_OOB, PIPE_V, P_COUNT, P_MASK, P_REPEAT)
@@ -74,7 +75,7 @@ def _stable_descending_order(scores):
     return order
 
 
-@aicore
+@outline
 def arith_progression(c, dst, first_value, diff_value, count):
     """ArithProgression(dst, first, diff, count): dst[i] = first + diff * i in dst's type (int32 wraps)."""
     if not issue(c, CALL_ARITH_PROGRESSION):
@@ -102,7 +103,7 @@ def concat(c, src, tmp, repeat):
     return src
 
 
-@aicore
+@outline
 def sort(c, dst, concat_local, index, tmp, repeat):
     """Sort<float, true>(dst, concat, index, tmp, repeat): all repeat * 32 (score, index) pairs, descending
     by score, equal scores in input order; dst receives the interleaved pairs (2 floats each)."""
@@ -130,7 +131,7 @@ def sort(c, dst, concat_local, index, tmp, repeat):
     note_ub_write(c, d + 2 * n * 4)
 
 
-@aicore
+@outline
 def extract(c, dst_value, dst_index, sorted_local, repeat):
     """Extract(dstValue, dstIndex, sorted, repeat): split repeat * 32 interleaved pairs into scores and indices."""
     n = repeat * ONE_REPEAT_SORT_NUM
@@ -223,7 +224,7 @@ def mrg_sort(c, dst, src0, src1, src2, src3, counts, valid_bit, repeat, exhauste
     return (taken[0], taken[1], taken[2], taken[3])
 
 
-@aicore
+@outline
 def duplicate_mask(c, dst, scalar, mask0, mask1, repeat, dst_blk_stride, dst_rep_stride):
     """Duplicate(dst, scalar, uint64 mask[2], repeatTime, dstBlkStride, dstRepStride) for 32-bit data:
     lane k of a 64-lane repeat is written when bit k of mask0 is set (mask1 must be 0)."""

@@ -23,6 +23,7 @@ from numba.extending import overload
 from numba.np.numpy_support import as_dtype
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
+from ._outline import outline
 from . import check as chk
 from .layout import (CALL_ADD, CALL_ADDS, CALL_BLOCK_REDUCE_SUM, CALL_CAST, CALL_COPY, CALL_DUPLICATE, CALL_MUL,
                      CALL_MULS, CALL_WHOLE_REDUCE_SUM, CHK_MODE, CNT_V_ELEMS, F_CAST_PAIR, F_PARAM, F_UB_ALIGN,
@@ -79,7 +80,7 @@ def _begin(c, call, count, elem_bytes):
     return count > 0
 
 
-@aicore
+@outline
 def add(c, dst, src0, src1, count):
     """Add(dst, src0, src1, count): dst[i] = src0[i] + src1[i]."""
     if not _begin(c, CALL_ADD, count, dst.itemsize):
@@ -105,7 +106,7 @@ def add(c, dst, src0, src1, count):
     note_ub_write(c, d + count * dst.itemsize)
 
 
-@aicore
+@outline
 def mul(c, dst, src0, src1, count):
     """Mul(dst, src0, src1, count): dst[i] = src0[i] * src1[i]."""
     if not _begin(c, CALL_MUL, count, dst.itemsize):
@@ -129,7 +130,7 @@ def mul(c, dst, src0, src1, count):
     note_ub_write(c, d + count * dst.itemsize)
 
 
-@aicore
+@outline
 def muls(c, dst, src, scalar, count):
     """Muls(dst, src, scalar, count): dst[i] = src[i] * scalar (scalar in the tensor's type)."""
     if not _begin(c, CALL_MULS, count, dst.itemsize):
@@ -150,7 +151,7 @@ def muls(c, dst, src, scalar, count):
     note_ub_write(c, d + count * dst.itemsize)
 
 
-@aicore
+@outline
 def adds(c, dst, src, scalar, count):
     """Adds(dst, src, scalar, count): dst[i] = src[i] + scalar."""
     if not _begin(c, CALL_ADDS, count, dst.itemsize):
@@ -171,7 +172,7 @@ def adds(c, dst, src, scalar, count):
     note_ub_write(c, d + count * dst.itemsize)
 
 
-@aicore
+@outline
 def duplicate(c, dst, scalar, count):
     """Duplicate(dst, scalar, count): fill the first count elements with scalar."""
     if not _begin(c, CALL_DUPLICATE, count, dst.itemsize):
@@ -204,7 +205,7 @@ def _cast_begin(c, supported, dst_dt, src_dt, mode, count, elem_bytes):
     return _begin(c, CALL_CAST, count, elem_bytes)
 
 
-@aicore
+@outline
 def _cast_half_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
     supported = mode == CAST_NONE and (src_dt == DT_BF16 or src_dt == DT_FLOAT16)
     if not _cast_begin(c, supported, dst_dt, src_dt, mode, count, 4):
@@ -225,7 +226,7 @@ def _cast_half_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
     note_ub_write(c, d + count * 4)
 
 
-@aicore
+@outline
 def _cast_f32_to_half(c, dst, dst_dt, src, src_dt, mode, count):
     bf16_ok = dst_dt == DT_BF16 and (mode == CAST_RINT or mode == CAST_FLOOR or mode == CAST_CEIL
                                      or mode == CAST_ROUND or mode == CAST_TRUNC)
@@ -251,7 +252,7 @@ def _cast_f32_to_half(c, dst, dst_dt, src, src_dt, mode, count):
     note_ub_write(c, d + count * 2)
 
 
-@aicore
+@outline
 def _cast_int_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
     if not _cast_begin(c, CAST_NONE <= mode <= CAST_TRUNC, dst_dt, src_dt, mode, count, max(4, src.itemsize)):
         return
@@ -316,7 +317,7 @@ def _repeat_extent(c, call, t, mask, repeat, rep_stride, blk_stride):
     return end
 
 
-@aicore
+@outline
 def copy(c, dst, src, mask, repeat, params):
     """Copy(dst, src, mask, repeatTime, CopyRepeatParams): UB -> UB, repeat by repeat."""
     if not issue(c, CALL_COPY) or not _repeat_ok(c, CALL_COPY, dst.itemsize, mask, repeat):
@@ -410,7 +411,7 @@ def _reduce_begin(c, call, dst, src, mask, repeat, dst_rep_stride, src_blk_strid
     return d
 
 
-@aicore
+@outline
 def block_reduce_sum(c, dst, src, repeat, mask, dst_rep_stride, src_blk_stride, src_rep_stride):
     """BlockReduceSum(dst, src, repeatTime, mask, dstRepStride, srcBlkStride, srcRepStride) for fp32.
 
@@ -456,7 +457,7 @@ def block_reduce_sum(c, dst, src, repeat, mask, dst_rep_stride, src_blk_stride, 
     note_ub_write(c, d + dst_end * 4)
 
 
-@aicore
+@outline
 def whole_reduce_sum(c, dst, src, mask, repeat, dst_rep_stride, src_blk_stride, src_rep_stride):
     """WholeReduceSum(dst, src, mask, repeatTime, dstRepStride, srcBlkStride, srcRepStride) for fp32.
 
