@@ -1,13 +1,27 @@
 """Host implementations of generic l0 operators that composite aclnn calls chain around the simulated kernels
-(they come from other CANN libraries, so they are not simulated: only their results matter)."""
+(they come from other CANN libraries, so they are not simulated: only their results matter).
+
+Half-precision tensors (ml_dtypes bfloat16, numpy float16) are never computed in their own dtype here: NumPy
+runs those through per-element scalar loops (ml_dtypes) or a slow software cast (float16), 10-30x slower than
+float32. Data movement steps move their uint16 bits; arithmetic widens each half value to float32 once
+(exact), computes in float32, and rounds once back to the half type with round-half-to-even, giving the bits
+ml_dtypes / NumPy give for the same float32 computation (tests/ops/test_host_steps.py checks every pattern
+class)."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from numba import njit
+
+from ascend_sim.dtypes import f32_from_bits, view_f32_as_u32
 
 from ._framework import HostStep
 
 _TILE = 32
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+_HALF = (_BF16, _F16)
 
 
 @njit(cache=True, nogil=True)
@@ -38,10 +52,263 @@ def transpose_2d(src: np.ndarray, dst: np.ndarray) -> None:
     _transpose_tiles(np.ascontiguousarray(src).view(bits), dst.view(bits))
 
 
+# --- float32 <-> half bit conversions ---------------------------------------------------------------------
+def _default_nan_bits() -> np.uint32:
+    """fp32 bits of the NaN this machine's NumPy loops make from non-NaN operands (inf * 0)."""
+    with np.errstate(invalid="ignore"):
+        return np.multiply(np.array([np.inf], dtype=np.float32), np.float32(0.0)).view(np.uint32)[0]
+
+
+_DEFAULT_NAN = _default_nan_bits()
+_NO_U16_2D = np.zeros((0, 0), dtype=np.uint16)
+_NO_F32_2D = np.zeros((0, 0), dtype=np.float32)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _bf16_value(h):
+    """float32 value of bfloat16 bits h (exact: bf16 is fp32's top half)."""
+    return f32_from_bits(np.uint32(np.uint32(h) << np.uint32(16)))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _f16_value(h):
+    """float32 value of float16 bits h, exactly as NumPy widens it (a NaN keeps its payload, unquieted).
+    Normal, infinite / NaN and subnormal patterns are all computed and one selected, so a loop vectorises."""
+    u32 = np.uint32
+    h = u32(h)
+    sign = u32(u32(h & u32(0x8000)) << u32(16))
+    exp = u32(u32(h >> u32(10)) & u32(0x1F))
+    man = u32(h & u32(0x3FF))
+    normal = u32(u32(u32(exp + u32(112)) << u32(23)) | u32(man << u32(13)))        # rebias 15 -> 127
+    special = u32(u32(0x7F800000) | u32(man << u32(13)))
+    # exponent 0: man steps of 2**-24, exact in float32 (zero included)
+    sub = view_f32_as_u32(np.float32(man) * np.float32(5.9604644775390625e-08))
+    body = special if exp == u32(0x1F) else (sub if exp == u32(0) else normal)
+    return f32_from_bits(u32(sign | body))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _widen_bits(h, fp16):
+    """float32 value of one half pattern (uint16 bits, fp16 or bf16)."""
+    return _f16_value(h) if fp16 else _bf16_value(h)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _nan_result(x, y, r, default_nan):
+    """Bits of r = x op y (float32, + or *) with NaN results pinned to what NumPy's loops give, the x86 rule:
+    the first NaN operand, made quiet, else the default NaN. LLVM treats both operations as commutative and
+    may swap the operands, which changes which NaN survives when both are NaN."""
+    u32 = np.uint32
+    xb, yb, rb = view_f32_as_u32(x), view_f32_as_u32(y), view_f32_as_u32(r)
+    x_nan = u32(xb & u32(0x7FFFFFFF)) > u32(0x7F800000)
+    y_nan = u32(yb & u32(0x7FFFFFFF)) > u32(0x7F800000)
+    nan = u32(xb | u32(0x400000)) if x_nan else (u32(yb | u32(0x400000)) if y_nan else u32(default_nan))
+    return nan if r != r else rb
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _bf16_rne(x):
+    """bfloat16 bits of float32 bits x, rounded half to even as ml_dtypes rounds: a carry out of the kept
+    mantissa steps into the next binade or to infinity, and every NaN becomes the quiet NaN 0x7FC0 with its
+    sign (ml_dtypes drops the payload). Written without branches so a loop of it vectorises."""
+    u32 = np.uint32     # each step cast back to 32 bits: numba widens to 64, which halves the SIMD lanes
+    x = u32(x)
+    rounded = u32(u32(u32(x + u32(0x7FFF)) + u32(u32(x >> u32(16)) & u32(1))) >> u32(16))
+    nan = u32(u32(u32(x >> u32(16)) & u32(0x8000)) | u32(0x7FC0))
+    return np.uint16(nan if u32(x & u32(0x7FFFFFFF)) > u32(0x7F800000) else rounded)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _f16_rne(x):
+    """float16 bits of float32 bits x as NumPy's float32 -> float16 cast gives them: round half to even,
+    overflow to infinity, and a NaN keeps its sign and top 10 payload bits (bumped to 1 if those are all zero,
+    so it stays a NaN; NumPy does not set the quiet bit). All three ranges are computed and one selected, so
+    a loop of it vectorises."""
+    u32 = np.uint32
+    x = u32(x)
+    sign = u32(u32(x >> u32(16)) & u32(0x8000))
+    mag = u32(x & u32(0x7FFFFFFF))
+    payload = u32(u32(mag >> u32(13)) & u32(0x3FF))
+    nan = u32(u32(0x7C00) | (payload if payload != u32(0) else u32(1)))
+    # float16 normal range and above (2**-14 up): drop 13 mantissa bits with round half to even, then rebias
+    # the exponent 127 -> 15; a rounding carry steps into the next binade, and from 65520 up it saturates to
+    # infinity (below the range the subtraction wraps, and that lane is not selected)
+    kept = u32(u32(u32(u32(mag + u32(0xFFF)) + u32(u32(mag >> u32(13)) & u32(1))) >> u32(13)) - u32(112 << 10))
+    normal = min(kept, u32(0x7C00))
+    # subnormal range: its patterns count steps of 2**-24. Adding 0.5 (ulp 2**-24 in [0.5, 1)) rounds the
+    # magnitude to such a step, half to even, in one float32 add; the step count is then the difference of
+    # the bit patterns (1024: the smallest normal, as it should be)
+    tiny = f32_from_bits(min(mag, u32(0x38800000)))
+    sub = u32(view_f32_as_u32(tiny + np.float32(0.5)) - u32(0x3F000000))
+    body = nan if mag > u32(0x7F800000) else (normal if mag >= u32(0x38800000) else sub)
+    return np.uint16(sign | body)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _round_bits(x, fp16):
+    return _f16_rne(x) if fp16 else _bf16_rne(x)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _widen_array(h, fp16, out):
+    """out[i] = float32 bits of half pattern h[i]; h (n,) uint16, out (n,) uint32."""
+    if fp16:
+        for i in range(h.size):
+            out[i] = view_f32_as_u32(_f16_value(h[i]))
+    else:
+        for i in range(h.size):
+            out[i] = np.uint32(np.uint32(h[i]) << np.uint32(16))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _round_array(x, fp16, out):
+    """out[i] = half bits of float32 bits x[i], rounded half to even; x (n,) uint32, out (n,) uint16."""
+    if fp16:
+        for i in range(x.size):
+            out[i] = _f16_rne(x[i])
+    else:
+        for i in range(x.size):
+            out[i] = _bf16_rne(x[i])
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _mul_rows(a, a_fp16, w, out_half, out_fp16, out_f32, default_nan):
+    """Row i of the half-precision matrix `a` (R, H) uint16 bits times w[i] (float32), each product formed in
+    float32. With out_f32 of shape (R, H) the products are stored there as they are; otherwise they go to
+    out_half (R, H) uint16 as half bits (fp16 if out_fp16 else bf16), rounded half to even. Each dtype
+    combination has its own inner loop: with the dtype tests inside, LLVM does not vectorise it."""
+    rows, cols = a.shape
+    keep_f32 = out_f32.shape[0] == rows and rows > 0
+    for i in range(rows):
+        wi = w[i]
+        src = a[i]
+        if keep_f32:
+            dst32 = out_f32.reshape(-1).view(np.uint32)[i * cols:(i + 1) * cols]
+            if a_fp16:
+                for j in range(cols):
+                    v = _f16_value(src[j])
+                    dst32[j] = _nan_result(v, wi, v * wi, default_nan)
+            else:
+                for j in range(cols):
+                    v = _bf16_value(src[j])
+                    dst32[j] = _nan_result(v, wi, v * wi, default_nan)
+        else:
+            dst = out_half[i]
+            if a_fp16 and out_fp16:
+                for j in range(cols):
+                    v = _f16_value(src[j])
+                    dst[j] = _f16_rne(_nan_result(v, wi, v * wi, default_nan))
+            elif not a_fp16 and not out_fp16:
+                for j in range(cols):
+                    v = _bf16_value(src[j])
+                    dst[j] = _bf16_rne(_nan_result(v, wi, v * wi, default_nan))
+            else:
+                for j in range(cols):
+                    v = _widen_bits(src[j], a_fp16)
+                    dst[j] = _round_bits(_nan_result(v, wi, v * wi, default_nan), out_fp16)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _index_add_rows(acc, slots, src_half, src_fp16, src_f32, default_nan):
+    """acc[slots[i]] += row i of the source, i ascending, in float32: acc (V, H) float32, slots (n,) int64
+    (in range), the source either src_f32 (n, H) float32 or, when that is empty, src_half (n, H) uint16 half
+    bits (fp16 if src_fp16 else bf16) widened exactly."""
+    n = slots.size
+    cols = acc.shape[1]
+    f32_source = src_f32.shape[0] == n and n > 0
+    for i in range(n):
+        dst = acc[slots[i]]
+        if f32_source:
+            row32 = src_f32[i]
+            for j in range(cols):
+                s, x = dst[j], row32[j]
+                dst[j] = f32_from_bits(_nan_result(s, x, s + x, default_nan))
+        elif src_fp16:
+            row = src_half[i]
+            for j in range(cols):
+                s, x = dst[j], _f16_value(row[j])
+                dst[j] = f32_from_bits(_nan_result(s, x, s + x, default_nan))
+        else:
+            row = src_half[i]
+            for j in range(cols):
+                s, x = dst[j], _bf16_value(row[j])
+                dst[j] = f32_from_bits(_nan_result(s, x, s + x, default_nan))
+
+
+def _flat(a: np.ndarray, bits) -> np.ndarray:
+    return a.reshape(-1).view(bits)
+
+
+def widen_half(src: np.ndarray, out: np.ndarray) -> None:
+    """out (float32, src's shape, C-contiguous) = src (bfloat16 or float16, C-contiguous) widened exactly."""
+    _widen_array(_flat(src, np.uint16), src.dtype == _F16, _flat(out, np.uint32))
+
+
+def round_to_half(src: np.ndarray, out: np.ndarray) -> None:
+    """l0op::Cast to a half type: out (bfloat16 or float16) = src (float32, out's shape) rounded half to even,
+    the bits np.copyto(out, src.astype(out.dtype)) gives."""
+    if src.dtype != _F32 or out.dtype not in _HALF or src.shape != out.shape or not _contiguous(src, out):
+        np.copyto(out, src.astype(out.dtype))
+        return
+    _round_array(_flat(src, np.uint32), out.dtype == _F16, _flat(out, np.uint16))
+
+
+def _contiguous(*arrays) -> bool:
+    return all(a.flags.c_contiguous for a in arrays)
+
+
+def mul_rows(a: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+    """l0op::Mul of a (R, H) by w[:, None] ((R,) of a's dtype, or float32) into out (R, H): each product in
+    float32, stored as float32 or rounded once (half to even) to out's half dtype. Bit for bit the result of
+    (a.astype(float32) * w.astype(float32)[:, None]).astype(out.dtype), without the half-precision passes."""
+    w32 = np.ascontiguousarray(w, dtype=_F32) if w.dtype != _F32 else w       # (R,): the cast costs nothing
+    if a.dtype == _F32 and out.dtype == _F32:
+        np.multiply(a, w32[:, None], out=out)
+    elif a.ndim == 2 and a.dtype in _HALF and out.dtype in _HALF + (_F32,) and _contiguous(a, out, w32):
+        keep = out.dtype == _F32
+        _mul_rows(a.view(np.uint16), a.dtype == _F16, w32,
+                  _NO_U16_2D if keep else out.view(np.uint16), out.dtype == _F16, out if keep else _NO_F32_2D,
+                  _DEFAULT_NAN)
+    else:
+        np.copyto(out, (a.astype(_F32) * w32[:, None]).astype(out.dtype))
+
+
+def gather_rows(x: np.ndarray, indices: np.ndarray, out: np.ndarray) -> None:
+    """l0op::GatherV2 along axis 0: out[i] = x[indices[i]] (indices may count from the end, as np.take's),
+    its bits moved unchanged. An index outside [-rows, rows) raises np.take's own IndexError."""
+    rows = x.shape[0]
+    in_range = indices.size == 0 or (rows > 0 and int(indices.min()) >= -rows and int(indices.max()) < rows)
+    if not in_range or x.dtype != out.dtype or x.dtype.itemsize not in _BITS:
+        np.take(x, indices, axis=0, out=out)
+        return
+    bits = _BITS[x.dtype.itemsize]
+    # every index is in range, so 'wrap' only maps the negative ones as 'raise' would, without the buffered
+    # copy of the whole output that mode 'raise' makes
+    np.take(x.view(bits), indices, axis=0, out=out.view(bits), mode="wrap")
+
+
+def masked_scatter_rows(dst: np.ndarray, mask: np.ndarray, values: np.ndarray) -> None:
+    """l0op::MaskedScatter: dst[mask] = values (values holds exactly mask's count of ones, in row-major
+    order), bits moved unchanged when both have one dtype."""
+    if dst.dtype == values.dtype and dst.dtype.itemsize in _BITS:
+        bits = _BITS[dst.dtype.itemsize]
+        dst.view(bits)[mask] = values.view(bits)
+    else:
+        dst[mask] = values
+
+
 # --- host steps of the composite aclnn calls -----------------------------------------------------------
+def _zero_bits(arr: np.ndarray) -> None:
+    # the zero of every dtype here (ints, bool, IEEE floats and their half types) is the all-zero pattern
+    if arr.dtype.itemsize in _BITS:
+        arr.view(_BITS[arr.dtype.itemsize]).fill(0)
+    else:
+        arr.fill(0)
+
+
 def zeros_like_step(arr: np.ndarray):
     """l0op::ZerosLike into a preallocated array."""
-    return HostStep("l0op::ZerosLike", lambda: arr.fill(0))
+    return HostStep("l0op::ZerosLike", lambda: _zero_bits(arr))
 
 
 def view_copy_step(src: np.ndarray, dst: np.ndarray):
@@ -74,7 +341,31 @@ def index_add_rows_step(var: np.ndarray, ids: np.ndarray, source: np.ndarray, ba
         bad = np.flatnonzero((slots < 0) | (slots >= var.shape[0]))
         if bad.size:
             raise bad_id(int(bad[0]), int(slots[bad[0]]))
-        acc = var.astype(np.float32)
-        np.add.at(acc, slots, source[:n].astype(np.float32))
-        np.copyto(var, acc.astype(var.dtype))
+        if not _index_add_fast(var, slots, source[:n]):
+            acc = var.astype(np.float32)
+            np.add.at(acc, slots, source[:n].astype(np.float32))
+            np.copyto(var, acc.astype(var.dtype))
     return HostStep("l0op::MoeInplaceIndexAddAiCore", run)
+
+
+def _index_add_fast(var: np.ndarray, slots: np.ndarray, source: np.ndarray) -> bool:
+    """index_add_rows_step's accumulation for float32 / half var and source of one row shape (False: not
+    handled, nothing written). The same float32 additions in the same order as np.add.at, so the same bits."""
+    if var.dtype not in _HALF + (_F32,) or source.dtype not in _HALF + (_F32,) or var.ndim == 0 \
+            or var.shape[1:] != source.shape[1:] or not _contiguous(var, source):
+        return False
+    cols = int(np.prod(var.shape[1:], dtype=np.int64))
+    rows, n = var.shape[0], source.shape[0]
+    if var.dtype == _F32:
+        acc = var.reshape(rows, cols)      # no copy: the ids were checked, nothing can fail half way
+    else:
+        acc = np.empty((rows, cols), dtype=_F32)
+        widen_half(var, acc)
+    if source.dtype == _F32:
+        _index_add_rows(acc, slots, _NO_U16_2D, False, source.reshape(n, cols), _DEFAULT_NAN)
+    else:
+        _index_add_rows(acc, slots, source.reshape(n, cols).view(np.uint16), source.dtype == _F16,
+                        _NO_F32_2D, _DEFAULT_NAN)
+    if var.dtype != _F32:
+        round_to_half(acc, var)
+    return True
