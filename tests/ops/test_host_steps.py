@@ -13,8 +13,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ops._host import (gather_rows, index_add_rows_step, masked_scatter_rows, mul_rows, round_to_half,
-                       transpose_2d, widen_half, zeros_like_step)
+from ops._host import (gather_rows, index_add_rows_step, masked_scatter_rows, mul_rows, nonzero_mask, round_to_half,
+                       sort_ids_as_fp32_step, transpose_2d, widen_half, zeros_like_step)
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 MANTISSA_BITS = {BF16: 7, F16: 10}
@@ -234,3 +234,40 @@ def test_zeros_like_writes_zeros(dtype):
     arr = np.ones((3, 7), dtype=dtype)
     zeros_like_step(arr).run()
     assert np.array_equal(arr, np.zeros((3, 7), dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(np.dtype(bool), id="bool"), pytest.param(np.dtype(np.int8), id="int8")])
+def test_routing_map_cast_to_bool_is_not_equal_zero(dtype):
+    rm = np.array([[0, 1, -3 if dtype != bool else 1], [0, 0, 1]], dtype=np.int8).astype(dtype)
+    out = np.empty(rm.shape, dtype=bool)
+    nonzero_mask(rm, out)
+    assert np.array_equal(out, np.not_equal(rm, 0))
+
+
+@pytest.mark.parametrize("shape", [(6, 10), (2048, 1100)], ids=["small", "tiled"])
+def test_transpose_moves_bits_at_every_size(shape):
+    src = np.random.default_rng(2).integers(0, 1 << 16, shape, dtype=np.uint64).astype(np.uint16).view(BF16)
+    dst = np.empty(shape[::-1], dtype=BF16)
+    transpose_2d(src, dst)
+    assert np.array_equal(dst.view(np.uint16), src.view(np.uint16).T)
+
+
+def test_masked_scatter_of_another_dtype_converts_as_numpy_does():
+    mask = np.array([[True, False], [True, True]])
+    dst = np.zeros((2, 2), dtype=BF16)
+    masked_scatter_rows(dst, mask, np.array([1.5, 2.0, 3.25], dtype=F32))
+    assert np.array_equal(dst.astype(F32), np.array([[1.5, 0.0], [2.0, 3.25]], dtype=F32))
+
+
+@pytest.mark.parametrize("ids", [
+    pytest.param(np.random.default_rng(4).integers(0, 300, 1000), id="token-ids"),
+    pytest.param(np.random.default_rng(4).integers(0, 1 << 20, 1000), id="wide-ids"),
+    pytest.param(np.array([5, -1, 0, 0x7F800001, 3, -2147483648, 0, 0x7F800000, -8388608, 5]), id="negative-nan-inf"),
+])
+def test_sort_is_the_stable_argsort_of_the_ids_fp32_bits(ids):
+    ids = ids.astype(np.int32)
+    values, order = np.empty_like(ids), np.empty_like(ids)
+    sort_ids_as_fp32_step(ids, values, order).run()
+    with np.errstate(invalid="ignore"):
+        perm = np.argsort(ids.view(F32), kind="stable")
+    assert np.array_equal(order, perm) and np.array_equal(values, ids[perm])
