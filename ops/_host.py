@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from ascend_sim.dtypes import f32_from_bits, view_f32_as_u32
 
@@ -76,21 +78,39 @@ def _bf16_value(h):
     return f32_from_bits(np.uint32(np.uint32(h) << np.uint32(16)))
 
 
+@intrinsic
+def _f16_bits_to_f32_hw(typingctx, h):
+    """float32 value of float16 bits: LLVM's fpext from half (one vcvtph2ps with F16C; exact)."""
+    sig = types.float32(types.uint16)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def _f32_to_f16_bits_hw(typingctx, x):
+    """float16 bits of a float32 value: LLVM's fptrunc to half (one vcvtps2ph with F16C), which rounds
+    half to even as IEEE 754 asks."""
+    sig = types.uint16(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return sig, codegen
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def _f16_value(h):
-    """float32 value of float16 bits h, exactly as NumPy widens it (a NaN keeps its payload, unquieted).
-    Normal, infinite / NaN and subnormal patterns are all computed and one selected, so a loop vectorises."""
+    """float32 value of float16 bits h, exactly as NumPy widens it: the hardware conversion, except that a NaN
+    keeps its payload unquieted (NumPy's conversion is bit manipulation; the hardware's may set the quiet bit).
+    Selected, not branched, so a loop vectorises."""
     u32 = np.uint32
     h = u32(h)
     sign = u32(u32(h & u32(0x8000)) << u32(16))
-    exp = u32(u32(h >> u32(10)) & u32(0x1F))
-    man = u32(h & u32(0x3FF))
-    normal = u32(u32(u32(exp + u32(112)) << u32(23)) | u32(man << u32(13)))        # rebias 15 -> 127
-    special = u32(u32(0x7F800000) | u32(man << u32(13)))
-    # exponent 0: man steps of 2**-24, exact in float32 (zero included)
-    sub = view_f32_as_u32(np.float32(man) * np.float32(5.9604644775390625e-08))
-    body = special if exp == u32(0x1F) else (sub if exp == u32(0) else normal)
-    return f32_from_bits(u32(sign | body))
+    nan = f32_from_bits(u32(sign | u32(0x7F800000) | u32(u32(h & u32(0x3FF)) << u32(13))))
+    return nan if u32(h & u32(0x7FFF)) > u32(0x7C00) else _f16_bits_to_f32_hw(np.uint16(h))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -126,28 +146,15 @@ def _bf16_rne(x):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _f16_rne(x):
-    """float16 bits of float32 bits x as NumPy's float32 -> float16 cast gives them: round half to even,
-    overflow to infinity, and a NaN keeps its sign and top 10 payload bits (bumped to 1 if those are all zero,
-    so it stays a NaN; NumPy does not set the quiet bit). All three ranges are computed and one selected, so
-    a loop of it vectorises."""
+    """float16 bits of float32 bits x as NumPy's float32 -> float16 cast gives them: the hardware conversion
+    (round half to even, overflow to infinity, subnormals exact), except that a NaN keeps its sign and top 10
+    payload bits as they are (bumped to 1 if those are all zero, so it stays a NaN) where the hardware would
+    set the quiet bit. Selected, not branched, so a loop vectorises."""
     u32 = np.uint32
     x = u32(x)
-    sign = u32(u32(x >> u32(16)) & u32(0x8000))
-    mag = u32(x & u32(0x7FFFFFFF))
-    payload = u32(u32(mag >> u32(13)) & u32(0x3FF))
-    nan = u32(u32(0x7C00) | (payload if payload != u32(0) else u32(1)))
-    # float16 normal range and above (2**-14 up): drop 13 mantissa bits with round half to even, then rebias
-    # the exponent 127 -> 15; a rounding carry steps into the next binade, and from 65520 up it saturates to
-    # infinity (below the range the subtraction wraps, and that lane is not selected)
-    kept = u32(u32(u32(u32(mag + u32(0xFFF)) + u32(u32(mag >> u32(13)) & u32(1))) >> u32(13)) - u32(112 << 10))
-    normal = min(kept, u32(0x7C00))
-    # subnormal range: its patterns count steps of 2**-24. Adding 0.5 (ulp 2**-24 in [0.5, 1)) rounds the
-    # magnitude to such a step, half to even, in one float32 add; the step count is then the difference of
-    # the bit patterns (1024: the smallest normal, as it should be)
-    tiny = f32_from_bits(min(mag, u32(0x38800000)))
-    sub = u32(view_f32_as_u32(tiny + np.float32(0.5)) - u32(0x3F000000))
-    body = nan if mag > u32(0x7F800000) else (normal if mag >= u32(0x38800000) else sub)
-    return np.uint16(sign | body)
+    payload = u32(u32(x >> u32(13)) & u32(0x3FF))
+    nan = u32(u32(u32(x >> u32(16)) & u32(0x8000)) | u32(0x7C00) | (payload if payload != u32(0) else u32(1)))
+    return np.uint16(nan) if u32(x & u32(0x7FFFFFFF)) > u32(0x7F800000) else _f32_to_f16_bits_hw(f32_from_bits(x))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -178,40 +185,51 @@ def _round_array(x, fp16, out):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def _mul_nan_row(src, a_fp16, wi, dst_half, out_fp16, dst32, keep_f32, default_nan):
+    """One row of _mul_rows whose factor wi is NaN: every product is NaN, and which NaN depends on the operand
+    order (pinned to NumPy's); rare, so one generic loop."""
+    for j in range(src.size):
+        v = _widen_bits(src[j], a_fp16)
+        bits = _nan_result(v, wi, v * wi, default_nan)
+        if keep_f32:
+            dst32[j] = bits
+        else:
+            dst_half[j] = _round_bits(bits, out_fp16)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def _mul_rows(a, a_fp16, w, out_half, out_fp16, out_f32, default_nan):
     """Row i of the half-precision matrix `a` (R, H) uint16 bits times w[i] (float32), each product formed in
     float32. With out_f32 of shape (R, H) the products are stored there as they are; otherwise they go to
     out_half (R, H) uint16 as half bits (fp16 if out_fp16 else bf16), rounded half to even. Each dtype
-    combination has its own inner loop: with the dtype tests inside, LLVM does not vectorise it."""
+    combination has its own inner loop: with the dtype tests inside, LLVM does not vectorise it. With wi not
+    NaN, a NaN product has one NaN operand or none, so it is the same whichever order LLVM multiplies in."""
     rows, cols = a.shape
     keep_f32 = out_f32.shape[0] == rows and rows > 0
+    flat32 = out_f32.reshape(-1).view(np.uint32)
     for i in range(rows):
         wi = w[i]
         src = a[i]
-        if keep_f32:
-            dst32 = out_f32.reshape(-1).view(np.uint32)[i * cols:(i + 1) * cols]
+        dst32 = flat32[i * cols:(i + 1) * cols] if keep_f32 else flat32[:0]
+        dst = out_half[i] if not keep_f32 else out_half.reshape(-1)[:0]
+        if wi != wi:
+            _mul_nan_row(src, a_fp16, wi, dst, out_fp16, dst32, keep_f32, default_nan)
+        elif keep_f32:
             if a_fp16:
                 for j in range(cols):
-                    v = _f16_value(src[j])
-                    dst32[j] = _nan_result(v, wi, v * wi, default_nan)
+                    dst32[j] = view_f32_as_u32(_f16_value(src[j]) * wi)
             else:
                 for j in range(cols):
-                    v = _bf16_value(src[j])
-                    dst32[j] = _nan_result(v, wi, v * wi, default_nan)
+                    dst32[j] = view_f32_as_u32(_bf16_value(src[j]) * wi)
+        elif a_fp16 and out_fp16:
+            for j in range(cols):
+                dst[j] = _f16_rne(view_f32_as_u32(_f16_value(src[j]) * wi))
+        elif not a_fp16 and not out_fp16:
+            for j in range(cols):
+                dst[j] = _bf16_rne(view_f32_as_u32(_bf16_value(src[j]) * wi))
         else:
-            dst = out_half[i]
-            if a_fp16 and out_fp16:
-                for j in range(cols):
-                    v = _f16_value(src[j])
-                    dst[j] = _f16_rne(_nan_result(v, wi, v * wi, default_nan))
-            elif not a_fp16 and not out_fp16:
-                for j in range(cols):
-                    v = _bf16_value(src[j])
-                    dst[j] = _bf16_rne(_nan_result(v, wi, v * wi, default_nan))
-            else:
-                for j in range(cols):
-                    v = _widen_bits(src[j], a_fp16)
-                    dst[j] = _round_bits(_nan_result(v, wi, v * wi, default_nan), out_fp16)
+            for j in range(cols):
+                dst[j] = _round_bits(view_f32_as_u32(_widen_bits(src[j], a_fp16) * wi), out_fp16)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -270,7 +288,8 @@ def mul_rows(a: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
     w32 = np.ascontiguousarray(w, dtype=_F32) if w.dtype != _F32 else w       # (R,): the cast costs nothing
     if a.dtype == _F32 and out.dtype == _F32:
         np.multiply(a, w32[:, None], out=out)
-    elif a.ndim == 2 and a.dtype in _HALF and out.dtype in _HALF + (_F32,) and _contiguous(a, out, w32):
+    elif a.ndim == 2 and a.dtype in _HALF and out.dtype in _HALF + (_F32,) and out.shape == a.shape \
+            and w32.shape == a.shape[:1] and _contiguous(a, out, w32):
         keep = out.dtype == _F32
         _mul_rows(a.view(np.uint16), a.dtype == _F16, w32,
                   _NO_U16_2D if keep else out.view(np.uint16), out.dtype == _F16, out if keep else _NO_F32_2D,

@@ -1,6 +1,7 @@
 """The host l0 steps of the composite routing-map aclnn calls on the demo's shapes (tokens 512, hidden 4096,
-experts 64; drop-and-pad capacity 128, so 8192 permuted rows; bf16), each beside the same step written in NumPy
-float32 on the same shape (role "numpy") and np.copyto of the bytes the step reads and writes, in one run.
+experts 64; drop-and-pad capacity 128, so 8192 permuted rows; bf16, and fp16 too for Mul and the index add),
+each beside the same step written in NumPy float32 on the same shape (role "numpy") and np.copyto of the
+bytes the step reads and writes, in one run.
 Run with `pytest tests/benchmarks/test_bench_host_steps.py -o addopts= --benchmark-only -n0`.
 
 Each step is built the way its operator builds it (the same ops._host helpers and step factories). Before any
@@ -22,7 +23,7 @@ from .conftest import record
 
 TOKENS, HIDDEN, EXPERTS, CAPACITY = 512, 4096, 64, 128
 ROWS = CAPACITY * EXPERTS
-BF16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
+BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 
 
 @dataclass
@@ -71,17 +72,17 @@ def _gather() -> Case:
                 lambda: np.take(x32, idx, axis=0, out=out32), _nbytes(out, out, idx))
 
 
-def _mul(probs_dtype) -> Case:
+def _mul(tokens_dtype, probs_dtype) -> Case:
     rng = _rng()
     a32 = rng.standard_normal((ROWS, HIDDEN), dtype=np.float32)
-    a = a32.astype(BF16)
+    a = a32.astype(tokens_dtype)
     w32 = rng.random(ROWS, dtype=np.float32)
     w = w32.astype(probs_dtype)
-    out = np.empty(a.shape, dtype=BF16 if probs_dtype == BF16 else F32)
+    out = np.empty(a.shape, dtype=tokens_dtype if probs_dtype == tokens_dtype else F32)
     out32 = np.empty(a.shape, F32)
     mul_rows(a, w, out)
     _same_bits(out, (a.astype(F32) * w.astype(F32)[:, None]).astype(out.dtype))
-    return Case(f"Mul ({ROWS}, {HIDDEN}) bf16 x ({ROWS}, 1) {probs_dtype} -> {out.dtype}",
+    return Case(f"Mul ({ROWS}, {HIDDEN}) {tokens_dtype} x ({ROWS}, 1) {probs_dtype} -> {out.dtype}",
                 lambda: mul_rows(a, w, out), lambda: np.multiply(a32, w32[:, None], out=out32), _nbytes(a, w, out))
 
 
@@ -160,12 +161,14 @@ CASES = {
     "transpose-map": lambda: _transpose(np.dtype(bool)),
     "transpose-probs": lambda: _transpose(BF16),
     "gather": _gather,
-    "mul-bf16": lambda: _mul(BF16),
-    "mul-mixed": lambda: _mul(F32),
+    "mul-bf16": lambda: _mul(BF16, BF16),
+    "mul-mixed": lambda: _mul(BF16, F32),
+    "mul-fp16": lambda: _mul(F16, F16),
     "zeros-like": _zeros,
     "sort": _sort,
     "index-add-fp32": lambda: _index_add(F32),
     "index-add-bf16": lambda: _index_add(BF16),
+    "index-add-fp16": lambda: _index_add(F16),
     "cast-to-bf16": _cast,
     "view-copy-tokens": lambda: _view_copy((TOKENS, HIDDEN)),
     "view-copy-probs": lambda: _view_copy((TOKENS, EXPERTS)),
