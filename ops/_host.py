@@ -68,8 +68,6 @@ def _default_nan_bits() -> np.uint32:
 
 
 _DEFAULT_NAN = _default_nan_bits()
-_NO_U16_2D = np.zeros((0, 0), dtype=np.uint16)
-_NO_F32_2D = np.zeros((0, 0), dtype=np.float32)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -185,76 +183,78 @@ def _round_array(x, fp16, out):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _mul_nan_row(src, a_fp16, wi, dst_half, out_fp16, dst32, keep_f32, default_nan):
-    """One row of _mul_rows whose factor wi is NaN: every product is NaN, and which NaN depends on the operand
-    order (pinned to NumPy's); rare, so one generic loop."""
+def _mul_nan_row(src, a_fp16, wi, dst, out_fp16, keep_f32, default_nan):
+    """One row of the Mul whose factor wi is NaN: every product is NaN, and which NaN depends on the operand
+    order (pinned to NumPy's); rare, so one generic loop. dst: uint32 float32 bits (keep_f32) or uint16 half
+    bits (fp16 if out_fp16 else bf16)."""
     for j in range(src.size):
         v = _widen_bits(src[j], a_fp16)
         bits = _nan_result(v, wi, v * wi, default_nan)
-        if keep_f32:
-            dst32[j] = bits
-        else:
-            dst_half[j] = _round_bits(bits, out_fp16)
+        dst[j] = bits if keep_f32 else _round_bits(bits, out_fp16)
 
 
+# One compiled function per dtype combination (and per source kind of the index add), so a run compiles only
+# the loops its dtypes use: each vectorised loop costs seconds of cold compile time.
 @njit(cache=True, nogil=True, error_model="numpy")
-def _mul_rows(a, a_fp16, w, out_half, out_fp16, out_f32, default_nan):
-    """Row i of the half-precision matrix `a` (R, H) uint16 bits times w[i] (float32), each product formed in
-    float32. With out_f32 of shape (R, H) the products are stored there as they are; otherwise they go to
-    out_half (R, H) uint16 as half bits (fp16 if out_fp16 else bf16), rounded half to even. Each dtype
-    combination has its own inner loop: with the dtype tests inside, LLVM does not vectorise it. With wi not
-    NaN, a NaN product has one NaN operand or none, so it is the same whichever order LLVM multiplies in."""
-    rows, cols = a.shape
-    keep_f32 = out_f32.shape[0] == rows and rows > 0
-    flat32 = out_f32.reshape(-1).view(np.uint32)
-    for i in range(rows):
-        wi = w[i]
-        src = a[i]
-        dst32 = flat32[i * cols:(i + 1) * cols] if keep_f32 else flat32[:0]
-        dst = out_half[i] if not keep_f32 else out_half.reshape(-1)[:0]
+def _mul_rows_bf16(a, w, out, default_nan):
+    """out[i, j] = bf16(a[i, j] * w[i]): a, out (R, H) uint16 bf16 bits, w (R,) float32; the product formed
+    in float32 and rounded once, half to even."""
+    for i in range(a.shape[0]):
+        wi, src, dst = w[i], a[i], out[i]
         if wi != wi:
-            _mul_nan_row(src, a_fp16, wi, dst, out_fp16, dst32, keep_f32, default_nan)
-        elif keep_f32:
-            if a_fp16:
-                for j in range(cols):
-                    dst32[j] = view_f32_as_u32(_f16_value(src[j]) * wi)
-            else:
-                for j in range(cols):
-                    dst32[j] = view_f32_as_u32(_bf16_value(src[j]) * wi)
-        elif a_fp16 and out_fp16:
-            for j in range(cols):
-                dst[j] = _f16_rne(view_f32_as_u32(_f16_value(src[j]) * wi))
-        elif not a_fp16 and not out_fp16:
-            for j in range(cols):
-                dst[j] = _bf16_rne(view_f32_as_u32(_bf16_value(src[j]) * wi))
-        else:
-            for j in range(cols):
-                dst[j] = _round_bits(view_f32_as_u32(_widen_bits(src[j], a_fp16) * wi), out_fp16)
+            _mul_nan_row(src, False, wi, dst, False, False, default_nan)
+            continue
+        for j in range(src.size):
+            dst[j] = _bf16_rne(view_f32_as_u32(_bf16_value(src[j]) * wi))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _index_add_rows(acc, slots, src_half, src_fp16, src_f32, default_nan):
-    """acc[slots[i]] += row i of the source, i ascending, in float32: acc (V, H) float32, slots (n,) int64
-    (in range), the source either src_f32 (n, H) float32 or, when that is empty, src_half (n, H) uint16 half
-    bits (fp16 if src_fp16 else bf16) widened exactly."""
-    n = slots.size
-    cols = acc.shape[1]
-    f32_source = src_f32.shape[0] == n and n > 0
-    for i in range(n):
-        dst = acc[slots[i]]
-        if f32_source:
-            row32 = src_f32[i]
-            for j in range(cols):
-                s, x = dst[j], row32[j]
-                dst[j] = f32_from_bits(_nan_result(s, x, s + x, default_nan))
-        elif src_fp16:
-            row = src_half[i]
-            for j in range(cols):
+def _mul_rows_f16(a, w, out, default_nan):
+    """_mul_rows_bf16 for float16 bits."""
+    for i in range(a.shape[0]):
+        wi, src, dst = w[i], a[i], out[i]
+        if wi != wi:
+            _mul_nan_row(src, True, wi, dst, True, False, default_nan)
+            continue
+        for j in range(src.size):
+            dst[j] = _f16_rne(view_f32_as_u32(_f16_value(src[j]) * wi))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _mul_rows_bf16_to_f32(a, w, out, default_nan):
+    """out[i, j] = a[i, j] * w[i] in float32: a (R, H) uint16 bf16 bits, w (R,) float32, out (R, H) uint32
+    (the products' float32 bits)."""
+    for i in range(a.shape[0]):
+        wi, src, dst = w[i], a[i], out[i]
+        if wi != wi:
+            _mul_nan_row(src, False, wi, dst, False, True, default_nan)
+            continue
+        for j in range(src.size):
+            dst[j] = view_f32_as_u32(_bf16_value(src[j]) * wi)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _index_add_rows_f32(acc, slots, src, default_nan):
+    """acc[slots[i]] += src[i], i ascending, in float32: acc (V, H) and src (n, H) float32, slots (n,) int64
+    (in range)."""
+    for i in range(slots.size):
+        dst, row = acc[slots[i]], src[i]
+        for j in range(row.size):
+            s, x = dst[j], row[j]
+            dst[j] = f32_from_bits(_nan_result(s, x, s + x, default_nan))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _index_add_rows_half(acc, slots, src, fp16, default_nan):
+    """_index_add_rows_f32 with src (n, H) uint16 half bits (fp16 or bf16), each widened exactly."""
+    for i in range(slots.size):
+        dst, row = acc[slots[i]], src[i]
+        if fp16:
+            for j in range(row.size):
                 s, x = dst[j], _f16_value(row[j])
                 dst[j] = f32_from_bits(_nan_result(s, x, s + x, default_nan))
         else:
-            row = src_half[i]
-            for j in range(cols):
+            for j in range(row.size):
                 s, x = dst[j], _bf16_value(row[j])
                 dst[j] = f32_from_bits(_nan_result(s, x, s + x, default_nan))
 
@@ -281,6 +281,12 @@ def _contiguous(*arrays) -> bool:
     return all(a.flags.c_contiguous for a in arrays)
 
 
+_MUL_KERNELS = {(_BF16, _BF16): (_mul_rows_bf16, np.uint16), (_F16, _F16): (_mul_rows_f16, np.uint16),
+                (_BF16, _F32): (_mul_rows_bf16_to_f32, np.uint32)}
+"""(tokens dtype, output dtype) -> the compiled Mul and the bits its output is passed as: the pairs the
+operators' dtype rules allow (the rest go through NumPy)."""
+
+
 def mul_rows(a: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
     """l0op::Mul of a (R, H) by w[:, None] ((R,) of a's dtype, or float32) into out (R, H): each product in
     float32, stored as float32 or rounded once (half to even) to out's half dtype. Bit for bit the result of
@@ -288,12 +294,10 @@ def mul_rows(a: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
     w32 = np.ascontiguousarray(w, dtype=_F32) if w.dtype != _F32 else w       # (R,): the cast costs nothing
     if a.dtype == _F32 and out.dtype == _F32:
         np.multiply(a, w32[:, None], out=out)
-    elif a.ndim == 2 and a.dtype in _HALF and out.dtype in _HALF + (_F32,) and out.shape == a.shape \
-            and w32.shape == a.shape[:1] and _contiguous(a, out, w32):
-        keep = out.dtype == _F32
-        _mul_rows(a.view(np.uint16), a.dtype == _F16, w32,
-                  _NO_U16_2D if keep else out.view(np.uint16), out.dtype == _F16, out if keep else _NO_F32_2D,
-                  _DEFAULT_NAN)
+    elif a.ndim == 2 and out.shape == a.shape and w32.shape == a.shape[:1] and _contiguous(a, out, w32) \
+            and (a.dtype, out.dtype) in _MUL_KERNELS:
+        kernel, out_bits = _MUL_KERNELS[a.dtype, out.dtype]
+        kernel(a.view(np.uint16), w32, out.view(out_bits), _DEFAULT_NAN)
     else:
         np.copyto(out, (a.astype(_F32) * w32[:, None]).astype(out.dtype))
 
@@ -402,10 +406,9 @@ def _index_add_fast(var: np.ndarray, slots: np.ndarray, source: np.ndarray) -> b
         acc = np.empty((rows, cols), dtype=_F32)
         widen_half(var, acc)
     if source.dtype == _F32:
-        _index_add_rows(acc, slots, _NO_U16_2D, False, source.reshape(n, cols), _DEFAULT_NAN)
+        _index_add_rows_f32(acc, slots, source.reshape(n, cols), _DEFAULT_NAN)
     else:
-        _index_add_rows(acc, slots, source.reshape(n, cols).view(np.uint16), source.dtype == _F16,
-                        _NO_F32_2D, _DEFAULT_NAN)
+        _index_add_rows_half(acc, slots, source.reshape(n, cols).view(np.uint16), source.dtype == _F16, _DEFAULT_NAN)
     if var.dtype != _F32:
         round_to_half(acc, var)
     return True

@@ -183,13 +183,21 @@ def test_index_add_of_a_bad_id_raises_before_writing():
     assert np.array_equal(var, np.ones((4, 3), dtype=BF16))
 
 
-def test_mixed_mul_widens_bf16_and_keeps_the_fp32_product():
-    rng = np.random.default_rng(5)
-    a = rng.standard_normal((64, 130)).astype(BF16)
-    w = rng.random(64, dtype=np.float32)
+@pytest.mark.parametrize("values", ["random", "specials"])
+def test_mixed_mul_widens_bf16_and_keeps_the_fp32_product(values):
+    if values == "random":
+        rng = np.random.default_rng(5)
+        a = rng.standard_normal((64, 130)).astype(BF16)
+        w = rng.random(64, dtype=np.float32)
+    else:       # every special bf16 times every special (fp32 NaN payloads included)
+        sp = specials(BF16)
+        a = np.ascontiguousarray(np.broadcast_to(sp, (sp.size + 2, sp.size)))
+        w = np.concatenate([sp.astype(F32), np.array([0x7F800123, 0xFFA00001], dtype=np.uint32).view(F32)])
     out = np.empty(a.shape, dtype=F32)
     mul_rows(a, w, out)
-    assert np.array_equal(out.view(np.uint32), np.multiply(a.astype(F32), w[:, None]).view(np.uint32))
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = np.multiply(a.astype(F32), w[:, None])
+    assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
 
 
 @pytest.mark.parametrize("dtype", HALVES + [pytest.param(F32, id="fp32")])
