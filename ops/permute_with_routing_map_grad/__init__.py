@@ -44,7 +44,7 @@ from tiling.status import ParamInvalidError, ParamNullptrError, TilingError
 
 from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
                           validate_check)
-from .._host import (index_add_rows_step, masked_scatter_rows, nonzero_mask, sort_ids_as_fp32_step, transpose_2d,
+from .._host import (index_add_rows_step, masked_scatter_rows, nonzero_mask, sort_ids_as_fp32_step, transpose_step,
                      view_copy_step, zeros_like_step)
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
@@ -196,10 +196,10 @@ def _masked_scatter_steps(mask_src, gp, probs_zeros, probs_out) -> list:
         masked_scatter_rows(zeros_t, mask_t, gp[:ones])     # row-major over (E, N): expert-major order
 
     return [HostStep("l0op::Cast", lambda: nonzero_mask(mask_src, mask)),
-            HostStep("l0op::Transpose", lambda: transpose_2d(probs_zeros, zeros_t)),
-            HostStep("l0op::Transpose", lambda: transpose_2d(mask, mask_t)),
+            transpose_step(probs_zeros, zeros_t),
+            transpose_step(mask, mask_t),
             HostStep("l0op::MaskedScatter", masked_scatter),
-            HostStep("l0op::Transpose", lambda: transpose_2d(zeros_t, back)),
+            transpose_step(zeros_t, back),
             view_copy_step(back, probs_out)]
 
 

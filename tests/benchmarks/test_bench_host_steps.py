@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from ops._host import (gather_rows, index_add_rows_step, masked_scatter_rows, mul_rows, nonzero_mask, round_to_half,
-                       sort_ids_as_fp32_step, transpose_2d, view_copy_step, zeros_like_step)
+                       sort_ids_as_fp32_step, transpose_step, view_copy_step, zeros_like_step)
 
 from .conftest import record
 
@@ -56,7 +56,7 @@ def _probs(dtype):
 def _transpose(dtype) -> Case:
     src, src32 = _probs(dtype), _probs(F32)
     dst, dst32 = np.empty((EXPERTS, TOKENS), dtype), np.empty((EXPERTS, TOKENS), F32)
-    return Case(f"Transpose ({TOKENS}, {EXPERTS}) {dtype}", lambda: transpose_2d(src, dst),
+    return Case(f"Transpose ({TOKENS}, {EXPERTS}) {dtype}", transpose_step(src, dst).run,
                 lambda: np.copyto(dst32, src32.T), _nbytes(src, dst), 200)
 
 
