@@ -43,7 +43,7 @@ from tiling.moe_token_permute_with_routing_map import FIELDS, LIB_API_WORKSPACE,
 from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_routing_map as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError
 
-from .._host import transpose_2d
+from .._host import gather_rows, transpose_step
 from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
                           validate_check)
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
@@ -162,9 +162,9 @@ def get_workspace_size(tokens, routing_map, probs=None, num_out_tokens=0, drop_a
     kernel_tokens_out = np.zeros((0, 0), dtype=x.dtype) if drop_and_pad else out_t
     rm_t = np.empty((e, n), dtype=np.uint8)
     p_t = np.empty((e, n), dtype=p.dtype) if p is not None else None
-    steps = [HostStep("l0op::Transpose", lambda: transpose_2d(rm.view(np.uint8), rm_t))]
+    steps = [transpose_step(rm.view(np.uint8), rm_t)]
     if p is not None:
-        steps.append(HostStep("l0op::Transpose", lambda: transpose_2d(p, p_t)))
+        steps.append(transpose_step(p, p_t))
     td = MoeTokenPermuteWithRoutingMapTilingData(*result.fields.values())
     empty_u8 = np.zeros(0, dtype=np.uint8)
     assist = SCATTER_ASSIST
@@ -188,7 +188,7 @@ def get_workspace_size(tokens, routing_map, probs=None, num_out_tokens=0, drop_a
                         ub_plan=plan, writes=(kernel_tokens_out, out_p, out_s))
     steps.append(KernelStep(f"l0op::{OP}", executor))
     if drop_and_pad:
-        steps.append(HostStep("l0op::GatherV2", lambda: np.take(x, out_s, axis=0, out=out_t)))
+        steps.append(HostStep("l0op::GatherV2", lambda: gather_rows(x, out_s, out_t)))
     return result.workspace_size, Composite(OP, result, steps, api=API, tensors=tensors,
                                             workspace_size=result.workspace_size)
 

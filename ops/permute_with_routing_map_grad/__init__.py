@@ -44,7 +44,8 @@ from tiling.status import ParamInvalidError, ParamNullptrError, TilingError
 
 from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
                           validate_check)
-from .._host import index_add_rows_step, sort_ids_as_fp32_step, view_copy_step, zeros_like_step
+from .._host import (index_add_rows_step, masked_scatter_rows, nonzero_mask, sort_ids_as_fp32_step, transpose_step,
+                     view_copy_step, zeros_like_step)
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from ..common.unpermute_gather import gather_template
@@ -192,13 +193,13 @@ def _masked_scatter_steps(mask_src, gp, probs_zeros, probs_out) -> list:
         if ones > gp.size:      # checked in phase one; the routing map changed since
             _shape_error(f"routing_map has {ones} routed pairs but permuted_probs_output_grad has only {gp.size} "
                          "values")
-        zeros_t[mask_t] = gp[:ones]     # row-major over (E, N): expert-major order
+        masked_scatter_rows(zeros_t, mask_t, gp[:ones])     # row-major over (E, N): expert-major order
 
-    return [HostStep("l0op::Cast", lambda: np.not_equal(mask_src, 0, out=mask)),
-            HostStep("l0op::Transpose", lambda: np.copyto(zeros_t, probs_zeros.T)),
-            HostStep("l0op::Transpose", lambda: np.copyto(mask_t, mask.T)),
+    return [HostStep("l0op::Cast", lambda: nonzero_mask(mask_src, mask)),
+            transpose_step(probs_zeros, zeros_t),
+            transpose_step(mask, mask_t),
             HostStep("l0op::MaskedScatter", masked_scatter),
-            HostStep("l0op::Transpose", lambda: np.copyto(back, zeros_t.T)),
+            transpose_step(zeros_t, back),
             view_copy_step(back, probs_out)]
 
 

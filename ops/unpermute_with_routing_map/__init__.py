@@ -43,7 +43,8 @@ from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrErro
 
 from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
                           validate_check)
-from .._host import index_add_rows_step, sort_ids_as_fp32_step, view_copy_step, zeros_like_step
+from .._host import (index_add_rows_step, mul_rows, round_to_half, sort_ids_as_fp32_step, view_copy_step,
+                     zeros_like_step)
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from .kernel import GmTensors, Template, kernel_for
@@ -235,12 +236,8 @@ def _padded(p, s, pr, out, oi, tid, opp, l0, mixed, soc, deterministic, tensors)
             source = np.empty(p.shape, dtype=_F32 if mixed else p.dtype)
             pp = l0.permute_probs
 
-            def mul(source=source, pp=pp):
-                if mixed:
-                    np.multiply(p.astype(_F32), pp[:, None], out=source)
-                else:   # the product of two values of one dtype, rounded once to it
-                    np.copyto(source, (p.astype(_F32) * pp.astype(_F32)[:, None]).astype(p.dtype))
-            steps.append(HostStep("l0op::Mul", mul))
+            # the product in fp32, kept as fp32 (mixed) or rounded once to the tokens' dtype
+            steps.append(HostStep("l0op::Mul", lambda source=source, pp=pp: mul_rows(p, pp, source)))
     var = np.empty(out.shape, dtype=_F32) if mixed else out
     steps.append(zeros_like_step(var))
     if mixed:
@@ -274,7 +271,7 @@ def _padded(p, s, pr, out, oi, tid, opp, l0, mixed, soc, deterministic, tensors)
     steps.append(view_copy_step(positions, _view_copy_target("out_index", oi, s.shape)))
     steps.append(view_copy_step(values, _view_copy_target("permute_token_id", tid, s.shape)))
     if mixed:
-        steps.append(HostStep("l0op::Cast", lambda: np.copyto(out, var.astype(_BF16))))   # round half to even
+        steps.append(HostStep("l0op::Cast", lambda: round_to_half(var, out)))   # round half to even
     steps.append(view_copy_step(out, out))
     tiling = l0.executor.tiling if l0 is not None else None
     return workspace, Composite(OP, tiling, steps, api=API, tensors=tensors, workspace_size=workspace)
