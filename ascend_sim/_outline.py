@@ -62,10 +62,14 @@ _SCANNED: set[int] = set()                   # id() of libraries whose descripto
 class Outlined:
     """What `outline` knows of one function: its inline body (a device function) and its descriptor key."""
 
-    def __init__(self, fn, returns_int: bool):
+    def __init__(self, fn, returns_int: bool, as_bytes: tuple[str, ...] = ()):
         self.fn = fn
         self.returns_int = returns_int
         self.params = list(inspect.signature(fn).parameters)
+        unknown = set(as_bytes) - set(self.params)
+        if unknown:
+            raise TypeError(f"{fn.__qualname__} has no parameter {sorted(unknown)}")
+        self.as_bytes = tuple(p in as_bytes for p in self.params)
         self.key = f"{fn.__module__}:{fn.__qualname__}"
         inline = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
         inline.__qualname__ = f"{fn.__qualname__}__inline"
@@ -81,11 +85,16 @@ class Outlined:
 
 
 
-def outline(fn):
+def outline(fn=None, *, as_bytes: tuple[str, ...] = ()):
     """Make `fn(c, ...)` (a void AscendC-call implementation taking the Core first) an outlined call: see the
-    module docstring. Returns fn; numba code calling it gets the by-address call."""
-    _check_void(fn)
-    return _register(Outlined(fn, returns_int=False))
+    module docstring. Returns fn; numba code calling it gets the by-address call.
+
+    as_bytes: parameters that are LocalTensors fn only locates (their UB address and byte size), never reads as
+    elements: they cross as uint8 views of the same bytes, so one variant serves every element type."""
+    def register(f):
+        _check_void(f)
+        return _register(Outlined(f, returns_int=False, as_bytes=as_bytes))
+    return register if fn is None else register(fn)
 
 
 def outline_int(fn):
@@ -121,8 +130,11 @@ def _check_void(fn) -> None:
 
 
 # --- argument kinds: what a call site packs, and what a variant rebuilds ------------------------------------
-def _kind(ty) -> str | None:
-    """The kind string of a numba type, or None when it cannot cross a by-address call."""
+def _kind(ty, as_bytes: bool = False) -> str | None:
+    """The kind string of a numba type, or None when it cannot cross a by-address call (as_bytes: an array that
+    crosses as its bytes, "B")."""
+    if as_bytes and isinstance(ty, types.Array) and ty.ndim == 1 and ty.layout == "C":
+        return "B"
     if isinstance(ty, types.Array):
         if ty.ndim != 1 or ty.layout != "C" or not isinstance(ty.dtype, (types.Integer, types.Float, types.Boolean)):
             return None
@@ -147,13 +159,13 @@ def _kind(ty) -> str | None:
     return None
 
 
-def _words(context, builder, ty, value, out: list) -> None:
+def _words(context, builder, ty, value, out: list, as_bytes: bool = False) -> None:
     """Append the int64 words of `value` (numba type ty) in the order _rebuild reads them."""
     i64 = ir.IntType(64)
     if isinstance(ty, types.Array):
         a = context.make_array(ty)(context, builder, value)
         out.append(builder.ptrtoint(a.data, i64))
-        out.append(a.nitems)
+        out.append(builder.mul(a.nitems, ir.Constant(i64, ty.dtype.bitwidth // 8)) if as_bytes else a.nitems)
     elif isinstance(ty, types.BaseTuple):
         for k, t in enumerate(ty.types):
             _words(context, builder, t, builder.extract_value(value, k), out)
@@ -197,6 +209,11 @@ def _rebuild(kinds: str, namespace: dict) -> tuple[list[str], int]:
         nonlocal pos, word
         ch = kinds[pos]
         pos += 1
+        if ch == "B":
+            namespace["_dt_uint8"] = np.uint8
+            expr = f"carray(_voidptr(w[{word}]), w[{word + 1}], _dt_uint8)"
+            word += 2
+            return expr
         if ch == "a":
             dtype = name_until(",)")
             namespace[f"_dt_{dtype}"] = np.dtype(dtype).type
@@ -437,7 +454,7 @@ def _call_helper(module):
 
 
 def _lower_call(o: Outlined, context, builder, sig, args):
-    kinds = [_kind(t) for t in sig.args]
+    kinds = [_kind(t, b) for t, b in zip(sig.args, o.as_bytes)]
     core = sig.args[0] if sig.args else None
     is_core = isinstance(core, types.NamedTuple) and core.instance_class.__name__ == "Core" \
         and core.instance_class.__module__ == "ascend_sim.core"
@@ -451,8 +468,8 @@ def _lower_call(o: Outlined, context, builder, sig, args):
         return context.compile_internal(builder, o.inline, sig, args)
     i64 = ir.IntType(64)
     words: list = []
-    for ty, value in zip(sig.args, args):
-        _words(context, builder, ty, value, words)
+    for ty, value, kind in zip(sig.args, args, kinds):
+        _words(context, builder, ty, value, words, kind == "B")
     buf = cgutils.alloca_once(builder, i64, size=len(words) + 1)     # the last word: the result
     for k, w in enumerate(words + [ir.Constant(i64, 0)]):
         builder.store(w, builder.gep(buf, [ir.Constant(i64, k)]))

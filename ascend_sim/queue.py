@@ -108,7 +108,7 @@ def alloc_tensor(c, q, T):
     return _view_or_empty(c, q, _alloc_index(c, q), T)
 
 
-@outline
+@outline(as_bytes=("t",))
 def en_que(c, q, t):
     """TQue::EnQue(t): hand the buffer to the consumer pipe (sets the forward event)."""
     if not issue(c, CALL_ENQUE) or not _is_queue(c, q, CALL_ENQUE):
@@ -159,7 +159,7 @@ def de_que(c, q, T):
     return _view_or_empty(c, q, _de_que_index(c, q), T)
 
 
-@outline
+@outline(as_bytes=("t",))
 def free_tensor(c, q, t):
     """TQue::FreeTensor(t): give the buffer back (sets the free event AllocTensor waits for)."""
     if not issue(c, CALL_FREE_TENSOR) or not _is_queue(c, q, CALL_FREE_TENSOR):
