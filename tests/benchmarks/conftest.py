@@ -7,6 +7,8 @@ import pytest
 
 RESULTS: dict[str, dict[str, dict]] = {}
 OVERHEAD: dict[str, dict] = {}
+COLD: dict[str, dict] = {}
+"""Cold-start cases: seconds of a fresh process with an empty cache, with a warm cache, and of `import numpy`."""
 CHECKED: dict[str, dict] = {}
 """Checked-mode cases: median seconds unchecked ("off") and with check="race"; or, for a sweep, the median and
 worst ratio and the worst case."""
@@ -21,6 +23,14 @@ def record(case: str, role: str, benchmark, gm_bytes: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter):
+    if COLD:
+        tr = terminalreporter
+        tr.section("ascend-sim first run (fresh processes, same run)")
+        width = max(len(case) for case in COLD)
+        tr.write_line(f"{'case':<{width}} {'cold s':>7} {'warm s':>7} {'numpy s':>8} {'cold/warm':>10}")
+        for case, m in COLD.items():
+            tr.write_line(f"{case:<{width}} {m['cold']:>7.1f} {m['warm']:>7.2f} {m['floor']:>8.2f} "
+                          f"{m['cold'] / m['warm']:>9.1f}x")
     if OVERHEAD:
         _overhead_summary(terminalreporter)
     if CHECKED:
