@@ -284,8 +284,8 @@ class CompileProgress:
 # Cold-compile costs on the 2-core CI machine at -O2, for the first-run estimate only: the first stage of a
 # kernel module also compiles the device functions it inlines (about 12 s more), every stage about 4 s (the
 # demo's 15 stages from 3 modules: 92 s in one process); two processes finish about 1.5 times sooner.
-SECONDS_PER_COLD_MODULE = 12.0
-SECONDS_PER_COLD_STAGE = 4.0
+SECONDS_PER_COLD_MODULE = 6.0
+SECONDS_PER_COLD_STAGE = 3.0
 TWO_PROCESS_SPEEDUP = 1.5
 
 
