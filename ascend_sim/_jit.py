@@ -49,18 +49,20 @@ DEVICE_JIT_OPTIONS = dict(STAGE_JIT_OPTIONS, cache=False, no_cpython_wrapper=Tru
 _CACHED_DEVICE_OPTIONS = dict(DEVICE_JIT_OPTIONS, cache=True)
 
 
-def aicore(fn):
+def aicore(fn=None, *, cached: bool = True):
     """Register `fn` as a device function (what register_jitable does), compiled from a copy whose
     qualified name carries the source stamp of fn's module: numba names the disk-cache entry after it and
     stamps it with fn's file only, so an edit of anything it may inline from another module starts a new
     entry instead of loading stale code. Cached device code lets a second process reuse what the first
-    compiled."""
+    compiled; cached=False for code only ever compiled into something cached itself (an outlined variant's body)."""
+    if fn is None:
+        return lambda f: aicore(f, cached=cached)
     impl = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     impl.__kwdefaults__ = fn.__kwdefaults__
     impl.__qualname__ = f"{fn.__qualname__}__{source_stamp(fn.__module__)}"
     impl.__module__ = fn.__module__
 
-    @overload(fn, jit_options=_CACHED_DEVICE_OPTIONS, strict=False)
+    @overload(fn, jit_options=_CACHED_DEVICE_OPTIONS if cached else DEVICE_JIT_OPTIONS, strict=False)
     def _typed(*args, **kwargs):
         return impl
 

@@ -78,7 +78,7 @@ class Outlined:
         body = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
         body.__qualname__ = f"{fn.__qualname__}__body"
         body.__module__ = fn.__module__
-        self.body = aicore(body)             # what a variant runs (a device function: inlined into the variant)
+        self.body = aicore(body, cached=False)  # what a variant runs, inlined into it (the variant is cached)
 
     def descriptor(self, kinds: str) -> str:
         return f"{self.key}:{source_stamp(self.fn.__module__)}|{kinds}{_END}"
