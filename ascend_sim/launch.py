@@ -352,10 +352,10 @@ class _Crew:
 
 
 _ROUND_SECONDS: dict = {}
-"""Host seconds of every core of a round of a kernel, last time it ran: (op, kernel, block_dim, round) -> s."""
+"""Host seconds the cores of a round of a kernel took together, last time it ran: (op, kernel, block_dim, round)."""
 INLINE_ROUND_S = 200e-6
 """A round whose cores took less than this (all together) last time starts on the calling thread alone: waking a
-pool thread costs about as much."""
+pool thread costs about as much. If it takes twice as long this time, helpers join after all."""
 
 
 def _run_round(run_core: Callable, block_dim: int, threads: int, outcomes: list, key: tuple) -> None:
@@ -368,17 +368,23 @@ def _run_round(run_core: Callable, block_dim: int, threads: int, outcomes: list,
     only if it turns out long this time: short rounds cost no thread wake-ups. Which thread runs a core never
     changes what it computes."""
     claim = itertools.count()
+    if threads == 1:
+        for i in claim:
+            if i >= block_dim:
+                return
+            outcomes[i] = run_core(i)
+    clock = time.perf_counter
+    busy = [0.0]            # seconds inside run_core, all threads together (a hint: a lost update is harmless)
 
     def take() -> None:
         for i in claim:
             if i >= block_dim:
                 return
+            t = clock()
             outcomes[i] = run_core(i)
+            busy[0] += clock() - t
 
-    if threads == 1:
-        take()
-        return
-    start = time.perf_counter()
+    start = clock()
     last = _ROUND_SECONDS.get(key)
     patience = 2 * INLINE_ROUND_S if last is not None and last < INLINE_ROUND_S else 0.0
     pool = _pool()
@@ -404,10 +410,12 @@ def _run_round(run_core: Callable, block_dim: int, threads: int, outcomes: list,
     for i in claim:
         if i >= block_dim:
             break
-        if crew is None and time.perf_counter() - start >= patience:
+        if crew is None and clock() - start >= patience:
             crew = _Crew(threads - 2)
             pool.submit(helper)
+        t = clock()
         outcomes[i] = run_core(i)
+        busy[0] += clock() - t
     if crew is not None:
         with crew.lock:
             crew.open = False
@@ -415,7 +423,7 @@ def _run_round(run_core: Callable, block_dim: int, threads: int, outcomes: list,
                 crew.idle.wait()
     if len(_ROUND_SECONDS) >= 4096:
         _ROUND_SECONDS.clear()
-    _ROUND_SECONDS[key] = (time.perf_counter() - start) * (1 if crew is None else threads)
+    _ROUND_SECONDS[key] = busy[0]
 
 
 # --- the cores' state and UB, pooled between launches ------------------------------------------------------
@@ -459,8 +467,8 @@ class _CoreSet:
         self.states[:, UB_POISONED] = self.poisoned
         self.states[:, UB_DIRTY] = self.dirty
 
-    def start_first_pipe(self, tables: list[np.ndarray]) -> None:
-        """core.start_pipe on every core at once, before any core ran (one queue table for all, or one each)."""
+    def start_pipes(self, tables: list[np.ndarray]) -> None:
+        """core.start_pipe on every core at once (one queue table for all, or one each)."""
         states = self.states
         states[:, QUE_BASE:] = 0
         for i, table in enumerate(tables):
@@ -468,7 +476,6 @@ class _CoreSet:
             rows[..., PIPE_QUEUES] = int(np.count_nonzero(table[:, Q_NUM])) if table.ndim == 2 else 0
             rows[..., QUE_BASE:QUE_BASE + table.size] = table.reshape(-1)
         poisoned = states[:, UB_POISONED] != 0
-        # a core that has not written its UB yet: its high-water mark is 0, the pooled UB's dirty extent counts
         extents = np.where(poisoned, np.maximum(states[:, CNT_UB_HWM], states[:, UB_DIRTY]), self.ub_size)
         _poison_rows(self.ubs.reshape(-1), self.ub_size, extents)
         states[poisoned, UB_DIRTY] = 0
@@ -592,16 +599,23 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         memo["compiled"] = True
     for item, entry_key, call in unknown:
         entries[id(item)] = _remember_entry(entry_key, item[2], call)
-    if programs.top and programs.top[0][0] == _STAGE:
-        # every core starts with the same TPipe: build it for all cores at once (what each core's start_pipe
-        # would do when it reaches its first stage)
-        p = programs.top[0][1]
-        crew.start_first_pipe(layout.core_tables[p])
+
+    def start_all(item) -> None:
+        """Where every core's next item is this stage of a TPipe none has live: build that TPipe on all cores at
+        once, as each core's start_pipe would when it reached the stage."""
+        p = item[1]
+        if item[0] != _STAGE or live_phase.count(live_phase[0]) != block_dim or live_phase[0] == p:
+            return
+        crew.start_pipes(core_tables[p])
         if check_mode:
             for core in cores:
                 checking.barrier_all(core.state)
-        live_phase = [p] * block_dim
+        live_phase[:] = [p] * block_dim
         states[:, CHK_OWN_WAIVE] = queue_waivers[p]
+
+    core_tables = layout.core_tables
+    if programs.top:
+        start_all(programs.top[0])
 
     def fault_error(core) -> errors.SimulatorError:
         p = max(live_phase[core.block_idx], 0)
@@ -646,7 +660,6 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
             return failure
         return False
 
-    core_tables = layout.core_tables
     start = time.perf_counter()
     barriers = 0
     while True:
@@ -673,6 +686,9 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         if cost.enabled:
             sync_marks.append(timeline.barrier([core.state for core in cores], cost.sync_all_cycles))
         checking.sync_all([core.state for core in cores])
+        if all(items is program[0] for items in program) and pc.count(pc[0]) == block_dim \
+                and pc[0] < len(program[0]):
+            start_all(program[0][pc[0]])
     wall = time.perf_counter() - start
 
     flagged = np.flatnonzero(states[:, FLAG_BASE:MEMBER_BASE].any(axis=1))
