@@ -343,12 +343,33 @@ def _remember_entry(key, stage, call: tuple):
 # --- running the cores between two barriers -------------------------------------------------------------
 class _Crew:
     """The pool helpers of one round: how many may still be started, how many are taking cores."""
-    __slots__ = ("lock", "idle", "open", "active", "left")
+    __slots__ = ("lock", "idle", "open", "active", "left", "take", "pool")
 
-    def __init__(self, helpers: int):
+    def __init__(self, helpers: int, take: Callable, pool):
         self.lock = threading.Lock()
         self.idle = threading.Condition(self.lock)
         self.open, self.active, self.left = True, 0, helpers
+        self.take, self.pool = take, pool
+
+
+def _helper(crew: _Crew) -> None:
+    """One pool helper of a round: takes cores until none is left (nothing if the round is already over). A module
+    function, not a closure of the round: a helper that submits itself would make a reference cycle per round."""
+    with crew.lock:
+        if not crew.open:
+            return
+        crew.active += 1
+        more = crew.left > 0
+        crew.left -= more
+    try:
+        if more:
+            crew.pool.submit(_helper, crew)
+        crew.take()
+    finally:
+        with crew.lock:
+            crew.active -= 1
+            if not crew.active:
+                crew.idle.notify_all()
 
 
 _ROUND_SECONDS: dict = {}
@@ -387,32 +408,13 @@ def _run_round(run_core: Callable, block_dim: int, threads: int, outcomes: list,
     start = clock()
     last = _ROUND_SECONDS.get(key)
     patience = 2 * INLINE_ROUND_S if last is not None and last < INLINE_ROUND_S else 0.0
-    pool = _pool()
     crew = None
-
-    def helper() -> None:
-        with crew.lock:
-            if not crew.open:
-                return
-            crew.active += 1
-            more = crew.left > 0
-            crew.left -= more
-        try:
-            if more:
-                pool.submit(helper)
-            take()
-        finally:
-            with crew.lock:
-                crew.active -= 1
-                if not crew.active:
-                    crew.idle.notify_all()
-
     for i in claim:
         if i >= block_dim:
             break
         if crew is None and clock() - start >= patience:
-            crew = _Crew(threads - 2)
-            pool.submit(helper)
+            crew = _Crew(threads - 2, take, _pool())
+            crew.pool.submit(_helper, crew)
         t = clock()
         outcomes[i] = run_core(i)
         busy[0] += clock() - t
@@ -691,9 +693,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
             start_all(program[0][pc[0]])
     wall = time.perf_counter() - start
 
-    flagged = np.flatnonzero(states[:, FLAG_BASE:MEMBER_BASE].any(axis=1))
-    if flagged.size:
-        core = cores[int(flagged[0])]
+    if states[:, FLAG_BASE:MEMBER_BASE].any():
+        core = cores[int(np.flatnonzero(states[:, FLAG_BASE:MEMBER_BASE].any(axis=1))[0])]
         evt, event_id = (int(v) for v in np.argwhere(flags(core) != 0)[0])
         raise errors.SyncError(
             f"SetFlag<{HARD_EVENT_NAMES[evt]}>({event_id}) was never waited for: the flag leaks into the next "
@@ -701,8 +702,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
 
     # the states go back to the pool below: what the report needs is copied out first, and turned into
     # CoreReport / CoreTime objects only when someone reads them
-    core_reports = deferred(functools.partial(_core_reports, states[:, :N_COUNTERS].tolist()))
-    times = functools.partial(_core_times, _end_cycles(states).tolist(), states[:, TL_BUSY:TL_BUSY + N_PIPES].tolist())
+    core_reports = deferred(functools.partial(_core_reports, states[:, :N_COUNTERS].copy()))
+    times = functools.partial(_core_times, states[:, TL_END:TL_DONE + N_PIPES].copy())
     trace = None
     if trace_rows:
         trace = KernelTrace(tuple(CoreTrace(i, rows[: int(min(cores[i].state[TL_TRACE_N], len(rows)))],
@@ -722,21 +723,21 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     return report
 
 
-def _core_reports(counts: list) -> tuple[CoreReport, ...]:
-    return tuple(CoreReport.from_counters(i, row) for i, row in enumerate(counts))
+def _core_reports(counts: np.ndarray) -> tuple[CoreReport, ...]:
+    """Every core's CoreReport from the counter words of its state (one row per core)."""
+    return tuple(CoreReport.from_counters(i, row) for i, row in enumerate(counts.tolist()))
 
 
-def _core_times(ends: list, busy: list) -> tuple[CoreTime, ...]:
+def _core_times(clocks: np.ndarray) -> tuple[CoreTime, ...]:
+    """Every core's CoreTime from the state words [TL_END, TL_DONE + N_PIPES) (one row per core): its end cycle
+    as timeline.end_cycle gives it, and its pipes' busy cycles."""
+    ends = np.maximum(clocks[:, :N_PIPES].max(axis=1), clocks[:, TL_DONE - TL_END:].max(axis=1)).tolist()
+    busy = clocks[:, TL_BUSY - TL_END:TL_BUSY - TL_END + N_PIPES].tolist()
     return tuple(CoreTime(i, end, tuple(b)) for i, (end, b) in enumerate(zip(ends, busy)))
 
 
 def _estimate(cost, aiv_num: int, times, core_reports, sync_alls: int) -> Estimate:
     return Estimate(cost, aiv_num, times(), gm_bytes_of(CoreReport.combined(core_reports.value())), sync_alls)
-
-
-def _end_cycles(states: np.ndarray) -> np.ndarray:
-    """timeline.end_cycle of every row of `states`: when the core's last pipe is done (DMA landed)."""
-    return np.maximum(states[:, TL_END:TL_END + N_PIPES].max(axis=1), states[:, TL_DONE:TL_DONE + N_PIPES].max(axis=1))
 
 
 def chip_cost(chip) -> CostModel:
