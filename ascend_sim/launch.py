@@ -686,8 +686,9 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         barriers += 1
         states[:, CNT_SYNC_ALL] += 1
         if cost.enabled:
-            sync_marks.append(timeline.barrier([core.state for core in cores], cost.sync_all_cycles))
-        checking.sync_all([core.state for core in cores])
+            sync_marks.append(_barrier(states, cost.sync_all_cycles))
+        if check_mode:          # with checked mode off no core has a checker state to advance
+            checking.sync_all([core.state for core in cores])
         if all(items is program[0] for items in program) and pc.count(pc[0]) == block_dim \
                 and pc[0] < len(program[0]):
             start_all(program[0][pc[0]])
@@ -721,6 +722,16 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     if request is not None:
         request.took(report)
     return report
+
+
+def _barrier(states: np.ndarray, sync_all_cycles: int) -> int:
+    """timeline.barrier on every row of `states` at once: all pipes of all cores resume together, after the
+    last pipe of the slowest core is done (DMA landed). Returns the cycle they resume at."""
+    resume = int(max(states[:, TL_END:TL_END + N_PIPES].max(), states[:, TL_DONE:TL_DONE + N_PIPES].max())) \
+        + sync_all_cycles
+    states[:, TL_END:TL_END + N_PIPES] = resume
+    states[:, TL_DONE:TL_DONE + N_PIPES] = resume
+    return resume
 
 
 def _core_reports(counts: np.ndarray) -> tuple[CoreReport, ...]:

@@ -203,3 +203,13 @@ def test_a_passed_profile_is_not_confused_with_an_equal_one_of_other_types():
     for _ in range(2):
         with pytest.raises(ProfileError, match="ub_size"):
             check_profile(float_ub)
+
+
+@pytest.mark.parametrize("cores", [1, 3, 48], ids=lambda n: f"{n}-cores")
+def test_the_launchers_barrier_equals_the_timelines(cores):
+    rng = np.random.default_rng(cores)
+    states = rng.integers(0, 1 << 40, (cores, QUE_BASE + 8)).astype(np.int64)
+    want = [row.copy() for row in states]
+    resume = timeline.barrier(want, 1200)
+    assert launch_module._barrier(states, 1200) == resume
+    assert np.array_equal(states, np.array(want))
