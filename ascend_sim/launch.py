@@ -27,6 +27,7 @@ and call; after the last stage a flag left set is a SyncError.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -36,11 +37,14 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+from numba import njit
+from numba._dispatcher import compute_fingerprint
 
 from . import errors
-from .layout import (CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX, MEMBER_BASE,
-                     N_PIPES, TL_BUSY, TL_TRACE_N, TRACE_COLS)
-from .core import counters, fault_record, flags, make_core, release_core, start_pipe
+from .layout import (CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, CNT_UB_HWM, ERR_BASE, FAULT_CALL_INDEX,
+                     FLAG_BASE, MEMBER_BASE, N_COUNTERS, N_PIPES, PIPE_QUEUES, Q_NUM, QUE_BASE, TL_BUSY, TL_DONE,
+                     TL_END, TL_TRACE_N, TRACE_COLS, UB_DIRTY, UB_POISONED)
+from .core import Core, fault_record, flags, make_core, poison_fill, start_pipe
 from .cost import CostModel
 from .estimate import CoreTime, Estimate
 from . import check as checking
@@ -51,7 +55,7 @@ from .events import HARD_EVENT_NAMES
 from ._jit import ensure_compiled, stage_signature
 from .faults import to_error
 from .pipe import UbBuffer, plan_pipe
-from .report import CoreReport, RunReport, gm_bytes_of
+from .report import CoreReport, RunReport, deferred, gm_bytes_of
 
 SYNC_ALL = "SyncAll"
 """Schedule marker: AscendC::SyncAll() between the stages before and after it."""
@@ -88,7 +92,13 @@ def default_threads() -> int:
             raise errors.ConfigError(f"{THREADS_ENV} must be a whole number of worker threads, got {env!r}") \
                 from None
         return errors.whole_number(THREADS_ENV, value, 1, MAX_THREADS, "worker threads")
-    return max(1, min(os.cpu_count() or 1, MAX_THREADS))
+    return max(1, min(_cpu_count(), MAX_THREADS))
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_count() -> int:
+    # os.cpu_count() asks the OS each time (tens of microseconds): once per process is enough
+    return os.cpu_count() or 1
 
 
 def resolve_threads(threads) -> int:
@@ -284,6 +294,250 @@ def _group_plan(kernel: Kernel, phases: list[PipePhase], plan: Sequence[UbBuffer
     return groups
 
 
+# --- compiled entry points -------------------------------------------------------------------------------
+# Every launch calls each of its stages with arguments of the same types on every core, so the compiled
+# function is looked up once per launch. The lookup is keyed as numba's own dispatcher keys a call (the
+# type fingerprint of the arguments), plus the arguments' Python classes: a few microseconds, where typing
+# the arguments (numba's typeof of a tiling struct and a dozen GM tensors) takes a few hundred.
+_ENTRIES: dict = {}
+_ENTRIES_LOCK = threading.Lock()
+MAX_ENTRIES = 4096
+"""Compiled entry points remembered (stage, argument types); beyond it the oldest are forgotten."""
+
+
+def _entry_key(stage, call: tuple):
+    """The key of a call `stage(*call)` in _ENTRIES, or None when numba cannot fingerprint an argument."""
+    try:
+        return stage, tuple(map(type, call)), compute_fingerprint(call)
+    except Exception:  # noqa: BLE001 - an argument numba types the slow way (a string ...): no fast key
+        return None
+
+
+def _known_entries(items, core) -> tuple[dict, list]:
+    """Entry points of the program's stage items already in _ENTRIES (by id of the item), and the
+    (item, key, call) of the others."""
+    entries, unknown = {}, []
+    for item in items:
+        if item[0] != _STAGE:
+            continue
+        call = (core, *item[3])
+        key = _entry_key(item[2], call)
+        entry = _ENTRIES.get(key) if key is not None else None
+        if entry is None:
+            unknown.append((item, key, call))
+        else:
+            entries[id(item)] = entry
+    return entries, unknown
+
+
+def _remember_entry(key, stage, call: tuple):
+    entry = _entry_point(stage, call)
+    if key is not None and entry is not stage:      # only compiled entries: a stage not compiled yet is its dispatcher
+        with _ENTRIES_LOCK:
+            if len(_ENTRIES) >= MAX_ENTRIES:
+                del _ENTRIES[next(iter(_ENTRIES))]
+            _ENTRIES[key] = entry
+    return entry
+
+
+# --- running the cores between two barriers -------------------------------------------------------------
+class _Crew:
+    """The pool helpers of one round: how many may still be started, how many are taking cores."""
+    __slots__ = ("lock", "idle", "open", "active", "left", "take", "pool")
+
+    def __init__(self, helpers: int, take: Callable, pool):
+        self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)
+        self.open, self.active, self.left = True, 0, helpers
+        self.take, self.pool = take, pool
+
+
+def _helper(crew: _Crew) -> None:
+    """One pool helper of a round: takes cores until none is left (nothing if the round is already over). A module
+    function, not a closure of the round: a helper that submits itself would make a reference cycle per round."""
+    with crew.lock:
+        if not crew.open:
+            return
+        crew.active += 1
+        more = crew.left > 0
+        crew.left -= more
+    try:
+        if more:
+            crew.pool.submit(_helper, crew)
+        crew.take()
+    finally:
+        with crew.lock:
+            crew.active -= 1
+            if not crew.active:
+                crew.idle.notify_all()
+
+
+_ROUND_SECONDS: dict = {}
+"""Host seconds the cores of a round of a kernel took together, last time it ran: (op, kernel, block_dim, round)."""
+INLINE_ROUND_S = 200e-6
+"""A round whose cores took less than this (all together) last time starts on the calling thread alone: waking a
+pool thread costs about as much. If it takes twice as long this time, helpers join after all."""
+
+
+def _run_round(run_core: Callable, block_dim: int, threads: int, outcomes: list, key: tuple) -> None:
+    """outcomes[i] = run_core(i) for every core, on at most `threads` threads; cores are taken in index order
+    from a shared counter (next() on itertools.count is atomic).
+
+    The calling thread takes cores itself, and up to threads - 1 pool helpers join it, each started by the one
+    before. A helper that starts once the calling thread has taken the last core leaves at once, and only
+    helpers already running are waited for. A round that was short last time (INLINE_ROUND_S) calls for helpers
+    only if it turns out long this time: short rounds cost no thread wake-ups. Which thread runs a core never
+    changes what it computes."""
+    claim = itertools.count()
+    if threads == 1:
+        for i in claim:
+            if i >= block_dim:
+                return
+            outcomes[i] = run_core(i)
+    clock = time.perf_counter
+    busy = [0.0]            # seconds inside run_core, all threads together (a hint: a lost update is harmless)
+
+    def take() -> None:
+        for i in claim:
+            if i >= block_dim:
+                return
+            t = clock()
+            outcomes[i] = run_core(i)
+            busy[0] += clock() - t
+
+    start = clock()
+    last = _ROUND_SECONDS.get(key)
+    patience = 2 * INLINE_ROUND_S if last is not None and last < INLINE_ROUND_S else 0.0
+    crew = None
+    for i in claim:
+        if i >= block_dim:
+            break
+        if crew is None and clock() - start >= patience:
+            crew = _Crew(threads - 2, take, _pool())
+            crew.pool.submit(_helper, crew)
+        t = clock()
+        outcomes[i] = run_core(i)
+        busy[0] += clock() - t
+    if crew is not None:
+        with crew.lock:
+            crew.open = False
+            while crew.active:
+                crew.idle.wait()
+    if len(_ROUND_SECONDS) >= 4096:
+        _ROUND_SECONDS.clear()
+    _ROUND_SECONDS[key] = busy[0]
+
+
+# --- the cores' state and UB, pooled between launches ------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _poison_rows(flat_ubs: np.ndarray, ub_size: int, extents: np.ndarray) -> None:
+    """poison_fill of the first extents[i] bytes of every core's UB (row i of the flat UB slab)."""
+    for i in range(extents.size):
+        poison_fill(flat_ubs[i * ub_size: i * ub_size + extents[i]])
+
+
+class _CoreSet:
+    """The Cores of one launch of block_dim blocks: their UBs (rows of one slab) and states (rows of one array).
+
+    Pooled between launches (as core.UbPool pools single UBs): `dirty[i]` is how far the last launch may have
+    written core i's UB, `poisoned[i]` whether the rest still holds the poison, so the next launch re-poisons
+    only that much and a kernel sees exactly what a fresh UB would show it."""
+
+    def __init__(self, block_dim: int, ub_size: int):
+        self.block_dim, self.ub_size = block_dim, ub_size
+        self.ubs = np.empty((block_dim, ub_size), dtype=np.uint8)
+        self.dirty = np.zeros(block_dim, dtype=np.int64)
+        self.poisoned = np.zeros(block_dim, dtype=np.int64)
+        self.width = -1
+        self.states = np.zeros((block_dim, 0), dtype=np.int64)
+        self.cores: list[Core] = []
+
+    @property
+    def nbytes(self) -> int:
+        return self.ubs.nbytes + self.states.nbytes
+
+    def fit(self, width: int) -> None:
+        """States of `width` int64 words (QUE_BASE + the queue slots of the launch's largest TPipe)."""
+        if width != self.width:
+            self.states = np.zeros((self.block_dim, width), dtype=np.int64)
+            self.cores = [Core(self.ubs[i], self.states[i], i, self.block_dim) for i in range(self.block_dim)]
+            self.width = width
+
+    def reset(self, template: np.ndarray) -> None:
+        """Every core as make_core leaves it and timeline.load_costs loads it (`template`), on this set's UBs."""
+        self.states[:] = template
+        self.states[:, UB_POISONED] = self.poisoned
+        self.states[:, UB_DIRTY] = self.dirty
+
+    def start_pipes(self, tables: list[np.ndarray]) -> None:
+        """core.start_pipe on every core at once (one queue table for all, or one each)."""
+        states = self.states
+        states[:, QUE_BASE:] = 0
+        for i, table in enumerate(tables):
+            rows = states if len(tables) == 1 else states[i]
+            rows[..., PIPE_QUEUES] = int(np.count_nonzero(table[:, Q_NUM])) if table.ndim == 2 else 0
+            rows[..., QUE_BASE:QUE_BASE + table.size] = table.reshape(-1)
+        poisoned = states[:, UB_POISONED] != 0
+        extents = np.where(poisoned, np.maximum(states[:, CNT_UB_HWM], states[:, UB_DIRTY]), self.ub_size)
+        _poison_rows(self.ubs.reshape(-1), self.ub_size, extents)
+        states[poisoned, UB_DIRTY] = 0
+        states[:, UB_POISONED] = 1
+
+    def finish(self) -> None:
+        """Remember what this launch may have written (release_core's extent) before the set is pooled."""
+        self.poisoned = (self.states[:, UB_POISONED] != 0).astype(np.int64)
+        self.dirty = np.where(self.poisoned != 0, np.maximum(self.states[:, CNT_UB_HWM], self.states[:, UB_DIRTY]), 0)
+
+
+class _CoreSets:
+    """Idle _CoreSets by (block_dim, ub_size), at most `max_bytes` of them; thread-safe. A set belongs to one
+    launch from take() until give(); failed launches do not give theirs back."""
+
+    def __init__(self, max_bytes: int = 512 << 20):
+        self._free: dict[tuple, list] = {}
+        self._bytes = 0
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+
+    def take(self, block_dim: int, ub_size: int, width: int) -> _CoreSet:
+        with self._lock:
+            free = self._free.get((block_dim, ub_size))
+            crew = free.pop() if free else None
+            if crew is not None:
+                self._bytes -= crew.nbytes
+        if crew is None:
+            crew = _CoreSet(block_dim, ub_size)
+        crew.fit(width)
+        return crew
+
+    def give(self, crew: _CoreSet) -> None:
+        crew.finish()
+        with self._lock:
+            if self._bytes + crew.nbytes > self._max_bytes:
+                return
+            self._free.setdefault((crew.block_dim, crew.ub_size), []).append(crew)
+            self._bytes += crew.nbytes
+
+    def idle_sets(self, block_dim: int, ub_size: int) -> int:
+        """How many sets of this shape wait in the pool (for tests)."""
+        with self._lock:
+            return len(self._free.get((block_dim, ub_size), ()))
+
+
+_CORE_SETS = _CoreSets()
+
+
+@functools.lru_cache(maxsize=256)
+def _state_template(width: int, max_block_count: int, npu_arch: int, cost: CostModel, cores_running: int):
+    """The state words make_core gives a core (no UB yet) and timeline.load_costs loads; read-only."""
+    core = make_core(0, 1, 32, width - QUE_BASE, max_block_count, npu_arch)
+    timeline.load_costs(core.state, cost, cores_running)
+    template = core.state.copy()
+    template[UB_POISONED] = template[UB_DIRTY] = 0     # the set's own UBs say these
+    template.flags.writeable = False
+    return template
+
+
 def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tuple, chip,
            gm_names: Sequence[str] = (), tiling_key: int | None = None, threads: int | None = None,
            ub_advice: str = "", on_compile: Callable | None = None, memo: dict | None = None,
@@ -316,34 +570,54 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     if memo.get("plans_for") != key:
         memo["plans_for"], memo["plans"], memo["compiled"] = key, _lay_out(kernel, phases, plan, block_dim, args,
                                                                            chip, ub_advice, where), False
-    laid_out, core_tables, first_plans = memo["plans"]
-    if any(item[0] == _SYNC for item in programs.every_item()) and block_dim > chip.aiv_num:
+    layout: _Layout = memo["plans"]
+    every_item = programs.every_item()
+    if any(item[0] == _SYNC for item in every_item) and block_dim > chip.aiv_num:
         raise errors.SyncError(
             f"SyncAll() with {block_dim} blocks on a chip with {chip.aiv_num} vector cores: the blocks would run "
             "in several rounds and the barrier would deadlock", call="SyncAll", **where)
-    slots = max((t.size for tables in core_tables for t in tables), default=0)
     cost = chip_cost(chip)
     request = current_request()
     trace_rows = request.rows_for(block_dim) if request is not None else {}
-    cores = [make_core(i, block_dim, chip.ub_size, slots, chip.max_block_count, chip.npu_arch)
-             for i in range(block_dim)]
+    crew = _CORE_SETS.take(block_dim, chip.ub_size, QUE_BASE + layout.slots)
+    crew.reset(_state_template(crew.width, chip.max_block_count, chip.npu_arch, cost, min(block_dim, chip.aiv_num)))
+    cores, states = crew.cores, crew.states
     traces = {i: np.zeros((rows, TRACE_COLS), dtype=np.int64) for i, rows in trace_rows.items()}
-    for core in cores:
-        timeline.load_costs(core.state, cost, min(block_dim, chip.aiv_num))
-        if core.block_idx in traces:
-            timeline.attach_trace(core.state, traces[core.block_idx])
+    for i, rows in traces.items():
+        timeline.attach_trace(cores[i].state, rows)
     shadows = [checking.attach(core.state, check_mode, chip.ub_size, kernel.waivers)
                for core in cores] if check_mode else []
-    queue_waivers = [sum(1 << k for k, name in enumerate(ph.buffers) if name in ph.waived_queues) for ph in phases]
+    queue_waivers = layout.queue_waivers
     sync_marks = []
     live_phase = [-1] * block_dim
     program = [programs.top] * block_dim     # each core's items; a branch splices its chosen arm in
     pc = [0] * block_dim
     threads = min(threads, block_dim)
     compile_s = 0.0
+    entries, unknown = _known_entries(every_item, cores[0])
     if not memo["compiled"]:
-        compile_s = ensure_compiled(_stage_calls(programs), on_compile)
+        if unknown:
+            compile_s = ensure_compiled(_stage_calls(programs), on_compile)
         memo["compiled"] = True
+    for item, entry_key, call in unknown:
+        entries[id(item)] = _remember_entry(entry_key, item[2], call)
+
+    def start_all(item) -> None:
+        """Where every core's next item is this stage of a TPipe none has live: build that TPipe on all cores at
+        once, as each core's start_pipe would when it reached the stage."""
+        p = item[1]
+        if item[0] != _STAGE or live_phase.count(live_phase[0]) != block_dim or live_phase[0] == p:
+            return
+        crew.start_pipes(core_tables[p])
+        if check_mode:
+            for core in cores:
+                checking.barrier_all(core.state)
+        live_phase[:] = [p] * block_dim
+        states[:, CHK_OWN_WAIVE] = queue_waivers[p]
+
+    core_tables = layout.core_tables
+    if programs.top:
+        start_all(programs.top[0])
 
     def fault_error(core) -> errors.SimulatorError:
         p = max(live_phase[core.block_idx], 0)
@@ -358,10 +632,6 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
             raise errors.SimulatorError(f"branch {branch.name!r} chose arm {arm!r}; it has {len(branch.arms)}",
                                         core=i, call=f"if ({branch.name})", **where)
         return int(arm)
-
-    # compiled entry points by program item: every core calls a stage with arguments of the same types, so
-    # numba's per-call type dispatch (a fingerprint of every argument) is done once per launch, not per core
-    entries: dict = {}
 
     def run_core(i: int):
         """Run core i up to its next SyncAll (returns True) or its end (False); an exception is returned."""
@@ -385,34 +655,18 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                         checking.barrier_all(core.state)
                     live_phase[i] = p
                     core.state[CHK_OWN_WAIVE] = queue_waivers[p]
-                entry = entries.get(id(item))
-                if entry is None:
-                    entry = entries[id(item)] = _entry_point(stage, (core, *stage_args))
-                entry(core, *stage_args)
+                entries[id(item)](core, *stage_args)
                 if core.state[ERR_BASE] != 0:
                     return False
         except Exception as failure:  # noqa: BLE001 - kernels record faults; anything else is a simulator bug
             return failure
         return False
 
-    def worker(next_core, outcomes) -> None:
-        # cores are taken in index order from a shared counter (next() on itertools.count is atomic)
-        for i in next_core:
-            if i >= block_dim:
-                return
-            outcomes[i] = run_core(i)
-
     start = time.perf_counter()
     barriers = 0
     while True:
         outcomes: list = [None] * block_dim
-        if threads == 1:
-            worker(itertools.count(), outcomes)
-        else:
-            next_core = itertools.count()
-            futures = [_pool().submit(worker, next_core, outcomes) for _ in range(threads)]
-            for f in futures:
-                f.result()
+        _run_round(run_core, block_dim, threads, outcomes, (kernel.op, kernel.name, block_dim, barriers))
         for core, outcome in zip(cores, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 raise errors.SimulatorError(f"{type(outcome).__name__} inside the kernel: {outcome}",
@@ -430,47 +684,71 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                 f"ended the kernel after {barriers}: on the chip the waiting cores would hang (cores must reach "
                 "SyncAll() the same number of times)", core=waiting[0], call=f"SyncAll #{barriers + 1}", **where)
         barriers += 1
-        for core in cores:
-            core.state[CNT_SYNC_ALL] += 1
+        states[:, CNT_SYNC_ALL] += 1
         if cost.enabled:
-            sync_marks.append(timeline.barrier([core.state for core in cores], cost.sync_all_cycles))
-        checking.sync_all([core.state for core in cores])
+            sync_marks.append(_barrier(states, cost.sync_all_cycles))
+        if check_mode:          # with checked mode off no core has a checker state to advance
+            checking.sync_all([core.state for core in cores])
+        if all(items is program[0] for items in program) and pc.count(pc[0]) == block_dim \
+                and pc[0] < len(program[0]):
+            start_all(program[0][pc[0]])
     wall = time.perf_counter() - start
 
-    for core in cores:
-        if not flags(core).any():
-            continue
-        left = np.argwhere(flags(core) != 0)
-        if left.size:
-            evt, event_id = (int(v) for v in left[0])
-            raise errors.SyncError(
-                f"SetFlag<{HARD_EVENT_NAMES[evt]}>({event_id}) was never waited for: the flag leaks into the next "
-                "kernel on the NPU", core=core.block_idx, call="kernel end", **where)
+    if states[:, FLAG_BASE:MEMBER_BASE].any():
+        core = cores[int(np.flatnonzero(states[:, FLAG_BASE:MEMBER_BASE].any(axis=1))[0])]
+        evt, event_id = (int(v) for v in np.argwhere(flags(core) != 0)[0])
+        raise errors.SyncError(
+            f"SetFlag<{HARD_EVENT_NAMES[evt]}>({event_id}) was never waited for: the flag leaks into the next "
+            "kernel on the NPU", core=core.block_idx, call="kernel end", **where)
 
-    pipe_plans = list({id(p): p for p in first_plans}.values())
-    table = [row for p in pipe_plans for row in p.table()]
-    core_reports = tuple(CoreReport.from_counters(c.block_idx, counters(c)) for c in cores)
-    times = tuple(CoreTime(c.block_idx, timeline.end_cycle(c.state),
-                           tuple(int(v) for v in c.state[TL_BUSY:TL_BUSY + N_PIPES])) for c in cores)
+    # the states go back to the pool below: what the report needs is copied out first, and turned into
+    # CoreReport / CoreTime objects only when someone reads them
+    core_reports = deferred(functools.partial(_core_reports, states[:, :N_COUNTERS].copy()))
+    times = functools.partial(_core_times, states[:, TL_END:TL_DONE + N_PIPES].copy())
     trace = None
     if trace_rows:
         trace = KernelTrace(tuple(CoreTrace(i, rows[: int(min(cores[i].state[TL_TRACE_N], len(rows)))],
                                             int(cores[i].state[TL_TRACE_N])) for i, rows in traces.items()),
                             tuple(sync_marks))
-    for core in cores:
-        release_core(core)
+    extra = dict(checked=check_mode, waived_races=int(states[:, CHK_WAIVED].sum())) if check_mode else {}
+    del shadows      # the checked cores' shadows lived until here
+    _CORE_SETS.give(crew)
     report = RunReport(
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
-        ub_capacity_bytes=chip.ub_size, ub_plan=tuple(table),
-        ub_plan_bytes=max(p.used_bytes for p in laid_out.values()),
-        cores=core_reports, wall_time_s=wall,
-        threads=threads, compile_time_s=compile_s,
-        extra=dict(checked=check_mode, waived_races=sum(int(c.state[CHK_WAIVED]) for c in cores)) if check_mode else {},
-        estimate=Estimate(cost, chip.aiv_num, times, gm_bytes_of(CoreReport.combined(core_reports)), len(sync_marks)),
+        ub_capacity_bytes=chip.ub_size, ub_plan=layout.ub_plan, ub_plan_bytes=layout.ub_plan_bytes,
+        cores=core_reports, wall_time_s=wall, threads=threads, compile_time_s=compile_s, extra=extra,
+        estimate=deferred(functools.partial(_estimate, cost, chip.aiv_num, times, core_reports, len(sync_marks))),
         trace=trace)
     if request is not None:
         request.took(report)
     return report
+
+
+def _barrier(states: np.ndarray, sync_all_cycles: int) -> int:
+    """timeline.barrier on every row of `states` at once: all pipes of all cores resume together, after the
+    last pipe of the slowest core is done (DMA landed). Returns the cycle they resume at."""
+    resume = int(max(states[:, TL_END:TL_END + N_PIPES].max(), states[:, TL_DONE:TL_DONE + N_PIPES].max())) \
+        + sync_all_cycles
+    states[:, TL_END:TL_END + N_PIPES] = resume
+    states[:, TL_DONE:TL_DONE + N_PIPES] = resume
+    return resume
+
+
+def _core_reports(counts: np.ndarray) -> tuple[CoreReport, ...]:
+    """Every core's CoreReport from the counter words of its state (one row per core)."""
+    return tuple(CoreReport.from_counters(i, row) for i, row in enumerate(counts.tolist()))
+
+
+def _core_times(clocks: np.ndarray) -> tuple[CoreTime, ...]:
+    """Every core's CoreTime from the state words [TL_END, TL_DONE + N_PIPES) (one row per core): its end cycle
+    as timeline.end_cycle gives it, and its pipes' busy cycles."""
+    ends = np.maximum(clocks[:, :N_PIPES].max(axis=1), clocks[:, TL_DONE - TL_END:].max(axis=1)).tolist()
+    busy = clocks[:, TL_BUSY - TL_END:TL_BUSY - TL_END + N_PIPES].tolist()
+    return tuple(CoreTime(i, end, tuple(b)) for i, (end, b) in enumerate(zip(ends, busy)))
+
+
+def _estimate(cost, aiv_num: int, times, core_reports, sync_alls: int) -> Estimate:
+    return Estimate(cost, aiv_num, times(), gm_bytes_of(CoreReport.combined(core_reports.value())), sync_alls)
 
 
 def chip_cost(chip) -> CostModel:
@@ -479,23 +757,94 @@ def chip_cost(chip) -> CostModel:
     return cost if isinstance(cost, CostModel) else CostModel()
 
 
-def _lay_out(kernel, phases, plan, block_dim, args, chip, ub_advice, where):
+@dataclass(frozen=True)
+class _Layout:
+    """A launch's buffer plans, laid out: what launch() needs of them, ready to use.
+
+    Attributes:
+        core_tables: per phase, the queue tables of its cores (one when every core builds the same TPipe).
+        slots: state words the largest queue table takes.
+        ub_plan: the report's rows (PipePlan.table) of every distinct first-core plan.
+        ub_plan_bytes: the largest laid-out plan's bytes.
+        queue_waivers: per phase, the bit mask of its waived queues (CHK_OWN_WAIVE).
+    """
+    core_tables: tuple
+    slots: int
+    ub_plan: tuple
+    ub_plan_bytes: int
+    queue_waivers: tuple
+
+
+# Laid-out plans are kept for the process, so a fresh executor (every friendly call makes one) does not lay out
+# the same plan again. A layout depends on the kernel's phases, the plan, the block count, the chip and the
+# messages' op / tiling key / advice; a phase with a core_plan also depends on the launch arguments, so for those
+# kernels only the laid-out plan of each distinct row tuple is kept.
+_LAYOUTS: dict = {}
+_PIPE_PLANS: dict = {}
+_LAYOUT_LOCK = threading.Lock()
+MAX_LAYOUTS = 512
+"""Laid-out plans remembered (of each kind); beyond it the oldest are forgotten."""
+
+
+def _remember(cache: dict, key, value) -> None:
+    with _LAYOUT_LOCK:
+        if len(cache) >= MAX_LAYOUTS:
+            del cache[next(iter(cache))]
+        cache[key] = value
+
+
+def _lay_out(kernel, phases, plan, block_dim, args, chip, ub_advice, where) -> _Layout:
     """Every core's InitBuffer rows per TPipe, laid out; equal plans are laid out (and checked against the UB)
-    once. Returns (laid-out plans by rows, per phase the queue tables of its cores, per phase core 0's plan)."""
+    once (UBOverflowError if one does not fit)."""
+    per_args = any(phase.core_plan is not None for phase in phases)
+    key = None
+    if not per_args:
+        try:
+            key = (id(kernel), block_dim, chip, tuple(plan), ub_advice, where["tiling_key"])
+            hit = _LAYOUTS.get(key)
+        except TypeError:       # an unhashable plan or profile: laid out every time
+            key = hit = None
+        if hit is not None and hit[0] is kernel:
+            return hit[1]
     groups = _group_plan(kernel, phases, plan)
     laid_out: dict = {}
-    core_tables: list[list[np.ndarray]] = []
+    core_tables = []
     first_plans = []
     for phase, rows in zip(phases, groups):
         per_core = []
         for i in range(block_dim if phase.core_plan is not None else 1):
             core_rows = tuple(phase.core_plan(i, tuple(rows), *args)) if phase.core_plan is not None else tuple(rows)
             if core_rows not in laid_out:
-                laid_out[core_rows] = plan_pipe(core_rows, chip.ub_size, advice=ub_advice, pipe=phase.pipe, **where)
+                laid_out[core_rows] = _plan_pipe(core_rows, chip.ub_size, ub_advice, phase.pipe, where)
             per_core.append(laid_out[core_rows])
-        first_plans.append(per_core[0])
-        core_tables.append([p.queue_table() for p in per_core])
-    return laid_out, core_tables, first_plans
+        first_plans.append(per_core[0][0])
+        core_tables.append(tuple(table for _, table in per_core))
+    pipe_plans = list({id(p): p for p in first_plans}.values())
+    layout = _Layout(tuple(core_tables), max((t.size for tables in core_tables for t in tables), default=0),
+                     tuple(row for p in pipe_plans for row in p.table()),
+                     max(p.used_bytes for p, _ in laid_out.values()),
+                     tuple(sum(1 << k for k, name in enumerate(ph.buffers) if name in ph.waived_queues)
+                           for ph in phases))
+    if key is not None:
+        _remember(_LAYOUTS, key, (kernel, layout))      # the kernel is kept alive with it: its id stays its own
+    return layout
+
+
+def _plan_pipe(rows: tuple, ub_size: int, advice: str, pipe: str, where: dict):
+    """plan_pipe of `rows` and its (read-only) queue table, remembered for the process."""
+    key = (rows, ub_size, advice, pipe, where["op"], where["tiling_key"])
+    try:
+        hit = _PIPE_PLANS.get(key)
+    except TypeError:
+        key = hit = None
+    if hit is not None:
+        return hit
+    laid = plan_pipe(rows, ub_size, advice=advice, pipe=pipe, **where)
+    table = laid.queue_table()
+    table.flags.writeable = False
+    if key is not None:
+        _remember(_PIPE_PLANS, key, (laid, table))
+    return laid, table
 
 
 def _core_list(cores: list[int]) -> str:

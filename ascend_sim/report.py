@@ -1,7 +1,9 @@
 """What a launch did: per core and per pipe counts, the UB plan and wall time."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -62,6 +64,40 @@ def gm_bytes_of(total: CoreReport) -> int:
     return total.mte2_bytes + total.mte3_bytes + (total.scalar_gm_reads + total.scalar_gm_writes) * 4
 
 
+class deferred:
+    """A RunReport field's value made only when it is first read (then kept): a launch hands its per-core
+    CoreReports and its Estimate over as deferred(make), so a caller who never reads them does not pay for
+    building dozens of objects. Thread-safe: `make` runs once."""
+    __slots__ = ("_make", "_value", "_lock")
+
+    def __init__(self, make: Callable[[], object]):
+        self._make, self._value, self._lock = make, None, threading.Lock()
+
+    def value(self):
+        with self._lock:
+            if self._make is not None:
+                self._value, self._make = self._make(), None
+            return self._value
+
+
+class _MaybeDeferred:
+    """Descriptor of a dataclass field that may hold a `deferred`: reading the field gives its value."""
+
+    def __init__(self, name: str, default):
+        self._name, self._default = name, default
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self._default
+        value = obj.__dict__.get(self._name, self._default)
+        return value.value() if isinstance(value, deferred) else value
+
+    def __set__(self, obj, value) -> None:
+        # reached only through the dataclass's own __init__ (object.__setattr__): the frozen __setattr__ refuses
+        # any later assignment first
+        obj.__dict__[self._name] = value
+
+
 @dataclass(frozen=True)
 class RunReport:
     """Everything one kernel launch did, per core; `total` sums the cores.
@@ -117,3 +153,12 @@ class RunReport:
                if self.compile_time_s >= 0.05 else ""),
         ]
         return "\n".join(lines)
+
+    def __getstate__(self):
+        # pickling / copying sees the values, not the functions that make them
+        return {name: getattr(self, name) for name in self.__dict__}
+
+
+# after the dataclass has read the defaults: `cores` and `estimate` may be given deferred
+RunReport.cores = _MaybeDeferred("cores", ())
+RunReport.estimate = _MaybeDeferred("estimate", None)

@@ -6,6 +6,8 @@ same, so every figure equals the real op's even for degenerate shapes.
 """
 from __future__ import annotations
 
+import functools
+import threading
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
@@ -14,6 +16,7 @@ import numpy as np
 
 from ascend_sim.dtypes import dt_of
 
+from .platform import SocProfile
 from .status import ParamInvalidError
 
 _DTYPE_ALIASES = {
@@ -218,3 +221,60 @@ class TilingResult:
 def struct_fields(names: Sequence[str]) -> dict:
     """A zero-filled tiling struct (fields a branch does not set stay 0, as in the real ops)."""
     return {n: 0 for n in names}
+
+
+# --- remembered tilings ---------------------------------------------------------------------------------------
+MAX_REMEMBERED_TILINGS = 1024
+"""Tiling results a memoised tiling keeps (per tiling function); beyond it the oldest are forgotten."""
+
+
+class _Uncacheable(Exception):
+    """An argument the memo cannot key exactly: the tiling just runs."""
+
+
+def _arg_key(value, keep: list):
+    """A hashable key equal for two arguments exactly when the tiling cannot tell them apart: an array or
+    TensorDesc by class, shape and dtype (tilings read nothing else of a tensor), a scalar by class and value,
+    a list / tuple item by item, a chip profile by identity (kept alive in `keep`, so its id stays its own)."""
+    if value is None or isinstance(value, (bool, int, float, str, np.integer, np.bool_, np.floating)):
+        return type(value), value
+    if isinstance(value, (np.ndarray, TensorDesc)):
+        return type(value), tuple(value.shape), np.dtype(value.dtype)
+    if isinstance(value, (tuple, list)):
+        return type(value), tuple(_arg_key(v, keep) for v in value)
+    if isinstance(value, SocProfile):
+        keep.append(value)
+        return "soc", id(value)
+    raise _Uncacheable
+
+
+def memoised_tiling(tiling):
+    """`tiling` (a host tiling function of shapes, dtypes, attributes and a chip profile) remembering its results.
+
+    A friendly call tiles the same shapes again and again; the result of an earlier call with arguments it cannot
+    tell apart (see _arg_key) is handed out again, with a fresh `fields` dict so no caller sees another's
+    changes. Failures are not remembered (they are raised again, computed again). Thread-safe; an argument of
+    another kind (a duck-typed tensor, a dict) makes the call run the tiling as before."""
+    results: dict = {}
+    lock = threading.Lock()
+
+    @functools.wraps(tiling)
+    def remembered(*args, **kwargs):
+        keep: list = []
+        try:
+            key = (_arg_key(args, keep), _arg_key(tuple(sorted(kwargs.items())), keep))
+            hit = results.get(key)
+        except (_Uncacheable, TypeError):
+            return tiling(*args, **kwargs)
+        if hit is None or any(a is not b for a, b in zip(hit[0], keep)):
+            hit = (keep, tiling(*args, **kwargs))
+            with lock:
+                if len(results) >= MAX_REMEMBERED_TILINGS:
+                    del results[next(iter(results))]
+                results[key] = hit
+        result = hit[1]
+        return TilingResult(result.tiling_key, result.block_dim, result.workspace_size, dict(result.fields),
+                            result.ub_plan, result.schedule_mode, result.soc)
+
+    remembered.cache_size = lambda: len(results)
+    return remembered

@@ -19,7 +19,7 @@ import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from .common import TensorDesc, TilingResult, align_up, ceil_div, struct_fields, tdiv, tmod
+from .common import TensorDesc, TilingResult, memoised_tiling, align_up, ceil_div, struct_fields, tdiv, tmod
 from .moe_sort import (SORT_OUT_ONE_LOOP_MAX, VBS_FIELDS, checked_sort_loop_max_element, core_loop_elements,
                        multi_core_index_num, multi_core_ub_plan, vbs_tiling, vms_middle_need_core_num)
 from .platform import get_soc
@@ -209,6 +209,7 @@ def index_copy_ub_plan(f: dict, split_d: bool, quant_mode: int = QUANT_NONE) -> 
     return plan
 
 
+@memoised_tiling
 def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quant_mode=QUANT_NONE, *,
                       soc="ascend910b", permute_tokens_out=None, sorted_indices_out=None) -> TilingResult:
     """Host tiling of MoeTokenPermute for one chip profile (the V1 rules; V2 on A2/A3 is V1).

@@ -23,7 +23,7 @@ topK limit. The aclnn reports those failures as 561103 (the l0 operator returns 
 """
 from __future__ import annotations
 
-from .common import TensorDesc, TilingResult, as_dtype, length_by_type, struct_fields, tdiv
+from .common import TensorDesc, TilingResult, memoised_tiling, as_dtype, length_by_type, struct_fields, tdiv
 from .platform import get_soc
 from .status import TilingError
 from .unpermute_gather import GATHER_FIELDS, gather_tiling, gather_ub_plan
@@ -108,6 +108,7 @@ def _finalize_routing_check(p: TensorDesc, s: TensorDesc, pr: TensorDesc | None)
                   f"got {pr.shape}")
 
 
+@memoised_tiling
 def moe_token_unpermute(permuted_tokens, sorted_indices, probs=None, padded_mode=False, restore_shape=None, *,
                         soc="ascend910b") -> TilingResult:
     """Host tiling of MoeTokenUnpermute for one chip profile.

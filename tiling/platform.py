@@ -6,6 +6,7 @@ GetCoreMemSize(UB) hands tiling the ini ub_size minus 256 bytes.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 
 from ascend_sim.cost import STOCK_COSTS, CostModel, check_cost
@@ -76,11 +77,29 @@ PROFILES = {
 _ALIASES = {"910b": "ascend910b", "910_93": "ascend910_93", "950": "ascend950"}
 
 
+_PASSED: dict[int, SocProfile] = {}
+"""Profiles check_profile has passed, by id (each kept alive here, so its id stays its own). A profile is frozen,
+so one that passed passes again: get_soc (four times in a friendly call) need not check it again."""
+_PASSED_LOCK = threading.Lock()
+MAX_PASSED = 256
+
+
 def check_profile(soc: SocProfile) -> SocProfile:
     """`soc` itself if the simulator can run it; ProfileError naming the bad field otherwise.
 
     Applies to every profile, also one a user builds with `dataclasses.replace` or SocProfile(...).
     """
+    if _PASSED.get(id(soc)) is soc:
+        return soc
+    _check_profile(soc)
+    with _PASSED_LOCK:
+        if len(_PASSED) >= MAX_PASSED:
+            del _PASSED[next(iter(_PASSED))]
+        _PASSED[id(soc)] = soc
+    return soc
+
+
+def _check_profile(soc: SocProfile) -> None:
     if not isinstance(soc, SocProfile):
         raise ProfileError(f"soc must be a profile name or a SocProfile, got {type(soc).__name__}")
     _whole("ub_size", soc.ub_size, MIN_UB_BYTES, MAX_UB_BYTES, "bytes")
@@ -97,7 +116,6 @@ def check_profile(soc: SocProfile) -> SocProfile:
             f"aiv_num {soc.aiv_num:,} x ub_size {soc.ub_size:,} B needs {host / 1024 ** 3:.1f} GiB of host memory "
             f"for the simulated Unified Buffers of a full launch; at most {HOST_UB_BUDGET_BYTES // 1024 ** 3} GiB "
             "is allowed: lower aiv_num or ub_size")
-    return soc
 
 
 def get_soc(name="ascend910b", *, ub_size: int | None = None, aiv_num: int | None = None,

@@ -58,10 +58,16 @@ def pytest_terminal_summary(terminalreporter):
         vs_golden = roles["golden"]["median"] / sim["median"] if "golden" in roles else float("nan")
         vs_copy = roles["copyto"]["median"] / sim["median"] if "copyto" in roles else float("nan")
         vs_numpy = roles["numpy"]["median"] / sim["median"] if "numpy" in roles else float("nan")
-        tr.write_line(f"{case:<{width}} {sim['median'] * 1e3:>8.1f} {gbs:>7.2f} {vs_golden:>9.2f}x {vs_copy:>9.2f}x "
-                      f"{vs_numpy:>8.2f}x")
+        tr.write_line(f"{case:<{width}} {sim['median'] * 1e3:>8.3g} {gbs:>7.2f} {_ratio(vs_golden):>10} "
+                      f"{_ratio(vs_copy):>10} {_ratio(vs_numpy):>9}")
     tr.write_line("ratios: the other's median time / the simulator's (above 1: the simulator is faster); vs numpy: "
                   "a vectorised NumPy implementation a user would write instead")
+
+
+def _ratio(value: float) -> str:
+    """A ratio with two decimals, or two significant digits below 0.1 (a small call's ratio to a microsecond
+    baseline would show as 0.00x)."""
+    return f"{value:.2f}x" if not value < 0.1 else f"{value:.2g}x"
 
 
 def _overhead_summary(tr) -> None:
