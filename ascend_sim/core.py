@@ -13,6 +13,8 @@ call receives it:
 
 Anything else a core needs (the timeline's trace buffer) is reached through an address in `state`:
 a fifth array in Core makes every AscendC call several times slower.
+
+The launcher's cores are rows of a CoreSet (one UB slab, one state array), pooled between launches in CORE_SETS.
 """
 from __future__ import annotations
 
@@ -46,65 +48,118 @@ def poison_fill(buf: np.ndarray) -> None:
 ATOMIC_LOCKS = np.zeros(ATOMIC_LOCK_COUNT, dtype=np.int32)
 
 
-class UbPool:
-    """UB arrays of finished launches, handed to the next launch's cores.
+@njit(cache=True, nogil=True)
+def _poison_rows(flat_ubs: np.ndarray, ub_size: int, extents: np.ndarray) -> None:
+    """poison_fill of the first extents[i] bytes of every core's UB (row i of the flat UB slab)."""
+    for i in range(extents.size):
+        poison_fill(flat_ubs[i * ub_size: i * ub_size + extents[i]])
 
-    A fresh np.empty of a UB is a new mapping whose pages the OS faults in and zeroes on first touch: for
-    48 cores of 192 KiB that is about a millisecond per launch, a tenth of a small kernel's run. A pooled UB
-    comes back with the extent its last launch may have written (`dirty`), and start_pipe re-poisons just
-    that much, so a kernel sees exactly what a fresh UB would show it. Thread-safe: a UB belongs to one core
-    of one launch from `take` until `give`; failed launches do not return theirs.
-    """
 
-    def __init__(self, max_bytes: int = 256 << 20):
-        self._free: dict[int, list] = {}
+class CoreSet:
+    """The Cores of one launch of block_dim blocks: their UBs (rows of one slab) and states (rows of one array).
+
+    Pooled between launches: a fresh np.empty of a UB is a new mapping whose pages the OS faults in and zeroes on
+    first touch (about a millisecond for 48 cores of 192 KiB). `dirty[i]` is how far the last launch may have
+    written core i's UB, `poisoned[i]` whether the rest still holds the poison, so the next launch re-poisons
+    only that much and a kernel sees exactly what a fresh UB would show it."""
+
+    def __init__(self, block_dim: int, ub_size: int):
+        self.block_dim, self.ub_size = block_dim, ub_size
+        self.ubs = np.empty((block_dim, ub_size), dtype=np.uint8)
+        self.dirty = np.zeros(block_dim, dtype=np.int64)
+        self.poisoned = np.zeros(block_dim, dtype=np.int64)
+        self.width = -1
+        self.states = np.zeros((block_dim, 0), dtype=np.int64)
+        self.cores: list[Core] = []
+
+    @property
+    def nbytes(self) -> int:
+        return self.ubs.nbytes + self.states.nbytes
+
+    def fit(self, width: int) -> None:
+        """States of `width` int64 words (QUE_BASE + the queue slots of the launch's largest TPipe)."""
+        if width != self.width:
+            self.states = np.zeros((self.block_dim, width), dtype=np.int64)
+            self.cores = [Core(self.ubs[i], self.states[i], i, self.block_dim) for i in range(self.block_dim)]
+            self.width = width
+
+    def reset(self, template: np.ndarray) -> None:
+        """Every core as make_core leaves it and timeline.load_costs loads it (`template`), on this set's UBs."""
+        self.states[:] = template
+        self.states[:, UB_POISONED] = self.poisoned
+        self.states[:, UB_DIRTY] = self.dirty
+
+    def start_pipes(self, tables: list[np.ndarray]) -> None:
+        """core.start_pipe on every core at once (one queue table for all, or one each)."""
+        states = self.states
+        states[:, QUE_BASE:] = 0
+        for i, table in enumerate(tables):
+            rows = states if len(tables) == 1 else states[i]
+            rows[..., PIPE_QUEUES] = int(np.count_nonzero(table[:, Q_NUM])) if table.ndim == 2 else 0
+            rows[..., QUE_BASE:QUE_BASE + table.size] = table.reshape(-1)
+        poisoned = states[:, UB_POISONED] != 0
+        extents = np.where(poisoned, np.maximum(states[:, CNT_UB_HWM], states[:, UB_DIRTY]), self.ub_size)
+        _poison_rows(self.ubs.reshape(-1), self.ub_size, extents)
+        states[poisoned, UB_DIRTY] = 0
+        states[:, UB_POISONED] = 1
+
+    def finish(self) -> None:
+        """Remember what this launch may have written (the high-water mark, or a pooled UB's dirty extent) before the set is pooled."""
+        self.poisoned = (self.states[:, UB_POISONED] != 0).astype(np.int64)
+        self.dirty = np.where(self.poisoned != 0, np.maximum(self.states[:, CNT_UB_HWM], self.states[:, UB_DIRTY]), 0)
+
+
+class _CoreSets:
+    """Idle CoreSets by (block_dim, ub_size), at most `max_bytes` of them; thread-safe. A set belongs to one
+    launch from take() until give(); failed launches do not give theirs back."""
+
+    def __init__(self, max_bytes: int = 512 << 20):
+        self._free: dict[tuple, list] = {}
         self._bytes = 0
         self._max_bytes = max_bytes
         self._lock = threading.Lock()
 
-    def take(self, ub_size: int):
-        """(ub, dirty bytes) of an idle UB of ub_size bytes, or None."""
+    def take(self, block_dim: int, ub_size: int, width: int) -> CoreSet:
         with self._lock:
-            free = self._free.get(ub_size)
-            if not free:
-                return None
-            self._bytes -= ub_size
-            return free.pop()
+            free = self._free.get((block_dim, ub_size))
+            crew = free.pop() if free else None
+            if crew is not None:
+                self._bytes -= crew.nbytes
+        if crew is None:
+            crew = CoreSet(block_dim, ub_size)
+        crew.fit(width)
+        return crew
 
-    def give(self, ub: np.ndarray, dirty: int) -> None:
+    def give(self, crew: CoreSet) -> None:
+        crew.finish()
         with self._lock:
-            if self._bytes + ub.size > self._max_bytes:
+            if self._bytes + crew.nbytes > self._max_bytes:
                 return
-            self._free.setdefault(ub.size, []).append((ub, dirty))
-            self._bytes += ub.size
+            self._free.setdefault((crew.block_dim, crew.ub_size), []).append(crew)
+            self._bytes += crew.nbytes
+
+    def idle_sets(self, block_dim: int, ub_size: int) -> int:
+        """How many sets of this shape wait in the pool (for tests)."""
+        with self._lock:
+            return len(self._free.get((block_dim, ub_size), ()))
 
 
-UB_POOL = UbPool()
+CORE_SETS = _CoreSets()
 
 
 def make_core(block_idx: int, block_num: int, ub_size: int, queue_slots: int, max_block_count: int,
               npu_arch: int) -> Core:
     """A fresh core: no TPipe yet (the UB is poisoned by start_pipe, before any stage can run), no flags
     set, counters and clocks zero, atomic add off, the cost model off and no trace until
-    timeline.load_costs / timeline.attach_trace. Its UB comes from UB_POOL when one is idle."""
+    timeline.load_costs / timeline.attach_trace. (The launcher builds its cores as rows of a pooled CoreSet.)"""
     state = np.zeros(QUE_BASE + queue_slots, dtype=np.int64)
-    pooled = UB_POOL.take(ub_size)
-    if pooled is None:
-        ub = np.empty(ub_size, dtype=np.uint8)
-    else:
-        ub, state[UB_DIRTY] = pooled
-        state[UB_POISONED] = 1     # all of it but the first `dirty` bytes still holds the poison
+    ub = np.empty(ub_size, dtype=np.uint8)
     state[CAP_MAX_BLOCK_COUNT] = max_block_count
     state[CAP_NPU_ARCH] = npu_arch
     state[ATOMIC_LOCK_TABLE] = ATOMIC_LOCKS.ctypes.data
     state[OUTLINE_TABLE] = TABLE_ADDRESS
     state[OUTLINE_RESOLVER] = RESOLVER_ADDRESS
     return Core(ub, state, block_idx, block_num)
-
-
-def release_core(core: Core) -> None:
-    """Hand a finished core's UB back to UB_POOL with the extent this launch may have written."""
-    UB_POOL.give(core.ub, int(max(core.state[CNT_UB_HWM], core.state[UB_DIRTY])))
 
 
 def start_pipe(core: Core, queue_table: np.ndarray) -> None:

@@ -37,14 +37,13 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from numba import njit
 from numba._dispatcher import compute_fingerprint
 
 from . import errors
-from .layout import (CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, CNT_UB_HWM, ERR_BASE, FAULT_CALL_INDEX,
-                     FLAG_BASE, MEMBER_BASE, N_COUNTERS, N_PIPES, PIPE_QUEUES, Q_NUM, QUE_BASE, TL_BUSY, TL_DONE,
+from .layout import (CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX,
+                     FLAG_BASE, MEMBER_BASE, N_COUNTERS, N_PIPES, QUE_BASE, TL_BUSY, TL_DONE,
                      TL_END, TL_TRACE_N, TRACE_COLS, UB_DIRTY, UB_POISONED)
-from .core import Core, fault_record, flags, make_core, poison_fill, start_pipe
+from .core import CORE_SETS, fault_record, flags, make_core, start_pipe
 from .cost import CostModel
 from .estimate import CoreTime, Estimate
 from . import check as checking
@@ -428,105 +427,6 @@ def _run_round(run_core: Callable, block_dim: int, threads: int, outcomes: list,
     _ROUND_SECONDS[key] = busy[0]
 
 
-# --- the cores' state and UB, pooled between launches ------------------------------------------------------
-@njit(cache=True, nogil=True)
-def _poison_rows(flat_ubs: np.ndarray, ub_size: int, extents: np.ndarray) -> None:
-    """poison_fill of the first extents[i] bytes of every core's UB (row i of the flat UB slab)."""
-    for i in range(extents.size):
-        poison_fill(flat_ubs[i * ub_size: i * ub_size + extents[i]])
-
-
-class _CoreSet:
-    """The Cores of one launch of block_dim blocks: their UBs (rows of one slab) and states (rows of one array).
-
-    Pooled between launches (as core.UbPool pools single UBs): `dirty[i]` is how far the last launch may have
-    written core i's UB, `poisoned[i]` whether the rest still holds the poison, so the next launch re-poisons
-    only that much and a kernel sees exactly what a fresh UB would show it."""
-
-    def __init__(self, block_dim: int, ub_size: int):
-        self.block_dim, self.ub_size = block_dim, ub_size
-        self.ubs = np.empty((block_dim, ub_size), dtype=np.uint8)
-        self.dirty = np.zeros(block_dim, dtype=np.int64)
-        self.poisoned = np.zeros(block_dim, dtype=np.int64)
-        self.width = -1
-        self.states = np.zeros((block_dim, 0), dtype=np.int64)
-        self.cores: list[Core] = []
-
-    @property
-    def nbytes(self) -> int:
-        return self.ubs.nbytes + self.states.nbytes
-
-    def fit(self, width: int) -> None:
-        """States of `width` int64 words (QUE_BASE + the queue slots of the launch's largest TPipe)."""
-        if width != self.width:
-            self.states = np.zeros((self.block_dim, width), dtype=np.int64)
-            self.cores = [Core(self.ubs[i], self.states[i], i, self.block_dim) for i in range(self.block_dim)]
-            self.width = width
-
-    def reset(self, template: np.ndarray) -> None:
-        """Every core as make_core leaves it and timeline.load_costs loads it (`template`), on this set's UBs."""
-        self.states[:] = template
-        self.states[:, UB_POISONED] = self.poisoned
-        self.states[:, UB_DIRTY] = self.dirty
-
-    def start_pipes(self, tables: list[np.ndarray]) -> None:
-        """core.start_pipe on every core at once (one queue table for all, or one each)."""
-        states = self.states
-        states[:, QUE_BASE:] = 0
-        for i, table in enumerate(tables):
-            rows = states if len(tables) == 1 else states[i]
-            rows[..., PIPE_QUEUES] = int(np.count_nonzero(table[:, Q_NUM])) if table.ndim == 2 else 0
-            rows[..., QUE_BASE:QUE_BASE + table.size] = table.reshape(-1)
-        poisoned = states[:, UB_POISONED] != 0
-        extents = np.where(poisoned, np.maximum(states[:, CNT_UB_HWM], states[:, UB_DIRTY]), self.ub_size)
-        _poison_rows(self.ubs.reshape(-1), self.ub_size, extents)
-        states[poisoned, UB_DIRTY] = 0
-        states[:, UB_POISONED] = 1
-
-    def finish(self) -> None:
-        """Remember what this launch may have written (release_core's extent) before the set is pooled."""
-        self.poisoned = (self.states[:, UB_POISONED] != 0).astype(np.int64)
-        self.dirty = np.where(self.poisoned != 0, np.maximum(self.states[:, CNT_UB_HWM], self.states[:, UB_DIRTY]), 0)
-
-
-class _CoreSets:
-    """Idle _CoreSets by (block_dim, ub_size), at most `max_bytes` of them; thread-safe. A set belongs to one
-    launch from take() until give(); failed launches do not give theirs back."""
-
-    def __init__(self, max_bytes: int = 512 << 20):
-        self._free: dict[tuple, list] = {}
-        self._bytes = 0
-        self._max_bytes = max_bytes
-        self._lock = threading.Lock()
-
-    def take(self, block_dim: int, ub_size: int, width: int) -> _CoreSet:
-        with self._lock:
-            free = self._free.get((block_dim, ub_size))
-            crew = free.pop() if free else None
-            if crew is not None:
-                self._bytes -= crew.nbytes
-        if crew is None:
-            crew = _CoreSet(block_dim, ub_size)
-        crew.fit(width)
-        return crew
-
-    def give(self, crew: _CoreSet) -> None:
-        crew.finish()
-        with self._lock:
-            if self._bytes + crew.nbytes > self._max_bytes:
-                return
-            self._free.setdefault((crew.block_dim, crew.ub_size), []).append(crew)
-            self._bytes += crew.nbytes
-
-    def idle_sets(self, block_dim: int, ub_size: int) -> int:
-        """How many sets of this shape wait in the pool (for tests)."""
-        with self._lock:
-            return len(self._free.get((block_dim, ub_size), ()))
-
-
-_CORE_SETS = _CoreSets()
-
-
 @functools.lru_cache(maxsize=256)
 def _state_template(width: int, max_block_count: int, npu_arch: int, cost: CostModel, cores_running: int):
     """The state words make_core gives a core (no UB yet) and timeline.load_costs loads; read-only."""
@@ -579,7 +479,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     cost = chip_cost(chip)
     request = current_request()
     trace_rows = request.rows_for(block_dim) if request is not None else {}
-    crew = _CORE_SETS.take(block_dim, chip.ub_size, QUE_BASE + layout.slots)
+    crew = CORE_SETS.take(block_dim, chip.ub_size, QUE_BASE + layout.slots)
     crew.reset(_state_template(crew.width, chip.max_block_count, chip.npu_arch, cost, min(block_dim, chip.aiv_num)))
     cores, states = crew.cores, crew.states
     traces = {i: np.zeros((rows, TRACE_COLS), dtype=np.int64) for i, rows in trace_rows.items()}
@@ -712,7 +612,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                             tuple(sync_marks))
     extra = dict(checked=check_mode, waived_races=int(states[:, CHK_WAIVED].sum())) if check_mode else {}
     del shadows      # the checked cores' shadows lived until here
-    _CORE_SETS.give(crew)
+    CORE_SETS.give(crew)
     report = RunReport(
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
         ub_capacity_bytes=chip.ub_size, ub_plan=layout.ub_plan, ub_plan_bytes=layout.ub_plan_bytes,

@@ -22,6 +22,7 @@ from tiling import get_soc
 from tiling.platform import ProfileError, SocProfile, check_profile
 
 launch_module = sys.modules["ascend_sim.launch"]
+core_module = sys.modules["ascend_sim.core"]
 
 ROW = 32
 
@@ -98,7 +99,7 @@ def test_core_sets_are_reset_to_what_make_core_load_costs_and_start_pipe_give():
     table = plan_pipe(rows, chip.ub_size, op="CacheOp").queue_table()
     width = QUE_BASE + table.size
     for used in (False, True):                               # a fresh set, then one a launch has written to
-        crew = launch_module._CORE_SETS.take(3, chip.ub_size, width)
+        crew = core_module.CORE_SETS.take(3, chip.ub_size, width)
         crew.reset(launch_module._state_template(width, chip.max_block_count, chip.npu_arch, chip.cost, 3))
         crew.start_pipes([table])
         for core in crew.cores:
@@ -114,16 +115,16 @@ def test_core_sets_are_reset_to_what_make_core_load_costs_and_start_pipe_give():
             for core in crew.cores:                            # as a kernel would: bytes written, high-water mark
                 core.ub[: 1000 + core.block_idx] = 0x11
                 core.state[CNT_UB_HWM] = 1000 + core.block_idx
-        launch_module._CORE_SETS.give(crew)
+        core_module.CORE_SETS.give(crew)
 
 
 def test_a_pooled_core_set_knows_how_far_its_last_launch_wrote():
     chip = get_soc("910b")
     for _ in range(3):
         _copy(np.uint16, 4, 4, chip, buf_bytes=ROW * 2)
-        crew = launch_module._CORE_SETS.take(4, chip.ub_size, QUE_BASE + 1)
+        crew = core_module.CORE_SETS.take(4, chip.ub_size, QUE_BASE + 1)
         assert crew.dirty.tolist() == [ROW * 2] * 4 and crew.poisoned.all()
-        launch_module._CORE_SETS.give(crew)
+        core_module.CORE_SETS.give(crew)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4], ids=lambda t: f"threads={t}")

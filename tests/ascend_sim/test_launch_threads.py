@@ -136,12 +136,12 @@ def write_then_dump(c, out, write_bytes):
 
 def test_a_reused_ub_shows_poison_where_its_last_launch_wrote():
     """UBs of finished launches are pooled; the next kernel must still find poison, never the last one's data."""
-    from ascend_sim.launch import _CORE_SETS
+    from ascend_sim.core import CORE_SETS
     from ascend_sim.layout import POISON
     out = np.zeros(4 * 4096, dtype=np.uint8)
     for _ in range(2):
         run([write_then_dump], [tbuf("buf", 4096)], asc.GlobalTensor(out, 0, 0), 4096, block_dim=4)
-        assert _CORE_SETS.idle_sets(4, get_soc("910b").ub_size) >= 1     # the cores' UBs went back to the pool
+        assert CORE_SETS.idle_sets(4, get_soc("910b").ub_size) >= 1     # the cores' UBs went back to the pool
         run([write_then_dump], [tbuf("buf", 4096)], asc.GlobalTensor(out, 0, 0), 4096, block_dim=4)
         run([write_then_dump], [tbuf("buf", 4096)], asc.GlobalTensor(out, 0, 0), 0, block_dim=4)
         assert np.array_equal(out, np.resize(POISON, out.size)), "a pooled UB leaked the previous kernel's bytes"
