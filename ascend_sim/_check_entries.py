@@ -10,14 +10,13 @@ Each entry gets the core state as (address, length) and rebuilds the one field t
 """
 from __future__ import annotations
 
-import types
 from collections import namedtuple
 
 from numba import carray, cfunc
 from numba import types as nt
 
 from . import shadow
-from ._jit import source_stamp
+from ._jit import function_copy, source_stamp
 from ._memory import i64_pointer
 
 StateOnly = namedtuple("StateOnly", ["state"])     # the part of a Core the checks read and write
@@ -39,9 +38,7 @@ def _gm_read(state_address, state_len, call, pipe, address, nbytes):
 def _compile(fn, n_args: int):
     """fn as a cached C function `void fn(int64 * n_args)`, named with the source stamp of this module and all it
     imports (numba stamps a cache entry with fn's own file only; see _jit.aicore)."""
-    impl = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__)
-    impl.__qualname__ = f"{fn.__qualname__}__{source_stamp(__name__)}"
-    impl.__module__ = fn.__module__
+    impl = function_copy(fn, f"{fn.__qualname__}__{source_stamp(__name__)}")
     return cfunc(nt.void(*([nt.int64] * n_args)), cache=True, error_model="numpy")(impl)
 
 

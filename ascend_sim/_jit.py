@@ -57,16 +57,24 @@ def aicore(fn=None, *, cached: bool = True):
     compiled; cached=False for code only ever compiled into something cached itself (an outlined variant's body)."""
     if fn is None:
         return lambda f: aicore(f, cached=cached)
-    impl = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    impl.__kwdefaults__ = fn.__kwdefaults__
-    impl.__qualname__ = f"{fn.__qualname__}__{source_stamp(fn.__module__)}"
-    impl.__module__ = fn.__module__
+    impl = function_copy(fn, f"{fn.__qualname__}__{source_stamp(fn.__module__)}")
 
     @overload(fn, jit_options=_CACHED_DEVICE_OPTIONS if cached else DEVICE_JIT_OPTIONS, strict=False)
     def _typed(*args, **kwargs):
         return impl
 
     return fn
+
+
+def function_copy(fn, qualname: str):
+    """A new function object with fn's code, globals, defaults and closure under another qualified name: numba
+    keys its compilations and disk-cache entries on the function object and its qualname, so a copy compiles
+    (and caches) apart from fn."""
+    copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__qualname__ = qualname
+    copy.__module__ = fn.__module__
+    return copy
 
 
 def global_aicore(fn):

@@ -33,7 +33,6 @@ import inspect
 import sys
 import textwrap
 import threading
-import types as pytypes
 
 import numpy as np
 from llvmlite import ir
@@ -42,7 +41,7 @@ from numba.core import cgutils
 from numba.core.imputils import lower_builtin
 from numba.extending import intrinsic, type_callable
 
-from ._jit import AFTER_COMPILE, aicore, source_stamp
+from ._jit import AFTER_COMPILE, aicore, function_copy, source_stamp
 from .layout import ERR_BASE, F_OUTLINE, OUTLINE_RESOLVER, OUTLINE_TABLE
 
 TABLE_SLOTS = 8192          # variants one process can hold (a power of two); the demo uses about a hundred
@@ -71,14 +70,10 @@ class Outlined:
             raise TypeError(f"{fn.__qualname__} has no parameter {sorted(unknown)}")
         self.as_bytes = tuple(p in as_bytes for p in self.params)
         self.key = f"{fn.__module__}:{fn.__qualname__}"
-        inline = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-        inline.__qualname__ = f"{fn.__qualname__}__inline"
-        inline.__module__ = fn.__module__
-        self.inline = inline                 # compiled in place at a call site that cannot be outlined
-        body = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-        body.__qualname__ = f"{fn.__qualname__}__body"
-        body.__module__ = fn.__module__
-        self.body = aicore(body, cached=False)  # what a variant runs, inlined into it (the variant is cached)
+        # compiled in place at a call site that cannot be outlined
+        self.inline = function_copy(fn, f"{fn.__qualname__}__inline")
+        # what a variant runs, inlined into it (the variant is what is cached)
+        self.body = aicore(function_copy(fn, f"{fn.__qualname__}__body"), cached=False)
 
     def descriptor(self, kinds: str) -> str:
         return f"{self.key}:{source_stamp(self.fn.__module__)}|{kinds}{_END}"
@@ -326,25 +321,16 @@ def _hash(descriptor: str) -> int:
 
 
 def _insert(h: int, address: int) -> None:
+    """Enter (h, address) at the first free slot from h's own; call sites probe at most PROBES slots."""
     slot = h & (TABLE_SLOTS - 1)
-    for _ in range(TABLE_SLOTS):
+    for _ in range(PROBES):
         if _TABLE[2 * slot] in (0, h):
             _TABLE[2 * slot + 1] = address      # the address before the key: a reader that sees the key sees it
             _TABLE[2 * slot] = h
-            if _probe_distance(h) > PROBES:
-                raise RuntimeError("machine-model call table: too many collisions")
             return
         slot = (slot + 1) & (TABLE_SLOTS - 1)
-    raise RuntimeError(f"machine-model call table full ({TABLE_SLOTS} variants)")
-
-
-def _probe_distance(h: int) -> int:
-    slot = h & (TABLE_SLOTS - 1)
-    for k in range(TABLE_SLOTS):
-        if _TABLE[2 * slot] == h:
-            return k + 1
-        slot = (slot + 1) & (TABLE_SLOTS - 1)
-    return TABLE_SLOTS
+    raise RuntimeError(f"machine-model call table: no free slot within {PROBES} of this variant's "
+                       f"({len(_VARIANTS)} variants held)")
 
 
 def resolve_library(library) -> None:
