@@ -18,7 +18,7 @@ from ascend_sim.core import make_core
 from ascend_sim.datacopy import DataCopyExtParams, GlobalTensor
 from ascend_sim.layout import ERR_BASE, F_OUTLINE, OUTLINE_RESOLVER, OUTLINE_TABLE
 
-from .harness import run, tbuf
+from .harness import que, run, tbuf
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,10 +73,27 @@ def test_outlined_copy_gives_the_bytes_and_counters():
     assert report.total.mte2_bytes == 160 and report.total.mte3_bytes == 160
 
 
+@asc.global_aicore
+def _queue_two_types_stage(c):
+    """AllocTensor / EnQue / DeQue / FreeTensor of one queue's buffer as float32, then as uint16."""
+    t = asc.alloc_tensor(c, 0, asc.ub_f32(c))
+    asc.en_que(c, 0, t)
+    t = asc.de_que(c, 0, asc.ub_f32(c))
+    asc.free_tensor(c, 0, t)
+    h = asc.alloc_tensor(c, 0, asc.ub_u16(c))
+    asc.en_que(c, 0, h)
+    h = asc.de_que(c, 0, asc.ub_u16(c))
+    asc.free_tensor(c, 0, h)
+
+
 def test_one_variant_per_kind_whatever_the_element_type_of_a_bytes_argument():
-    names = [d for d in _outline._VARIANTS if ":en_que:" in d or ":free_tensor:" in d]
-    # every compiled EnQue / FreeTensor in this process crosses its LocalTensor as bytes
-    assert all("|Nascend_sim.core.Core(auint8,aint64,i,i),i,B#" in d for d in names), names
+    report = run([_queue_two_types_stage], [que("q", 256)])
+    assert report.total.events > 0
+    for name in ("en_que", "free_tensor"):
+        variants = [d for d in _outline._VARIANTS if f"ascend_sim.queue:{name}:" in d]
+        # float32 and uint16 LocalTensors both cross as bytes: one variant, of kind B
+        assert len(variants) == 1 and variants[0].endswith("|Nascend_sim.core.Core(auint8,aint64,i,i),i,B#"), \
+            variants
 
 
 def test_core_without_a_table_records_a_fault_not_a_crash():
