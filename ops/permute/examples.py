@@ -5,6 +5,8 @@ import numpy as np
 
 from tiling.common import as_dtype
 
+from ..common.half_cast import cast
+
 
 def make_inputs(tokens: int, hidden: int, experts: int, *, topk: int = 2, dtype="bf16", indices_dtype="int32",
                 distinct: bool = True, one_dim: bool = False, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -14,7 +16,7 @@ def make_inputs(tokens: int, hidden: int, experts: int, *, topk: int = 2, dtype=
     if np.issubdtype(dtype, np.integer):
         x = rng.integers(-100, 100, (tokens, hidden)).astype(dtype)
     else:
-        x = rng.uniform(-5, 5, (tokens, hidden)).astype(dtype)
+        x = cast(rng.uniform(-5, 5, (tokens, hidden)), dtype)
     if distinct and topk <= experts:
         idx = np.argsort(rng.random((tokens, experts)), axis=1)[:, :topk]
     else:

@@ -10,6 +10,7 @@ import numpy as np
 
 from tiling.common import as_dtype
 
+from ..common.half_cast import cast
 from ..permute.examples import forward_sorted_indices
 
 
@@ -23,5 +24,5 @@ def make_inputs(tokens: int, hidden: int, topk: int = 2, *, experts: int | None 
     sorted_indices = forward_sorted_indices(expert_ids)
     total = tokens * topk
     rows = total if num_out_tokens <= 0 else min(num_out_tokens, total)
-    grad = (rng.random((rows, hidden), dtype=np.float32) * 4 - 2).astype(as_dtype(dtype))
+    grad = cast(rng.random((rows, hidden), dtype=np.float32) * 4 - 2, as_dtype(dtype))
     return dict(permuted_output_grad=grad, sorted_indices=sorted_indices, num_topk=topk, padded_mode=False)

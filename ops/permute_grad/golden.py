@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ops.common.half_cast import cast, to_f32
+
 
 def _slots(sorted_indices, num_topk: int):
     k = 1 if num_topk == -1 else int(num_topk)
@@ -34,7 +36,7 @@ def golden(permuted_output_grad, sorted_indices, num_topk: int) -> np.ndarray:
     slots, n, k = _slots(sorted_indices, num_topk)
     if (slots < 0).any():
         raise ValueError("outside golden domain: a negative index is gathered from before the tensor")
-    x = g.astype(np.float32)
+    x = to_f32(g)
     acc = np.zeros((n, hidden), dtype=np.float32)
     seen = np.zeros(n, dtype=bool)
     for j in range(k):
@@ -45,7 +47,7 @@ def golden(permuted_output_grad, sorted_indices, num_topk: int) -> np.ndarray:
         acc[first] = x[col[first]]
         acc[more] = acc[more] + x[col[more]]
         seen |= keep
-    return acc.astype(g.dtype)
+    return cast(acc, g.dtype)
 
 
 def golden_950(permuted_output_grad, sorted_indices, num_topk: int, k_chunk: int | None = None) -> np.ndarray:

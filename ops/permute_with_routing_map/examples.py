@@ -8,6 +8,8 @@ import numpy as np
 
 from tiling.common import as_dtype
 
+from ..common.half_cast import cast
+
 
 def make_inputs(tokens: int, hidden: int, experts: int, topk: int | None = None, capacity: int | None = None,
                 dtype="bf16", probs_dtype=None, drop_and_pad: bool = False, with_probs: bool = True,
@@ -30,8 +32,8 @@ def make_inputs(tokens: int, hidden: int, experts: int, topk: int | None = None,
     else:
         num_out_tokens = tokens * topk
     if values:
-        x = rng.standard_normal((tokens, hidden), dtype=np.float32).astype(dtype)
-        probs = soft.astype(probs_dtype)
+        x = cast(rng.standard_normal((tokens, hidden), dtype=np.float32), dtype)
+        probs = cast(soft, probs_dtype)
     else:
         x = np.zeros((tokens, hidden), dtype=dtype)
         probs = np.zeros((tokens, experts), dtype=probs_dtype)

@@ -17,6 +17,8 @@ import numpy as np
 
 from tiling.common import as_dtype
 
+from ..common.half_cast import cast
+
 
 def _uniform(rng, low: float, high: float, shape, dtype, values: bool) -> np.ndarray:
     if not values:
@@ -24,7 +26,7 @@ def _uniform(rng, low: float, high: float, shape, dtype, values: bool) -> np.nda
     out = rng.random(shape, dtype=np.float32)
     out *= high - low
     out += low
-    return out.astype(dtype)
+    return cast(out, dtype)
 
 
 def _router_rank(rng, tokens: int, experts: int) -> np.ndarray:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ops.common.half_cast import cast, to_f32
+
 
 def _fp32(a) -> np.ndarray:
-    return np.asarray(a).astype(np.float32)
+    return to_f32(a)
 
 
 def tokens_grad_no_pad(gp_tokens, sorted_indices, tokens_num: int) -> np.ndarray:
@@ -33,7 +35,7 @@ def tokens_grad_no_pad(gp_tokens, sorted_indices, tokens_num: int) -> np.ndarray
     s = np.asarray(sorted_indices, dtype=np.int64)
     out = np.zeros((tokens_num, h), dtype=np.float32)
     if top_k == 0:
-        return out.astype(gp_tokens.dtype)
+        return cast(out, gp_tokens.dtype)
     slots = s[: tokens_num * top_k].reshape(tokens_num, top_k)
     for k in range(top_k):
         col = slots[:, k]
@@ -42,7 +44,7 @@ def tokens_grad_no_pad(gp_tokens, sorted_indices, tokens_num: int) -> np.ndarray
             out[keep] = x[col[keep]]              # first term assigned: keeps a -0.0 row as -0.0
         else:
             out[keep] = out[keep] + x[col[keep]]
-    return out.astype(gp_tokens.dtype)
+    return cast(out, gp_tokens.dtype)
 
 
 def probs_grad_no_pad(gp_probs, routing_map, out_dtype=None) -> np.ndarray:
@@ -74,7 +76,7 @@ def tokens_grad_pad(gp_tokens, sorted_indices, tokens_num: int) -> np.ndarray:
         t = s[i]
         acc[t] = acc[t] + x[i] if touched[t] else x[i] + np.float32(0.0)   # the output starts as zeros
         touched[t] = True
-    return acc.astype(gp_tokens.dtype)
+    return cast(acc, gp_tokens.dtype)
 
 
 def probs_grad_pad(gp_probs, sorted_indices, tokens_num: int, num_experts: int) -> np.ndarray:

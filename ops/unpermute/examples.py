@@ -12,6 +12,7 @@ import numpy as np
 
 from tiling.common import as_dtype
 
+from ..common.half_cast import cast
 from ..permute.examples import forward_sorted_indices
 
 
@@ -34,9 +35,9 @@ def make_inputs(tokens: int, hidden: int, experts: int = 8, topk: int = 2, *, dt
     sorted_indices = forward_sorted_indices(chosen)                            # flat slot -> permuted row
     rows = tokens * k if num_out_tokens is None else int(num_out_tokens)
     if values:
-        permuted = (rng.random((rows, hidden), dtype=np.float32) * 4 - 2).astype(dtype)
+        permuted = cast(rng.random((rows, hidden), dtype=np.float32) * 4 - 2, dtype)
     else:
         permuted = np.zeros((rows, hidden), dtype=dtype)
-    probs = np.take_along_axis(scores, chosen, axis=1).astype(probs_dtype) if with_probs else None
+    probs = cast(np.take_along_axis(scores, chosen, axis=1), probs_dtype) if with_probs else None
     return dict(permuted_tokens=permuted, sorted_indices=sorted_indices, probs=probs, padded_mode=False,
                 restore_shape=None)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ops.common.half_cast import cast, to_f32
+
 _F32 = np.dtype(np.float32)
 
 
@@ -29,7 +31,7 @@ def golden(permuted_tokens, sorted_indices, probs=None, *, arch35: bool = False)
         w = np.ones((tokens, 1), dtype=_F32)
     else:
         tokens, top_k = probs.shape
-        w = np.asarray(probs).astype(_F32)
+        w = to_f32(probs)
     idx = s[: tokens * top_k].reshape(tokens, top_k)
     bad = idx < (-1 if arch35 else 0)
     if bad.any():
@@ -39,7 +41,7 @@ def golden(permuted_tokens, sorted_indices, probs=None, *, arch35: bool = False)
         keep &= idx != -1
     elif probs is not None:
         keep &= w != 0
-    x = p.astype(_F32)
+    x = to_f32(p)
     out = np.zeros((tokens, hidden), dtype=_F32)
     with np.errstate(invalid="ignore", over="ignore"):
         for k in range(top_k):
@@ -49,4 +51,4 @@ def golden(permuted_tokens, sorted_indices, probs=None, *, arch35: bool = False)
                 out[sel] = term                     # slot 0 is taken as it is (no +0.0 added to it)
             else:
                 out[sel] = out[sel] + term
-    return out.astype(p.dtype)
+    return cast(out, p.dtype)

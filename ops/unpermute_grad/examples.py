@@ -7,6 +7,8 @@ import numpy as np
 
 from tiling.common import as_dtype
 
+from ..common.half_cast import cast
+
 
 def _uniform(rng, low: float, high: float, shape, dtype, values: bool) -> np.ndarray:
     """Uniform values in [low, high) drawn in float32, then cast; zeros for values=False."""
@@ -15,7 +17,7 @@ def _uniform(rng, low: float, high: float, shape, dtype, values: bool) -> np.nda
     out = rng.random(shape, dtype=np.float32)
     out *= high - low
     out += low
-    return out.astype(dtype)
+    return cast(out, dtype)
 
 
 def make_inputs(tokens: int, hidden: int, *, topk: int = 2, dtype="bf16", probs_dtype=None, with_probs: bool = True,

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ops.common.half_cast import cast, to_f32
+
 from ops.common.reduce_sum_golden import reduce_sum_rows, tree_lanes
 
 VL_FP32 = 64
 
 
 def _f32(a) -> np.ndarray:
-    return np.asarray(a).astype(np.float32)
+    return to_f32(a)
 
 
 def reduce_sum_rows_arch35(x: np.ndarray) -> np.ndarray:
@@ -85,7 +87,7 @@ def golden(permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs=None, 
     pr = np.asarray(probs)
     w = _f32(pr).reshape(-1)
     g32 = _f32(g)
-    out[idx[written]] = (g32[tokens[written]] * w[written][:, None]).astype(g.dtype)
+    out[idx[written]] = cast(g32[tokens[written]] * w[written][:, None], g.dtype)
 
     p = np.asarray(permuted_tokens)
     if written.any() and idx[written].max() >= p.shape[0]:

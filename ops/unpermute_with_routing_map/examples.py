@@ -13,6 +13,8 @@ import numpy as np
 
 from tiling.common import as_dtype
 
+from ..common.half_cast import cast
+
 
 def _router(rng, tokens: int, experts: int) -> np.ndarray:
     """(tokens, experts) float32 softmax of random logits."""
@@ -29,7 +31,7 @@ def _uniform(rng, shape, dtype, values: bool) -> np.ndarray:
     out = rng.random(shape, dtype=np.float32)
     out *= 4
     out -= 2
-    return out.astype(dtype)
+    return cast(out, dtype)
 
 
 def make_inputs(tokens: int, hidden: int, experts: int, topk: int | None = None, capacity: int | None = None,
@@ -66,5 +68,5 @@ def make_inputs(tokens: int, hidden: int, experts: int, topk: int | None = None,
                 routing_map=None, probs=None, padded_mode=drop_and_pad, restore_shape=(tokens, hidden))
     if with_probs:
         args["routing_map"] = routing.astype(as_dtype(routing_map_dtype))
-        args["probs"] = scores.astype(probs_dtype)
+        args["probs"] = cast(scores, probs_dtype)
     return args

@@ -22,7 +22,15 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ops.common.half_cast import cast, to_f32
+
 _F32 = np.dtype(np.float32)
+_HALF = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16))
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    """a as float64, exactly; a half array through float32 (exact), not through the library's scalar loop."""
+    return to_f32(a).astype(np.float64) if a.dtype in _HALF else a.astype(np.float64)
 
 
 def _permute_probs_not_pad(routing_map, probs):
@@ -53,14 +61,14 @@ def golden_not_pad(permuted_tokens, sorted_indices, routing_map, probs, restore_
         weights = np.ones((tokens, top_k), dtype=_F32)
     idx = s[: tokens * top_k].reshape(tokens, top_k)
     keep = (idx >= 0) & (idx < rows) & (weights != 0)
-    x = p.astype(_F32)
+    x = to_f32(p)
     # slot 0 initialises the accumulator (a skipped slot 0 leaves +0.0); later kept slots are added
     acc = np.zeros((tokens, hidden), dtype=_F32)
     for k in range(top_k):
         rows_k = np.flatnonzero(keep[:, k])
         term = x[idx[rows_k, k]] * weights[rows_k, k][:, None] if probs is not None else x[idx[rows_k, k]]
         acc[rows_k] = term if k == 0 else acc[rows_k] + term
-    return acc.astype(p.dtype), pp
+    return cast(acc, p.dtype), pp
 
 
 def golden_pad(permuted_tokens, sorted_indices, probs, out_shape):
@@ -78,12 +86,12 @@ def golden_pad(permuted_tokens, sorted_indices, probs, out_shape):
         pp[i] = probs[s[i], i // capacity]
         # the fp64 product of two <= 24-bit significands is exact: one rounding to fp32 is the fp32 product, and
         # for 2-byte tokens (exact in fp32) one rounding to the token dtype
-        product = (p.astype(np.float64) * pp.astype(np.float64)[:, None]).astype(_F32)
-        source = product if mixed else product.astype(p.dtype)
+        product = (_f64(p) * _f64(pp)[:, None]).astype(_F32)
+        source = product if mixed else cast(product, p.dtype)
     order = np.argsort(s.view(np.float32), kind="stable").astype(np.int32)
     values = s[order]
     acc = np.zeros(out_shape, dtype=_F32)
-    src = source.astype(_F32)
+    src = to_f32(source)
     # rows of one token in ascending slot order: a sequential fp32 sum per token, vectorised over tokens by
     # walking the k-th occurrence of each token id
     rank = np.zeros(s.size, dtype=np.int64)
@@ -94,7 +102,7 @@ def golden_pad(permuted_tokens, sorted_indices, probs, out_shape):
     for r in range(int(rank.max()) + 1 if s.size else 0):
         at = np.flatnonzero(rank == r)
         acc[values[at]] = acc[values[at]] + src[order[at]]
-    return acc.astype(p.dtype), order, values, pp
+    return cast(acc, p.dtype), order, values, pp
 
 
 def golden(permuted_tokens, sorted_indices, routing_map=None, probs=None, padded_mode=False, restore_shape=None,

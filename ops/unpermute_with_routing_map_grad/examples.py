@@ -13,6 +13,8 @@ import numpy as np
 
 from tiling.common import as_dtype
 
+from ..common.half_cast import cast
+
 
 def _uniform(rng, low: float, high: float, shape, dtype, values: bool = True) -> np.ndarray:
     """Uniform values in [low, high) as `dtype`, drawn in float32 (half the memory traffic of float64).
@@ -22,7 +24,7 @@ def _uniform(rng, low: float, high: float, shape, dtype, values: bool = True) ->
     out = rng.random(shape, dtype=np.float32)
     out *= high - low
     out += low
-    return out.astype(dtype)
+    return cast(out, dtype)
 
 
 def make_inputs(tokens: int, hidden: int, experts: int, *, topk: int | None = None, capacity: int | None = None,

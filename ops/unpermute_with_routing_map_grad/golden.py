@@ -40,13 +40,15 @@ from functools import partial
 
 import numpy as np
 
+from ops.common.half_cast import cast, to_f32
+
 from ops.common.reduce_sum_golden import reduce_sum_rows as _reduce_sum_rows
 
 ROW_CHUNK = 2048   # slots per vectorised step (bounds the fp32 temporaries)
 
 
 def _to_f32(a: np.ndarray) -> np.ndarray:
-    return np.asarray(a).astype(np.float32)
+    return to_f32(a)
 
 
 # ReduceSumFunc with this op's strict tiers (> 4096 / 512 / 64); shared with MoeTokenUnpermuteGrad's golden
@@ -62,7 +64,7 @@ def _piece_bounds(hidden: int, piece: int):
 
 
 def _cast_out(x: np.ndarray, dtype) -> np.ndarray:
-    return x.astype(dtype)
+    return cast(x, dtype)
 
 
 def _c_div(a: np.ndarray, b: int) -> np.ndarray:
