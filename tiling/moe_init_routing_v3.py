@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from ascend_sim.pipe import UbBuffer
+
 from .common import TensorDesc, TilingResult, ceil_div, memoised_tiling, struct_fields, tdiv
 from .platform import get_soc
 from .status import TilingError
@@ -680,8 +682,8 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
     x (n, cols) and expert_idx (n, k) int32; scale / offset optional. Attributes and their defaults are the
     OpDef's (active_expert_range is a [start, end) pair of expert ids). The outputs default to the shapes and
     dtypes the tiling expects; give them to reproduce its output checks. Raises TilingError (561002) with the
-    argument and rule wherever the real tiling returns GRAPH_FAILED, in the same order. `ub_plan` is empty
-    (the arch35 kernels' InitBuffer calls are not modelled yet).
+    argument and rule wherever the real tiling returns GRAPH_FAILED, in the same order. `ub_plan` holds the
+    phases ub_plan() models (empty-tensor zeroing, one-core sort, expert-token count) for core 0.
     """
     soc = get_soc(soc)
     if not soc.is_regbase:
@@ -774,7 +776,10 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
     _check_outputs(c, expanded_x_out, expanded_row_idx_out, expert_tokens_count_or_cumsum_out, expanded_scale_out)
 
     if empty:
-        return TilingResult(EMPTY_TENSOR_TILINGKEY, 1, FRAMEWORK_WORKSPACE, f, (), 1, soc)
+        # the empty-tensor branch zeroes expert_tokens_count_or_cumsum from one TBuf
+        count = c.expert_num * 2 if c.tokens_type == KEY_VALUE else c.end - c.start
+        plan = (UbBuffer("zeroBuf", _align_bytes(count, 8), pipe="pipe"),)
+        return TilingResult(EMPTY_TENSOR_TILINGKEY, 1, FRAMEWORK_WORKSPACE, f, plan, 1, soc)
 
     c.sort_loop_max = min(tdiv(c.avail_ub, 4 * 2 * 4) // SORT32_ALIGN_ELEMENT * SORT32_ALIGN_ELEMENT,
                           SORT_API_MAX_ELEM)
@@ -799,7 +804,41 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
     else:
         _gather_out(c)
     key = _tiling_key(c, full_load, cs_mode, sort_mode)
-    return TilingResult(key, c.aiv, _workspace(c, cs_mode), f, (), 1, soc)
+    return TilingResult(key, c.aiv, _workspace(c, cs_mode), f, ub_plan(f, key), 1, soc)
+
+
+def ub_plan(f: dict, key: int, block_idx: int = 0) -> tuple[UbBuffer, ...]:
+    """InitBuffer calls of core `block_idx` for the phases modelled so far: the one-core sort (sortPipe) and
+    the expert-token count (histogramPipe) of the sort templates. The multi-core sort, the gather / quantise
+    kernels, the full-load and counting-sort templates are not listed yet (their pipes are absent, not empty)."""
+    if key >= 10000000 and (key // 1000000) % 10 == 0:
+        # MoeSortOneCore::Init: keys and row ids side by side (two int32 per key) in each buffer
+        tile = _align(f["vbs_last_core_per_loop_elements"], 4)
+        nbytes = ceil_div(tile, SORT32_ALIGN_ELEMENT) * SORT32_ALIGN_ELEMENT * 4 * 2
+        plan = (UbBuffer("sortDataCopyInQueue", nbytes, 1, "TQue", "VECIN", 1, "sortPipe"),
+                UbBuffer("sortDataCopyOutQueue", nbytes, 1, "TQue", "VECOUT", 1, "sortPipe"),
+                UbBuffer("tempBuffer", nbytes, pipe="sortPipe"), UbBuffer("sortedBuffer", nbytes, pipe="sortPipe"))
+    elif key >= 10000000:
+        plan = ()
+    else:
+        return ()
+    p = "expert_tokens_count_"
+    who = "last_core" if block_idx == f[p + "need_core_num"] - 1 else "per_core"
+    in_len = max(f[f"{p}{who}_per_loop_elements"], f[f"{p}{who}_last_loop_elements"])
+    actual = f["actual_expert_num"]
+    if f["expert_tokens_num_type"] == KEY_VALUE:
+        counts = (actual + 1) * 2 if actual + 1 < f["expert_num"] else f["expert_num"] * 2
+    else:
+        counts = actual
+    pipe = "histogramPipe"
+    plan += (UbBuffer("sortedExpertIdxInQueue", _align_bytes(in_len, 4), 1, "TQue", "VECIN", 1, pipe),
+             UbBuffer("expertCountOutToTempQueue", _align_bytes(actual, 4), 1, "TQue", "VECOUT", 1, pipe),
+             UbBuffer("expertCountTempInQueue", _align_bytes(actual, 4), 1, "TQue", "VECIN", 1, pipe),
+             UbBuffer("expertIdxCountOutQueue", _align_bytes(counts, 8), 1, "TQue", "VECOUT", 1, pipe))
+    if f["drop_pad_mode"] != DROPPAD:
+        # only dropless runs hand the total count to the gather kernels
+        plan += (UbBuffer("expertTotalCountQueue", _align_bytes(1, 4), 1, "TQue", "VECOUT", 1, pipe),)
+    return plan
 
 
 def _check_inputs(c: _Ctx, xd, idxd, sd, od) -> None:

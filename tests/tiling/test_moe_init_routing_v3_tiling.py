@@ -295,3 +295,22 @@ def test_attribute_checks_name_the_attribute(name, attrs, arg):
     with pytest.raises(TilingError, match=arg) as info:
         moe_init_routing_v3(((4, 16), "float32"), ((4, 2), "int32"), **kwargs)
     assert info.value.status == 561002
+
+
+def test_ub_plan_of_the_one_core_sort_and_the_token_count():
+    """UT case regbase_mxfp8_roundscale_amax_e5m2 (1 x 65 fp16, k 27, experts [180, 192), key 10170000): the one-core
+    sort holds Align(27 keys, 4 B) = 32 -> 32 keys x 2 int32 = 256 bytes per buffer; the count kernel on core 0
+    reads 1 id (27 ids over 40 cores), counts 12 experts (48 -> 64 bytes as int32, 96 as int64) and one total."""
+    r = _extended(1, 65, 27, 1, 16, "float16", (180, 192), 0)
+    assert [(b.name, b.bytes, b.pipe) for b in r.ub_plan] == [
+        ("sortDataCopyInQueue", 256, "sortPipe"), ("sortDataCopyOutQueue", 256, "sortPipe"),
+        ("tempBuffer", 256, "sortPipe"), ("sortedBuffer", 256, "sortPipe"),
+        ("sortedExpertIdxInQueue", 32, "histogramPipe"), ("expertCountOutToTempQueue", 64, "histogramPipe"),
+        ("expertCountTempInQueue", 64, "histogramPipe"), ("expertIdxCountOutQueue", 96, "histogramPipe"),
+        ("expertTotalCountQueue", 32, "histogramPipe")]
+
+
+def test_ub_plan_of_the_empty_tensor_branch():
+    # key-value counts of 256 experts: 512 int64 = 4096 bytes of zeros
+    r = _extended(3, 64, 0, 2, -1, "float16", (0, EXPERT_NUM), 1)
+    assert [(b.name, b.bytes) for b in r.ub_plan] == [("zeroBuf", 4096)]
