@@ -683,7 +683,7 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
     OpDef's (active_expert_range is a [start, end) pair of expert ids). The outputs default to the shapes and
     dtypes the tiling expects; give them to reproduce its output checks. Raises TilingError (561002) with the
     argument and rule wherever the real tiling returns GRAPH_FAILED, in the same order. `ub_plan` holds the
-    phases ub_plan() models (empty-tensor zeroing, one-core sort, expert-token count) for core 0.
+    phases ub_plan() models (empty-tensor zeroing, sort, expert-token count) for core 0.
     """
     soc = get_soc(soc)
     if not soc.is_regbase:
@@ -808,9 +808,10 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
 
 
 def ub_plan(f: dict, key: int, block_idx: int = 0) -> tuple[UbBuffer, ...]:
-    """InitBuffer calls of core `block_idx` for the phases modelled so far: the one-core sort (sortPipe) and
-    the expert-token count (histogramPipe) of the sort templates. The multi-core sort, the gather / quantise
-    kernels, the full-load and counting-sort templates are not listed yet (their pipes are absent, not empty)."""
+    """InitBuffer calls of core `block_idx` for the phases modelled so far: the one-core or multi-core sort
+    (sortPipe; the VMS and SortOut merges reuse its buffers) and the expert-token count (histogramPipe) of the
+    sort templates. The gather / quantise kernels, the full-load and counting-sort templates are not listed
+    yet (their pipes are absent, not empty)."""
     if key >= 10000000 and (key // 1000000) % 10 == 0:
         # MoeSortOneCore::Init: keys and row ids side by side (two int32 per key) in each buffer
         tile = _align(f["vbs_last_core_per_loop_elements"], 4)
@@ -819,7 +820,14 @@ def ub_plan(f: dict, key: int, block_idx: int = 0) -> tuple[UbBuffer, ...]:
                 UbBuffer("sortDataCopyOutQueue", nbytes, 1, "TQue", "VECOUT", 1, "sortPipe"),
                 UbBuffer("tempBuffer", nbytes, pipe="sortPipe"), UbBuffer("sortedBuffer", nbytes, pipe="sortPipe"))
     elif key >= 10000000:
-        plan = ()
+        # MoeSortMultiCore::Init: room for this core's loop of keys or the four SortOut windows, 2 int32 a key
+        last = block_idx == f["vbs_need_core_num"] - 1
+        loop = f["vbs_last_core_per_loop_elements"] if last else f["vbs_per_core_per_loop_elements"]
+        nbytes = ceil_div(max(f["sort_out_one_loop_max_elements"] * 4, loop), SORT32_ALIGN_ELEMENT) \
+            * SORT32_ALIGN_ELEMENT * 4 * 2
+        plan = (UbBuffer("sortDataCopyInQueue", nbytes, 1, "TQue", "VECIN", 1, "sortPipe"),
+                UbBuffer("sortDataCopyOutQueue", nbytes, 1, "TQue", "VECOUT", 1, "sortPipe"),
+                UbBuffer("sortedBuffer", nbytes, pipe="sortPipe"), UbBuffer("tempBuffer", nbytes, pipe="sortPipe"))
     else:
         return ()
     p = "expert_tokens_count_"

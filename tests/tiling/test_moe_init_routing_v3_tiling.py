@@ -314,3 +314,17 @@ def test_ub_plan_of_the_empty_tensor_branch():
     # key-value counts of 256 experts: 512 int64 = 4096 bytes of zeros
     r = _extended(3, 64, 0, 2, -1, "float16", (0, EXPERT_NUM), 1)
     assert [(b.name, b.bytes) for b in r.ub_plan] == [("zeroBuf", 4096)]
+
+
+def test_ub_plan_of_the_multi_core_sort():
+    """UT case regbase_03 (232000 keys on 40 VBS cores of 5824 keys, the last 4864): every sort buffer holds
+    max(4 x 1024 SortOut pairs, one loop of 5824 keys) = 5824 keys x 2 int32 = 46592 bytes, the last core's
+    max(4096, 4864) = 4864 -> 38912; the count kernel reads 5800 ids a core (23200 bytes)."""
+    from tiling.moe_init_routing_v3 import ub_plan
+    r = _tiling(((160, 96), "int8"), ((160, 1450), "int32"), outs=_regbase_outs(160, 96, 1450, "int8", (180, 192)),
+                rng=(180, 192))
+    assert [(b.name, b.bytes) for b in r.ub_plan[:5]] == [
+        ("sortDataCopyInQueue", 46592), ("sortDataCopyOutQueue", 46592), ("sortedBuffer", 46592),
+        ("tempBuffer", 46592), ("sortedExpertIdxInQueue", 23200)]
+    assert ub_plan(r.fields, r.tiling_key, block_idx=39)[0].bytes == 38912
+    assert r.ub_fits
