@@ -16,6 +16,7 @@ E5M2 code. Only the 950 (npu_arch 3510) runs this tiling; A2/A3 have another one
 
 Tensors are TensorDesc, arrays, or (shape, dtype-name) pairs; dtype names for the types numpy lacks:
 "hifloat8", "float4_e2m1", "int4", "float8_e8m0" (ml_dtypes' float8_e8m0fnu / float4_e2m1fn / int4 also work).
+An MXFP4 expanded_x may also be the project's packed uint8 array (last dim ceil(cols / 2) bytes).
 """
 from __future__ import annotations
 
@@ -904,7 +905,11 @@ def _check_outputs(c: _Ctx, expanded_x, expanded_row_idx, tokens, expanded_scale
     c.expanded_x_dtype = want_x_dtype
     ex = _desc(expanded_x, "expanded_x") or (
         ((c.expert_num, c.capacity, c.cols) if c.drop_pad == DROPPAD else (c.total, c.cols)), want_x_dtype)
-    if c.drop_pad == DROPPAD:
+    if want_x_dtype == "float4_e2m1" and ex[1] == "uint8":
+        # the project's packed FP4 (two E2M1 codes a byte): the same tensor with its last dim in bytes
+        _check_shape("expanded_x", ex[0], 2, (c.total, ceil_div(c.cols, 2)))
+        ex = ((c.total, c.cols), want_x_dtype)
+    elif c.drop_pad == DROPPAD:
         _check_shape("expanded_x", ex[0], 3, (c.expert_num, c.capacity, c.cols))
     else:
         _check_shape("expanded_x", ex[0], 2, (c.total, c.cols))

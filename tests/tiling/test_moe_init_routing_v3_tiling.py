@@ -328,3 +328,16 @@ def test_ub_plan_of_the_multi_core_sort():
         ("tempBuffer", 46592), ("sortedExpertIdxInQueue", 23200)]
     assert ub_plan(r.fields, r.tiling_key, block_idx=39)[0].bytes == 38912
     assert r.ub_fits
+
+
+@pytest.mark.parametrize("ex,ok", [(((27, 42), "uint8"), True), (((27, 83), "uint8"), False),
+                                   (((27, 83), "float4_e2m1"), True)], ids=["packed-uint8", "unpacked-uint8", "fp4"])
+def test_mxfp4_expanded_x_may_be_packed_bytes(ex, ok):
+    # 83 FP4 columns pack into ceil(83 / 2) = 42 bytes
+    outs = (ex, ((27,), "int32"), ((12,), "int64"), ((27, 2, 2), "float8_e8m0"))
+    call = lambda: _tiling(((1, 83), "float16"), ((1, 27), "int32"), outs=outs, quant=9, rng=(180, 192))  # noqa: E731
+    if ok:
+        assert call().tiling_key == 10100000       # one-core sort, MXFP4 factor 9 + 1
+    else:
+        with pytest.raises(TilingError, match="expanded_x"):
+            call()
