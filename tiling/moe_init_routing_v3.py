@@ -85,7 +85,7 @@ FP8_PERBLOCK = (FP8_PERBLOCK_E5M2, FP8_PERBLOCK_E4M3FN)
 EIGHT_BIT_QUANT = MXFP8_QUANT + (HIF8_CAST, HIF8_PERTENSOR, HIF8_PERTOKEN) + FP8_PERBLOCK + FP8_GROUP
 DYNAMIC_QUANTS = (DYNAMIC, INT4_DYNAMIC)
 # modes whose kernels keep one float row per core in GM when cols do not fit the UB
-NO_QUANT_TEMP = (HIF8_CAST, HIF8_PERTENSOR) + MXFP8_QUANT[:2] + MXFP8_QUANT[2:] + FP8_GROUP
+NO_QUANT_TEMP = (HIF8_CAST, HIF8_PERTENSOR) + MXFP8_QUANT + FP8_GROUP
 
 CUMSUM, COUNT, KEY_VALUE = 0, 1, 2
 DROPLESS, DROPPAD = 0, 1
@@ -550,7 +550,8 @@ def _gather_out_quant(c: _Ctx, block: int, max_idx) -> None:
 def _mx_max_idx(c: _Ctx):
     def max_idx(pc):
         x_in = _align_bytes(pc, c.x_size)
-        scale = 2 * _align_bytes(tdiv(pc, MX_QUANT_BLOCK_SIZE), c.x_size) + _align_bytes(tdiv(pc, MX_QUANT_BLOCK_SIZE), 1)
+        blocks = tdiv(pc, MX_QUANT_BLOCK_SIZE)
+        scale = 2 * _align_bytes(blocks, c.x_size) + _align_bytes(blocks, 1)
         x_out = _align(tdiv(pc, 4), 1) * 4
         return tdiv(tdiv(c.avail_ub, 2) - (x_in + scale + x_out), 4)
     return max_idx
@@ -851,7 +852,7 @@ def ub_plan(f: dict, key: int, block_idx: int = 0) -> tuple[UbBuffer, ...]:
 
 
 def _check_inputs(c: _Ctx, xd, idxd, sd, od) -> None:
-    (xs, xdt), (es, _edt) = xd, idxd
+    (xs, xdt), es = xd, idxd[0]
     if len(xs) != 2:
         _fail(f"x must have rank 2, got {len(xs)} (shape {xs})")
     allowed = _x_dtypes(c.quant)
