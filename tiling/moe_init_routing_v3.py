@@ -806,14 +806,15 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
     else:
         _gather_out(c)
     key = _tiling_key(c, full_load, cs_mode, sort_mode)
-    return TilingResult(key, c.aiv, _workspace(c, cs_mode), f, ub_plan(f, key), 1, soc)
+    return TilingResult(key, c.aiv, _workspace(c, cs_mode), f, ub_plan(f, key, x_bytes=c.x_size), 1, soc)
 
 
-def ub_plan(f: dict, key: int, block_idx: int = 0) -> tuple[UbBuffer, ...]:
+def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0) -> tuple[UbBuffer, ...]:
     """InitBuffer calls of core `block_idx` for the phases modelled so far: the one-core or multi-core sort
     (sortPipe; the VMS and SortOut merges reuse its buffers) and the expert-token count (histogramPipe) of the
-    sort templates. The gather / quantise kernels, the full-load and counting-sort templates are not listed
-    yet (their pipes are absent, not empty)."""
+    sort templates, and the drop-pad gather (gatherPipe; `x_bytes` is x's element size). The row-index
+    gather of drop-pad, the dropless gather / quantise kernels, the full-load and counting-sort templates are
+    not listed yet (their pipes are absent, not empty)."""
     if key >= 10000000 and (key // 1000000) % 10 == 0:
         # MoeSortOneCore::Init: keys and row ids side by side (two int32 per key) in each buffer
         tile = _align(f["vbs_last_core_per_loop_elements"], 4)
@@ -848,6 +849,18 @@ def ub_plan(f: dict, key: int, block_idx: int = 0) -> tuple[UbBuffer, ...]:
     if f["drop_pad_mode"] != DROPPAD:
         # only dropless runs hand the total count to the gather kernels
         plan += (UbBuffer("expertTotalCountQueue", _align_bytes(1, 4), 1, "TQue", "VECOUT", 1, pipe),)
+    if f["drop_pad_mode"] == DROPPAD:
+        # MoeV3GatherOutDropPad::Init: indices (or, compact, output-row sources) and x rows double-buffered
+        g = "gather_out_"
+        who = "last_core" if block_idx == f[g + "need_core_num"] - 1 else "per_core"
+        pipe = "gatherPipe"
+        plan += (UbBuffer("expandedRowIdxCopyInQueue", _align_bytes(f[f"{g}{who}_per_loop_indices_elements"], 4), 2,
+                          "TQue", "VECIN", 2, pipe),)
+        if f["is_input_scale"] == 1:
+            plan += (UbBuffer("scaleCopyInQueue", _align_bytes(1, 4), 2, "TQue", "VECIN", 2, pipe),)
+        bufs = max(f[g + "x_copy_in_queue_buffer_num"], 2)
+        plan += (UbBuffer("xCopyInQueue", _align_bytes(f[g + "per_loop_cols"], x_bytes), bufs, "TQue", "VECIN", bufs,
+                          pipe),)
     return plan
 
 

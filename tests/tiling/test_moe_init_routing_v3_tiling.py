@@ -341,3 +341,12 @@ def test_mxfp4_expanded_x_may_be_packed_bytes(ex, ok):
     else:
         with pytest.raises(TilingError, match="expanded_x"):
             call()
+
+
+def test_ub_plan_of_the_drop_pad_gather():
+    """The drop-pad case above: core 0 takes 7 compact output rows a loop (32 bytes of int32) and 16-column fp32
+    rows (64 bytes), both double-buffered; no scale input, so no scale queue."""
+    r = _drop_pad(8192, 16, 1, 1, (0, EXPERT_NUM), 0)
+    gather = [(b.name, b.bytes, b.count) for b in r.ub_plan if b.pipe == "gatherPipe"]
+    assert gather == [("expandedRowIdxCopyInQueue", 32, 2), ("xCopyInQueue", 64, 2)]
+    assert "expertTotalCountQueue" not in [b.name for b in r.ub_plan]
