@@ -685,7 +685,7 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
     OpDef's (active_expert_range is a [start, end) pair of expert ids). The outputs default to the shapes and
     dtypes the tiling expects; give them to reproduce its output checks. Raises TilingError (561002) with the
     argument and rule wherever the real tiling returns GRAPH_FAILED, in the same order. `ub_plan` holds the
-    phases ub_plan() models (empty-tensor zeroing, sort, expert-token count) for core 0.
+    phases ub_plan() models (empty-tensor zeroing, sort, expert-token count, drop-pad gather) for core 0.
     """
     soc = get_soc(soc)
     if not soc.is_regbase:
