@@ -9,6 +9,7 @@ from .platform import PROFILES, SocProfile, get_soc  # noqa: F401
 from .status import (AclnnError, InnerNullptrError, ParamInvalidError, ParamNullptrError,  # noqa: F401
                      TilingError)
 from .moe_token_unpermute_with_routing_map_grad import moe_token_unpermute_with_routing_map_grad  # noqa: F401
+from .moe_init_routing_v3 import moe_init_routing_v3  # noqa: F401
 from .moe_token_permute import moe_token_permute  # noqa: F401
 from .moe_token_permute_grad import moe_token_permute_grad  # noqa: F401
 from .moe_token_permute_with_routing_map import moe_token_permute_with_routing_map  # noqa: F401
