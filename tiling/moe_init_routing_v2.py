@@ -15,13 +15,18 @@ One host tiling serves every chip; it branches on the platform:
 
 MoeTokenPermute V1 reaches it on 950 with activeNum = numOutTokens, capacity 0, expertNum 0, dropPad 0,
 countFlag 0: keys 11001 (one-core sort) and 11002 (multi-core sort) only. The 310P branch is not modelled.
-The UB plan of the arch35 kernel classes is not listed yet (ub_plan stays empty).
+`ub_plan` lists core 0's InitBuffer calls of the arch35 kernel (regbase keys) for the sort TPipe
+(MoeV2SortOneCore / MoeV2SortMultiCore) and the gather TPipe (MoeV2ScatterOutBatchRow when scatterMode is 1,
+else MoeV2GatherOutSimt); the expert-token-count TPipe (count flag or drop-pad only) and the membase kernels'
+buffers are not listed.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+from ascend_sim.pipe import UbBuffer
 
 from .common import TensorDesc, TilingResult, ceil_div, memoised_tiling, struct_fields, tdiv, tmod
 from .platform import get_soc
@@ -244,6 +249,50 @@ def _full_load(n: int, cols: int, total: int, expert_num: int, x_bytes: int, aiv
     return ub - sort_elems * 4 * ONE_CORE_SORT_BUFFER - sort_elems * 4 * 3 - expert_space - gather > 0
 
 
+def _align_bytes(elems: int, nbytes: int) -> int:
+    """AlignBytes of the arch35 kernels: elems * nbytes rounded up to 32 bytes."""
+    return tdiv(elems * nbytes + ONE_BLOCK_BYTE - 1, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+
+
+def regbase_ub_plan(f: dict, idx_is_int64: bool, x_bytes: int) -> tuple[UbBuffer, ...]:
+    """Core 0's InitBuffer calls of the arch35 kernel: the sort TPipe, then the gather TPipe (run in turn)."""
+    if f["vbs_one_loop_max_elements"] >= f["n"] * f["k"]:
+        # Align(lastCorePerLoopElements, sizeof(int32)) elements, padded to whole 32-key sort repeats
+        tile = tdiv(_align_bytes(f["vbs_last_core_per_loop_elements"], 4), 4)
+        sort_num = ceil_div(tile, 32) * 32
+        kv = sort_num * 4 * 2
+        sort = (UbBuffer("sortDataCopyInQueue", kv + (sort_num * 4 if idx_is_int64 else 0), 1, "TQue", "VECIN", 1,
+                         "sortPipe"),
+                UbBuffer("sortDataCopyOutQueue", kv, 1, "TQue", "VECOUT", 1, "sortPipe"),
+                UbBuffer("tempBuffer", kv, pipe="sortPipe"), UbBuffer("sortedBuffer", kv, pipe="sortPipe"))
+    else:
+        last = f["vbs_need_core_num"] <= 1
+        loop = f["vbs_last_core_per_loop_elements"] if last else f["vbs_per_core_per_loop_elements"]
+        kv = ceil_div(max(f["sort_out_one_loop_max_elements"] * MRG_LIST_NUM, loop), 32) * 32 * 4 * 2
+        # no tempBuffer on arch 3510
+        sort = (UbBuffer("sortDataCopyInQueue", tdiv(kv, 2) * 3 if idx_is_int64 else kv, 1, "TQue", "VECIN", 1,
+                         "sortPipe"),
+                UbBuffer("sortDataCopyOutQueue", kv, 1, "TQue", "VECOUT", 1, "sortPipe"),
+                UbBuffer("sortedBuffer", kv, pipe="sortPipe"))
+    g = "gather_out_"
+    last = f[g + "need_core_num"] == 1
+    if f[g + "scatter_mode"] == 1:
+        gather = (UbBuffer("outputRowsQueue", _align_bytes(f[g + "per_loop_cols"] * f["cols"], x_bytes), 2, "TQue",
+                           "VECOUT", 2, "gatherPipe"),
+                  UbBuffer("dstToSrcIndexQueue", _align_bytes(f[g + "per_core_per_loop_rows"], 4), 2, "TQue",
+                           "VECIN", 2, "gatherPipe"))
+    else:
+        rows = f[g + "last_core_per_loop_rows"] if last else f[g + "per_core_per_loop_rows"]
+        # a loop of two rows' worth of cols means whole rows, four of them in flight
+        doubled = f[g + "per_loop_cols"] > f["cols"]
+        gather = (UbBuffer("inputActivationsCopyInQueue",
+                           _align_bytes(f["cols"] if doubled else f[g + "per_loop_cols"], x_bytes), 4 if doubled else 2,
+                           "TQueBind", "VECIN->VECOUT", 2, "gatherPipe"),
+                  UbBuffer("expandedRowIdxIndexCopyInQueue", _align_bytes(rows, 4), 2, "TQue", "VECIN", 2,
+                           "gatherPipe"))
+    return sort + gather
+
+
 def _check_count_out(name: str, t: TensorDesc | None, expert_num: int) -> None:
     if t is None:
         _fail(f"{name} is required (its flag is set) but was not given")
@@ -385,5 +434,6 @@ def moe_init_routing_v2(x, expert_idx, *, active_num=0, expert_capacity=0, exper
         key = (KEY_DROPLESS + (KEY_HIST_REGBASE if regbase and e_num <= HIST_REGBASE_MAX_EXPERT_NUM else 0)
                + KEY_DROP_PAD * drop_pad + (1 if total <= loop_max else 2))
     workspace = total * 4 * 2 * 3 + total * 4 * 2 + aiv * 2 * 4 + (e_num * 4 if regbase else 0) + LIB_API_WORKSPACE
-    return TilingResult(tiling_key=key, block_dim=aiv, workspace_size=workspace, fields=f, ub_plan=(),
+    plan = regbase_ub_plan(f, idx_dt == np.dtype(np.int64), x_bytes) if regbase else ()
+    return TilingResult(tiling_key=key, block_dim=aiv, workspace_size=workspace, fields=f, ub_plan=plan,
                         schedule_mode=0 if full_load else 1, soc=soc)

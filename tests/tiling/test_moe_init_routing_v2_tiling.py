@@ -193,3 +193,29 @@ def test_failures(name, chip, x, idx, kw, err):
     with pytest.raises(err) as e:
         tiling_v2(T(*x), T(*idx), soc=chip, **kw)
     assert e.value.status == (561002 if err is TilingError else 161002)
+
+
+UB_PLANS = [
+    # one-core sort of 64 keys: Align(64, 4 B) = 64 -> 64 sort slots, key + value 64*4*2 = 512 B each;
+    # scatter: 800 rows * 64 cols * 2 B = 102400, loop rows 8 -> 32 B
+    ("fp16_2d_one_core_all_rows", ((16, 64), FP16), ((16, 4), I32), 0,
+     [("sortDataCopyInQueue", 512, 1), ("sortDataCopyOutQueue", 512, 1), ("tempBuffer", 512, 1),
+      ("sortedBuffer", 512, 1), ("outputRowsQueue", 102400, 2), ("dstToSrcIndexQueue", 32, 2)]),
+    # 8 int64 keys: Align -> 8, 32 slots, 256 B + 128 B more in the in-queue for the wide keys;
+    # gather loop cols 60 > 30: four whole 30-col rows of 64 B, one row index of 32 B
+    ("bf16_1d_int64_fewer_out", ((8, 30), BF16), ((8,), I64), 5,
+     [("sortDataCopyInQueue", 384, 1), ("sortDataCopyOutQueue", 256, 1), ("tempBuffer", 256, 1),
+      ("sortedBuffer", 256, 1), ("inputActivationsCopyInQueue", 64, 4), ("expandedRowIdxIndexCopyInQueue", 32, 2)]),
+    # multi-core: max(2048 * 4 merge lists, 2048 loop keys) = 8192 -> 8192*4*2 = 65536 B, no tempBuffer;
+    # scatter: 200 rows * 128 cols * 4 B = 102400, 128 rows -> 512 B
+    ("fp32_2d_multi_core_equal_out", ((4096, 128), FP32), ((4096, 2), I32), 8192,
+     [("sortDataCopyInQueue", 65536, 1), ("sortDataCopyOutQueue", 65536, 1), ("sortedBuffer", 65536, 1),
+      ("outputRowsQueue", 102400, 2), ("dstToSrcIndexQueue", 512, 2)]),
+]
+
+
+@pytest.mark.parametrize("name, x, idx, num_out, rows", UB_PLANS, ids=[c[0] for c in UB_PLANS])
+def test_950_ub_plan(name, x, idx, num_out, rows):
+    r = tiling_v2(T(*x), T(*idx), active_num=num_out, soc="ascend950")
+    assert [tuple(b[:3]) for b in r.ub_plan] == rows
+    assert r.ub_fits
