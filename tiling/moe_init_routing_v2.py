@@ -417,6 +417,10 @@ def moe_init_routing_v2(x, expert_idx, *, active_num=0, expert_capacity=0, exper
         loop_max = tdiv(tdiv(ub, 4 * 2 * 4), SORT32_ALIGN_ELEMENT) * SORT32_ALIGN_ELEMENT
         full_load = _full_load(n, cols, total, e_num, x_bytes, aiv, ub, loop_max, drop_pad)
 
+    if loop_max <= 0 < total:
+        # the real tiling would divide by a sort loop of no keys (and take the log of 0)
+        _fail(f"a UB of {ub} bytes for the kernels holds no 32-key sort loop (each key needs "
+              f"{4 * 2 * 4 + (idx_dt == np.dtype(np.int64))} bytes)")
     f = struct_fields(FIELDS)
     f.update(core_num=aiv, n=n, cols=cols, k=k, expert_capacity=capacity, expert_num=e_num, drop_pad_mode=drop_pad,
              expert_tokens_count_or_cumsum_flag=count_flag, expert_tokens_before_capacity_flag=int(before_flag))

@@ -219,3 +219,11 @@ def test_950_ub_plan(name, x, idx, num_out, rows):
     r = tiling_v2(T(*x), T(*idx), active_num=num_out, soc="ascend950")
     assert [tuple(b[:3]) for b in r.ub_plan] == rows
     assert r.ub_fits
+
+
+@pytest.mark.parametrize("chip, ub", [("ascend950", 40960 + 256 + 512), ("ascend910b", 768)],
+                         ids=["950_ub_below_simt_reserve", "910b_ub_below_one_sort_loop"])
+def test_ub_without_a_sort_loop_fails_cleanly(chip, ub):
+    # 950: 512 B after the SIMT reserve -> 512 / 32 = 16 keys, floored to 32 -> 0; 910B: 512 / 32 -> 0 too
+    with pytest.raises(TilingError):
+        tiling_v2(T((4, 8), FP16), T((4, 2), I32), soc=get_soc(chip, ub_size=ub))
