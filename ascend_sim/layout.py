@@ -201,6 +201,9 @@ CALL_VF = 46
 CALL_FETCH_EVENT_ID = 47
 CALL_COMPARE_SCALAR = 60   # masked-select instructions (mask.py)
 CALL_GATHER_MASK = 61
+CALL_SIMT = 54             # Simt::VF_CALL / asc_vf_call (simt.py)
+SLOT_SIMT_GM_LATENCY = 55  # not calls: TL_CPR + these hold SIMT cost figures (timeline.cost_words)
+SLOT_SIMT_LAUNCH = 56
 
 CALL_NAMES = {
     CALL_DATA_COPY_PAD_IN: "DataCopyPad(GM->UB)",
@@ -242,6 +245,7 @@ CALL_NAMES = {
     CALL_FETCH_EVENT_ID: "TPipe::FetchEventID",
     CALL_COMPARE_SCALAR: "CompareScalar",
     CALL_GATHER_MASK: "GatherMask",
+    CALL_SIMT: "asc_vf_call (SIMT)",
 }
 
 # --- fault codes (fault record word 0) and their arguments -----------------------------------
@@ -272,6 +276,9 @@ F_UNSUPPORTED = 41    # dtype code, mode, NPU arch: a dtype / mode this chip's i
 F_PATTERN_TYPE = 42   # pattern element bytes, data element bytes (GatherMask)
 F_PIPE_RACE = 43      # earlier call number, earlier call id, pipes / kind / memory packed, first byte, end byte
 F_QUE_OWNER = 44      # queue, buffer, its state, call number of its last FreeTensor (0: never freed)
+F_SIMT_ARCH = 50      # NPU arch of the core (SIMT exists on 3510 only)
+F_SIMT_THREADS = 51   # dim x, dim y, dim z, thread limit
+F_SIMT_OOB = 52       # memory (0 UB, 1 GM), GM tensor id / UB offset, first byte, end byte, tensor bytes, thread
 F_OUTLINE = 45        # an outlined machine-model call whose compiled variant could not be loaded
 
 P_BLOCK_COUNT = 1
