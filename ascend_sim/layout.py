@@ -204,6 +204,7 @@ CALL_GATHER_MASK = 61
 CALL_SIMT = 54             # Simt::VF_CALL / asc_vf_call (simt.py)
 SLOT_SIMT_GM_LATENCY = 55  # not calls: TL_CPR + these hold SIMT cost figures (timeline.cost_words)
 SLOT_SIMT_LAUNCH = 56
+CALL_DCCI = 57             # DataCacheCleanAndInvalid (cache.py)
 
 CALL_NAMES = {
     CALL_DATA_COPY_PAD_IN: "DataCopyPad(GM->UB)",
@@ -246,6 +247,7 @@ CALL_NAMES = {
     CALL_COMPARE_SCALAR: "CompareScalar",
     CALL_GATHER_MASK: "GatherMask",
     CALL_SIMT: "asc_vf_call (SIMT)",
+    CALL_DCCI: "DataCacheCleanAndInvalid",
 }
 
 # --- fault codes (fault record word 0) and their arguments -----------------------------------
@@ -290,10 +292,13 @@ P_REPEAT = 6
 P_MASK = 7
 P_COUNT = 8
 P_BLK_STRIDE = 10
+P_CACHE_LINE = 20
+P_DCCI_DST = 21
 PARAM_NAMES = {
     P_BLOCK_COUNT: "blockCount", P_BLOCK_LEN: "blockLen", P_STRIDE: "stride",
     P_LEFT_PADDING: "leftPadding", P_RIGHT_PADDING: "rightPadding", P_REPEAT: "repeatTime",
     P_MASK: "mask", P_COUNT: "count", P_BLK_STRIDE: "blkStride",
+    P_CACHE_LINE: "CacheLine", P_DCCI_DST: "DcciDst",
 }
 
 # --- checked mode (check.py, shadow.py) ------------------------------------------------------
