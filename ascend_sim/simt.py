@@ -43,9 +43,10 @@ from .dtypes import (CAST_RINT, DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT32, bf16_bi
                      f32_bits_to_bf16_bits, f32_bits_to_f16_bits, f32_from_bits, view_f32_as_u32)
 from .faults import fault, faulted, issue
 from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, CALL_SIMT, CAP_NPU_ARCH, CNT_S_GM_READS, CNT_S_GM_WRITES,
-                     CNT_S_UB_OPS, CNT_V_ELEMS, F_ELEM_TYPE, F_SIMT_ARCH, F_SIMT_OOB, F_SIMT_THREADS,
+                     CHK_MODE, CNT_S_UB_OPS, CNT_V_ELEMS, PIPE_V, F_ELEM_TYPE, F_SIMT_ARCH, F_SIMT_OOB, F_SIMT_THREADS,
                      SLOT_SIMT_GM_LATENCY, SLOT_SIMT_LAUNCH, TL_CPR)
 from .local import note_ub_write, ub_offset
+from . import check as chk
 from . import timeline as tl
 from .vector import as_elem
 
@@ -173,7 +174,7 @@ def _gm_index(c, th, g, i):
 
 
 @aicore
-def _ub_index_ok(c, th, t, i):
+def _ub_index_ok(c, th, t, i, write):
     if faulted(c):
         return False
     off = ub_offset(c, t, CALL_SIMT)
@@ -184,6 +185,8 @@ def _ub_index_ok(c, th, t, i):
         return False
     th.acc[A_OPS] += 1
     c.state[CNT_S_UB_OPS] += 1
+    if c.state[CHK_MODE] != 0:      # a SIMT call's UB accesses are the vector pipe's
+        chk.ub(c, CALL_SIMT, PIPE_V, off + i * t.itemsize, t.itemsize, write)
     return True
 
 
@@ -201,7 +204,7 @@ def simt_store(c, th, t, i, value):
 def _simt_load(c, th, t, i):
     if isinstance(t, types.Array):
         def ub_load(c, th, t, i):
-            if not _ub_index_ok(c, th, t, i):
+            if not _ub_index_ok(c, th, t, i, False):
                 return as_elem(t, 0)
             return t[i]
         return ub_load
@@ -212,6 +215,8 @@ def _simt_load(c, th, t, i):
             return as_elem(t.data, 0)
         th.acc[A_LOADS] += 1
         c.state[CNT_S_GM_READS] += 1
+        if c.state[CHK_MODE] != 0:
+            chk.gm_read(c, CALL_SIMT, PIPE_V, data_address(t.data) + k * t.data.itemsize, t.data.itemsize)
         return t.data[k]
     return gm_load
 
@@ -220,7 +225,7 @@ def _simt_load(c, th, t, i):
 def _simt_store(c, th, t, i, value):
     if isinstance(t, types.Array):
         def ub_store(c, th, t, i, value):
-            if _ub_index_ok(c, th, t, i):
+            if _ub_index_ok(c, th, t, i, True):
                 t[i] = value
                 note_ub_write(c, ub_offset(c, t, CALL_SIMT) + (i + 1) * t.itemsize)
         return ub_store
@@ -229,6 +234,8 @@ def _simt_store(c, th, t, i, value):
         k = _gm_index(c, th, t, i)
         if k >= 0:
             c.state[CNT_S_GM_WRITES] += 1
+            if c.state[CHK_MODE] != 0:
+                chk.gm_write(c, CALL_SIMT, PIPE_V, data_address(t.data) + k * t.data.itemsize, t.data.itemsize)
             t.data[k] = value
     return gm_store
 

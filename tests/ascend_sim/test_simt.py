@@ -44,8 +44,9 @@ def gather_stage(c, src, idx, dst, p):
     n = p[1]
     ub = asc.tbuf_get(c, 0, asc.ub_i32(c))
     asc.data_copy_pad(c, ub, idx, asc.DataCopyExtParams(1, n * 4, 0, 0), asc.NO_PAD)
-    asc.set_flag(c, asc.MTE2_V, 0)
-    asc.wait_flag(c, asc.MTE2_V, 0)
+    if p[2] == 0:
+        asc.set_flag(c, asc.MTE2_V, 0)
+        asc.wait_flag(c, asc.MTE2_V, 0)
     sc = asc.simt_vf_call(c, p[0], 1, 1)
     for t in range(sc.threads):
         th = asc.simt_thread(c, sc, t)
@@ -105,7 +106,7 @@ def test_gather_through_ub(threads):
     src = np.array([10.0, 11.0, 12.0, 13.0, 14.0], dtype=np.float32)
     idx = np.array([4, 4, 0, 2, 1, 3, 0], dtype=np.int32)
     dst = np.zeros(7, dtype=np.float32)
-    run([gather_stage], [tbuf("idx", 64)], gm(src, 0), gm(idx, 1), gm(dst, 2), p_of(threads, 7), chip=CHIP)
+    run([gather_stage], [tbuf("idx", 64)], gm(src, 0), gm(idx, 1), gm(dst, 2), p_of(threads, 7, 0), chip=CHIP)
     assert dst.tolist() == [14.0, 14.0, 10.0, 12.0, 11.0, 13.0, 10.0]
 
 
@@ -198,3 +199,18 @@ def test_sync_all_on_950_with_64_cores():
     est = report.estimate
     assert est.sync_alls == 1 and report.cores[0].sync_all == 1
     assert est.cycles >= CHIP.cost.sync_all_cycles
+
+
+@pytest.mark.parametrize("mode", ["race", "strict"])
+def test_checked_mode_simt_ub_reads_are_vector_pipe(mode):
+    """The SIMT threads read indices MTE2 copied in: with the MTE2_V flag it is clean, without it a RAW race."""
+    src = np.array([10.0, 11.0], dtype=np.float32)
+    idx = np.array([1, 0], dtype=np.int32)
+    dst = np.zeros(2, dtype=np.float32)
+    args = (asc.GlobalTensor(src, 0, 0), asc.GlobalTensor(idx, 1, 0), asc.GlobalTensor(dst, 2, 0))
+    from ascend_sim import Kernel, PipeRaceError, launch
+    kernel = Kernel.single_pipe("TestOp", "TestKernel", (gather_stage,), ("idx",))
+    launch(kernel, block_dim=1, plan=(tbuf("idx", 64),), args=args + (p_of(2, 2, 0),), chip=CHIP, check=mode)
+    assert dst.tolist() == [11.0, 10.0]
+    with pytest.raises(PipeRaceError, match="RAW race on UB"):
+        launch(kernel, block_dim=1, plan=(tbuf("idx", 64),), args=args + (p_of(2, 2, 1),), chip=CHIP, check=mode)
