@@ -280,6 +280,7 @@ F_PIPE_RACE = 43      # earlier call number, earlier call id, pipes / kind / mem
 F_QUE_OWNER = 44      # queue, buffer, its state, call number of its last FreeTensor (0: never freed)
 F_SIMT_ARCH = 50      # NPU arch of the core (SIMT exists on 3510 only)
 F_SIMT_THREADS = 51   # dim x, dim y, dim z, thread limit
+F_SIMT_RACE = 53      # earlier thread, later thread, GM address, bytes
 F_SIMT_OOB = 52       # memory (0 UB, 1 GM), GM tensor id / UB offset, first byte, end byte, tensor bytes, thread
 F_OUTLINE = 45        # an outlined machine-model call whose compiled variant could not be loaded
 

@@ -43,8 +43,8 @@ from .dtypes import (CAST_RINT, DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT32, bf16_bi
                      f32_bits_to_bf16_bits, f32_bits_to_f16_bits, f32_from_bits, view_f32_as_u32)
 from .faults import fault, faulted, issue
 from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, CALL_SIMT, CAP_NPU_ARCH, CNT_S_GM_READS, CNT_S_GM_WRITES,
-                     CHK_MODE, CNT_S_UB_OPS, CNT_V_ELEMS, PIPE_V, F_ELEM_TYPE, F_SIMT_ARCH, F_SIMT_OOB, F_SIMT_THREADS,
-                     SLOT_SIMT_GM_LATENCY, SLOT_SIMT_LAUNCH, TL_CPR)
+                     CHK_MODE, CNT_S_UB_OPS, CNT_V_ELEMS, F_ELEM_TYPE, F_SIMT_ARCH, F_SIMT_OOB, F_SIMT_RACE,
+                     F_SIMT_THREADS, PIPE_V, SLOT_SIMT_GM_LATENCY, SLOT_SIMT_LAUNCH, TL_CPR)
 from .local import note_ub_write, ub_offset
 from . import check as chk
 from . import timeline as tl
@@ -58,12 +58,14 @@ SIMT_NPU_ARCH = 3510
 # words of a call's scratch array (SimtCall.acc)
 A_CUR, A_OPS, A_LOADS, A_WARP, A_WOPS, A_WLOADS, A_CHAIN, A_TOTAL = range(8)
 A_SCHED = 8                 # A_SCHED + s: warp instructions scheduler s issued
-ACC_WORDS = A_SCHED + SIMT_WARP_SCHEDULERS
+A_OWNED = A_SCHED + SIMT_WARP_SCHEDULERS   # checked mode: addresses in the WAW table
+ACC_WORDS = A_OWNED + 1
+OWN_SLOTS = 1 << 16          # checked mode: GM store addresses one SIMT call's WAW check remembers (half of them)
 
-SimtCall = namedtuple("SimtCall", ["dim_x", "dim_y", "dim_z", "threads", "acc"])
+SimtCall = namedtuple("SimtCall", ["dim_x", "dim_y", "dim_z", "threads", "acc", "own"])
 """One SIMT call: its dim3, its thread count (0 if it must not run: a fault) and its cost scratch words."""
 
-SimtThread = namedtuple("SimtThread", ["idx", "x", "y", "z", "dim_x", "dim_y", "dim_z", "acc"])
+SimtThread = namedtuple("SimtThread", ["idx", "x", "y", "z", "dim_x", "dim_y", "dim_z", "acc", "own"])
 """A thread of a SIMT call: linear id, threadIdx.{x,y,z} (Simt::GetThreadIdx<0/1/2>()) and blockDim.{x,y,z}
 (Simt::GetThreadNum<0/1/2>())."""
 
@@ -84,7 +86,9 @@ def simt_vf_call(c, dim_x, dim_y, dim_z):
             fault(c, F_SIMT_THREADS, CALL_SIMT, dim_x, dim_y, dim_z, SIMT_MAX_THREADS)
         else:
             n = dim_x * dim_y * dim_z
-    return SimtCall(dim_x, dim_y, dim_z, n, acc)
+    # checked mode: which thread stored each GM address (open addressing: address + 1, thread), see _owner
+    own = np.zeros((OWN_SLOTS if c.state[CHK_MODE] != 0 else 1, 2), dtype=np.int64)
+    return SimtCall(dim_x, dim_y, dim_z, n, acc, own)
 
 
 @aicore
@@ -127,7 +131,7 @@ def simt_thread(c, sc, t):
     x = t % sc.dim_x
     y = (t // sc.dim_x) % sc.dim_y
     z = t // (sc.dim_x * sc.dim_y)
-    return SimtThread(t, x, y, z, sc.dim_x, sc.dim_y, sc.dim_z, acc)
+    return SimtThread(t, x, y, z, sc.dim_x, sc.dim_y, sc.dim_z, acc, sc.own)
 
 
 @aicore
@@ -156,6 +160,27 @@ def thread_idx(th, dim):
 def thread_num(th, dim):
     """Simt::GetThreadNum<dim>() (blockDim.x / .y / .z)."""
     return th.dim_x if dim == 0 else (th.dim_y if dim == 1 else th.dim_z)
+
+
+@aicore
+def _owner(c, th, address, nbytes):
+    """Checked mode: a plain GM store by thread th; WAW race if another thread of this call stored there. The table
+    keeps the first OWN_SLOTS / 2 addresses; later ones go unchecked (a bound on the checker's memory)."""
+    own = th.own
+    mask = own.shape[0] - 1
+    h = (address * 0x9E3779B1) & mask
+    for _ in range(own.shape[0] // 2):
+        if own[h, 0] == 0:
+            if th.acc[A_OWNED] * 2 < own.shape[0]:
+                own[h, 0] = address + 1
+                own[h, 1] = th.idx
+                th.acc[A_OWNED] += 1
+            return
+        if own[h, 0] == address + 1:
+            if own[h, 1] != th.idx:
+                fault(c, F_SIMT_RACE, CALL_SIMT, own[h, 1], th.idx, address, nbytes)
+            return
+        h = (h + 1) & mask
 
 
 # --- accesses -------------------------------------------------------------------------------------------------
@@ -235,6 +260,7 @@ def _simt_store(c, th, t, i, value):
         if k >= 0:
             c.state[CNT_S_GM_WRITES] += 1
             if c.state[CHK_MODE] != 0:
+                _owner(c, th, data_address(t.data) + k * t.data.itemsize, t.data.itemsize)
                 chk.gm_write(c, CALL_SIMT, PIPE_V, data_address(t.data) + k * t.data.itemsize, t.data.itemsize)
             t.data[k] = value
     return gm_store

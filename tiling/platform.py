@@ -119,7 +119,8 @@ def _check_profile(soc: SocProfile) -> None:
     _whole("max_block_count", soc.max_block_count, 1, 65535, "blocks")
     if soc.simt_reserved_ub_bytes:
         if soc.npu_arch != 3510:
-            raise ProfileError(f"simt_reserved_ub_bytes must be 0 on NPU arch {soc.npu_arch} (SIMT exists on 3510 only)")
+            raise ProfileError(f"simt_reserved_ub_bytes must be 0 on NPU arch {soc.npu_arch} "
+                               "(SIMT exists on 3510 only)")
         _whole("simt_reserved_ub_bytes", soc.simt_reserved_ub_bytes, 0, MAX_UB_BYTES, "bytes")
     if not isinstance(soc.cost, CostModel):
         raise ProfileError(f"cost must be an ascend_sim.cost.CostModel, got {type(soc.cost).__name__}")

@@ -214,3 +214,19 @@ def test_checked_mode_simt_ub_reads_are_vector_pipe(mode):
     assert dst.tolist() == [11.0, 10.0]
     with pytest.raises(PipeRaceError, match="RAW race on UB"):
         launch(kernel, block_dim=1, plan=(tbuf("idx", 64),), args=args + (p_of(2, 2, 1),), chip=CHIP, check=mode)
+
+
+def test_checked_mode_two_threads_store_same_gm_bytes():
+    """src = [1, 3, 1, 0]: threads 0 and 2 both store into dst[1] -> WAW race naming threads 0 and 2."""
+    from ascend_sim import Kernel, PipeRaceError, launch
+    kernel = Kernel.single_pipe("TestOp", "TestKernel", (src_to_dst_stage,), ())
+    src = np.array([1, 3, 1, 0], dtype=np.int32)
+    dst = np.zeros(4, dtype=np.int32)
+    args = (asc.GlobalTensor(src, 0, 0), asc.GlobalTensor(dst, 1, 0), p_of(4, 4))
+    with pytest.raises(PipeRaceError, match=r"SIMT threads 0 and 2 of one asc_vf_call") as e:
+        launch(kernel, block_dim=1, plan=(), args=args, chip=CHIP, check="race")
+    assert (e.value.first["thread"], e.value.second["thread"], e.value.kind) == (0, 2, "WAW")
+    launch(kernel, block_dim=1, plan=(), args=args, chip=CHIP)      # unchecked: runs, last thread wins
+    assert dst.tolist() == [3, 2, 0, 1]
+    perm = np.array([1, 3, 2, 0], dtype=np.int32)                   # every thread its own element: clean
+    launch(kernel, block_dim=1, plan=(), args=(asc.GlobalTensor(perm, 0, 0),) + args[1:], chip=CHIP, check="race")
