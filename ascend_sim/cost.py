@@ -55,6 +55,9 @@ class CostModel:
         event_cycles: SetFlag -> WaitFlag latency (also the implied events of EnQue/DeQue/Alloc/Free).
         barrier_cycles: PipeBarrier<pipe> cost on that pipe (PIPE_ALL: on every pipe).
         sync_all_cycles: SyncAll() after the slowest core arrives.
+        simt_launch_cycles: fixed PIPE_V cycles of one SIMT call (asc_vf_call), before its first warp issues.
+        simt_cycles_per_warp_instr: cycles one warp scheduler spends issuing one instruction of a 32-thread warp.
+        simt_gm_latency_cycles: cycles a SIMT GM load (or atomic) waits for its data.
     """
     clock_mhz: float = 1800.0
     mte2_bytes_per_cycle: float = 32.0
@@ -78,6 +81,9 @@ class CostModel:
     event_cycles: int = 10
     barrier_cycles: int = 10
     sync_all_cycles: int = 1200
+    simt_launch_cycles: int = 64
+    simt_cycles_per_warp_instr: int = 1
+    simt_gm_latency_cycles: int = 241
     enabled: bool = field(default=True)
 
     def __post_init__(self):
@@ -111,7 +117,8 @@ class CostModel:
 _POSITIVE_FLOATS = ("clock_mhz", "mte2_bytes_per_cycle", "mte3_bytes_per_cycle", "hbm_bytes_per_cycle")
 _CYCLES = ("mte2_latency_cycles", "mte3_latency_cycles", "dma_issue_cycles", "burst_cycles", "vec_issue_cycles", "vec_cycles_per_repeat",
            "scalar_call_cycles", "scalar_ub_cycles", "scalar_gm_hit_cycles", "scalar_gm_miss_cycles",
-           "scalar_gm_write_cycles", "event_cycles", "barrier_cycles", "sync_all_cycles")
+           "scalar_gm_write_cycles", "event_cycles", "barrier_cycles", "sync_all_cycles", "simt_launch_cycles",
+           "simt_cycles_per_warp_instr", "simt_gm_latency_cycles")
 _MAX_CYCLES = 10 ** 7
 
 

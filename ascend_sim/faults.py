@@ -17,6 +17,7 @@ from .layout import (CALL_NAMES, CNT_CALLS, ERR_BASE, FAULT_CALL_INDEX, F_BARRIE
                      F_DATACOPY_TRUNC, F_ELEM_TYPE, F_EVT_DOUBLE_SET, F_EVT_EXHAUSTED, F_EVT_ID, F_EVT_WAIT_UNSET,
                      F_GM_OOB, F_LEN_MULTIPLE, F_PARAM, F_PATTERN_TYPE, F_PIPE_RACE, F_QUE_DEPTH, F_QUE_EMPTY,
                      F_QUE_FOREIGN, F_QUE_INDEX, F_QUE_KIND, F_QUE_NO_FREE, F_QUE_OWNER, F_QUE_STATE, F_SCALAR_OOB,
+                     F_SIMT_ARCH, F_SIMT_OOB, F_SIMT_RACE, F_SIMT_THREADS,
                      F_OUTLINE, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB, F_UNSUPPORTED, PARAM_NAMES, STATE_NAMES)
 
 
@@ -153,6 +154,28 @@ def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, cal
         else:
             how = "before any AllocTensor handed it out"
         return errors.QueueError(f"buffer {a[1]} of '{que(a[0])}' is used {how}", **where)
+    if code == F_SIMT_ARCH:
+        chip = "Ascend 910B / 910_93" if a[0] == 2201 else f"NPU arch {a[0]}"
+        return errors.SimulatorError(f"SIMT (asc_vf_call / Simt::VF_CALL) exists only on Ascend 950 (NPU arch 3510); "
+                                     f"this chip is {chip} (NPU arch {a[0]})", **where)
+    if code == F_SIMT_THREADS:
+        return errors.ParamRangeError(f"threadNums dim3{{{a[0]}, {a[1]}, {a[2]}}}: every dimension must be >= 1 and "
+                                      f"dimx * dimy * dimz at most {a[3]}", **where)
+    if code == F_SIMT_RACE:
+        return errors.PipeRaceError(
+            f"WAW race on GM bytes at 0x{a[2]:x} (+{a[3]}): SIMT threads {a[0]} and {a[1]} of one asc_vf_call both "
+            "store there without an atomic; on the chip the result depends on warp scheduling (give each thread its "
+            "own elements or use Simt::AtomicAdd)", kind="WAW", memory="GM", byte_range=(a[2], a[2] + a[3]),
+            first=dict(thread=a[0], call=CALL_NAMES.get(call, "")),
+            second=dict(thread=a[1], call=CALL_NAMES.get(call, "")), **where)
+    if code == F_SIMT_OOB:
+        if a[0] == 1:
+            return errors.OutOfBoundsError(
+                f"SIMT thread {a[5]} accesses bytes [{a[2]}, {a[3]}) of '{gm(a[1])}', outside the tensor's {a[4]} "
+                "bytes", tensor=gm(a[1]), byte_range=(a[2], a[3]), **where)
+        return errors.OutOfBoundsError(
+            f"SIMT thread {a[5]} accesses bytes [{a[2]}, {a[3]}) of the LocalTensor at UB offset {a[1]}, outside its "
+            f"{a[4]} bytes", **where)
     if code == F_OUTLINE:
         return errors.SimulatorError("internal: the compiled machine-model code of this call could not be loaded "
                                      "(see the warnings above; clearing the __pycache__ directories recompiles it)",

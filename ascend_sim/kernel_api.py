@@ -24,3 +24,7 @@ from .mask import (CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE, GatherMaskPar
                    cast_u8_to_half, compare_scalar, gather_mask)
 from .dtypes import (DT_FLOAT4_E2M1, DT_FLOAT8_E4M3FN, DT_FLOAT8_E5M2, bf16_bits_to_f32_bits,  # noqa: F401
                      f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_mini_float_bits)
+from .simt import (simt_atomic_add, simt_end, simt_load, simt_store, simt_thread, simt_vf_call,  # noqa: F401
+                   thread_idx, thread_num)   # asc_vf_call / Simt::VF_CALL, GetThreadIdx, GetThreadNum, AtomicAdd
+from .cache import (CACHELINE_ALL, CACHELINE_ATOMIC, CACHELINE_OUT, CACHELINE_UB, ENTIRE_DATA_CACHE,  # noqa: F401
+                    SINGLE_CACHE_LINE, data_cache_clean_and_invalid)   # DataCacheCleanAndInvalid, CacheLine, DcciDst

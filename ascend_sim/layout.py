@@ -201,6 +201,10 @@ CALL_VF = 46
 CALL_FETCH_EVENT_ID = 47
 CALL_COMPARE_SCALAR = 60   # masked-select instructions (mask.py)
 CALL_GATHER_MASK = 61
+CALL_SIMT = 54             # Simt::VF_CALL / asc_vf_call (simt.py)
+SLOT_SIMT_GM_LATENCY = 55  # not calls: TL_CPR + these hold SIMT cost figures (timeline.cost_words)
+SLOT_SIMT_LAUNCH = 56
+CALL_DCCI = 57             # DataCacheCleanAndInvalid (cache.py)
 
 CALL_NAMES = {
     CALL_DATA_COPY_PAD_IN: "DataCopyPad(GM->UB)",
@@ -242,6 +246,8 @@ CALL_NAMES = {
     CALL_FETCH_EVENT_ID: "TPipe::FetchEventID",
     CALL_COMPARE_SCALAR: "CompareScalar",
     CALL_GATHER_MASK: "GatherMask",
+    CALL_SIMT: "asc_vf_call (SIMT)",
+    CALL_DCCI: "DataCacheCleanAndInvalid",
 }
 
 # --- fault codes (fault record word 0) and their arguments -----------------------------------
@@ -272,6 +278,10 @@ F_UNSUPPORTED = 41    # dtype code, mode, NPU arch: a dtype / mode this chip's i
 F_PATTERN_TYPE = 42   # pattern element bytes, data element bytes (GatherMask)
 F_PIPE_RACE = 43      # earlier call number, earlier call id, pipes / kind / memory packed, first byte, end byte
 F_QUE_OWNER = 44      # queue, buffer, its state, call number of its last FreeTensor (0: never freed)
+F_SIMT_ARCH = 50      # NPU arch of the core (SIMT exists on 3510 only)
+F_SIMT_THREADS = 51   # dim x, dim y, dim z, thread limit
+F_SIMT_RACE = 53      # earlier thread, later thread, GM address, bytes
+F_SIMT_OOB = 52       # memory (0 UB, 1 GM), GM tensor id / UB offset, first byte, end byte, tensor bytes, thread
 F_OUTLINE = 45        # an outlined machine-model call whose compiled variant could not be loaded
 
 P_BLOCK_COUNT = 1
@@ -283,10 +293,13 @@ P_REPEAT = 6
 P_MASK = 7
 P_COUNT = 8
 P_BLK_STRIDE = 10
+P_CACHE_LINE = 20
+P_DCCI_DST = 21
 PARAM_NAMES = {
     P_BLOCK_COUNT: "blockCount", P_BLOCK_LEN: "blockLen", P_STRIDE: "stride",
     P_LEFT_PADDING: "leftPadding", P_RIGHT_PADDING: "rightPadding", P_REPEAT: "repeatTime",
     P_MASK: "mask", P_COUNT: "count", P_BLK_STRIDE: "blkStride",
+    P_CACHE_LINE: "CacheLine", P_DCCI_DST: "DcciDst",
 }
 
 # --- checked mode (check.py, shadow.py) ------------------------------------------------------

@@ -31,9 +31,9 @@ import numpy as np
 
 from ._jit import aicore
 from .layout import (CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_NAMES, CALL_PIPE_BARRIER,
-                     CALL_SET_FLAG, CALL_WAIT_FLAG, CHK_MODE, CNT_CALLS, CNT_MTE2_INSTR, CNT_MTE3_INSTR, CNT_V_INSTR,
+                     CALL_SET_FLAG, CALL_SIMT, CALL_WAIT_FLAG, CHK_MODE, CNT_CALLS, CNT_MTE2_INSTR, CNT_MTE3_INSTR, CNT_V_INSTR,
                      DCACHE_MAX_LINES, EVENT_IDS, HARD_EVENT_NAMES, N_CALL_IDS, N_PIPES, PIPE_ALL, PIPE_MTE2, PIPE_MTE3,
-                     PIPE_NAMES, PIPE_S, PIPE_V, POS_VECIN, POS_VECOUT, Q_DST_POS, Q_FREE_CALL, Q_FREE_T, Q_FREE_V,
+                     PIPE_NAMES, PIPE_S, PIPE_V, POS_VECIN, SLOT_SIMT_GM_LATENCY, SLOT_SIMT_LAUNCH, POS_VECOUT, Q_DST_POS, Q_FREE_CALL, Q_FREE_T, Q_FREE_V,
                      Q_READY_CALL, Q_READY_T, Q_READY_V, Q_SRC_POS, RATE_SCALE, TL_BARRIER, TL_BASE, TL_BURST, TL_BUSY,
                      TL_CALL, TL_CPR, TL_DCACHE, TL_DCACHE_MASK, TL_DCACHE_SHIFT, TL_DMA_ISSUE, TL_DONE, TL_END,
                      TL_EVENT, TL_FLAG_CALL, TL_FLAG_T, TL_GM_HIT, TL_GM_MISS, TL_GM_WRITE, TL_LATENCY, TL_ON, TL_RATE,
@@ -78,6 +78,10 @@ def cost_words(cost: CostModel, cores_running: int) -> np.ndarray:
     put(TL_DCACHE_MASK, min(cost.dcache_lines, DCACHE_MAX_LINES) - 1)
     for call in range(N_CALL_IDS):
         put(TL_CPR + call, cost.cycles_per_repeat(_call_key(CALL_NAMES.get(call, ""))))
+    # the SIMT figures ride in the per-call table: a SIMT call has no repeats, and slot 55 is no call's
+    put(TL_CPR + CALL_SIMT, cost.simt_cycles_per_warp_instr)
+    put(TL_CPR + SLOT_SIMT_GM_LATENCY, cost.simt_gm_latency_cycles)
+    put(TL_CPR + SLOT_SIMT_LAUNCH, cost.simt_launch_cycles)
     words.flags.writeable = False
     return words
 
@@ -200,6 +204,15 @@ def vector(c, call, repeats):
     if c.state[TL_ON] == 0:
         return
     _occupy(c, call, PIPE_V, c.state[TL_VEC_ISSUE] + repeats * c.state[TL_CPR + call], 0, repeats, 0)
+
+
+@aicore
+def simt(c, cycles, threads, ops):
+    """One SIMT call (asc_vf_call) occupying PIPE_V for `cycles` (simt.py works them out per warp)."""
+    c.state[CNT_V_INSTR] += 1
+    if c.state[TL_ON] == 0:
+        return
+    _occupy(c, CALL_SIMT, PIPE_V, cycles, 0, threads, ops)
 
 
 @aicore

@@ -14,6 +14,8 @@ from ascend_sim.errors import ConfigError, whole_number
 
 LIB_API_WORKSPACE_BYTES = 16 * 1024 * 1024   # GetLibApiWorkSpaceSize() on these chips
 UB_RESERVED_BYTES = 256                      # ini ub_size - GetCoreMemSize(UB)
+SIMT_RESERVED_UB_BYTES = 40960               # SIMT_UB_SIZE_BYTE: the arch35 MoeInitRouting(V2/QuantV2) and
+                                             # PermuteWithRoutingMap tilings take it off the UB on ascend950
 
 # Custom-profile limits. Real UBs are 192-248 KiB and real chips have at most 64 vector cores; the
 # bounds leave room to study much larger machines while refusing values that would only exhaust the
@@ -46,6 +48,10 @@ class SocProfile:
         max_block_count: DataCopy(Pad) blockCount limit (12 bits on 2201, 16 bits on 3510).
         lib_api_workspace: GetLibApiWorkSpaceSize() in bytes.
         cost: the timeline's cost model (clock, DMA and HBM rates, vector and scalar costs, sync latencies).
+        simt_reserved_ub_bytes: UB bytes the SIMT data cache takes from a kernel that makes SIMT calls (0: the chip
+            has no SIMT). 40960 on ascend950: ops-transformer moe_init_routing_v2_tiling.cpp,
+            moe_init_routing_quant_v2_tiling_base.cpp and moe_init_routing_tiling.cpp subtract SIMT_UB_SIZE_BYTE
+            from GetCoreMemSize(UB) and hand the rest to SetLocalMemorySize.
     """
     name: str
     aiv_num: int
@@ -54,6 +60,12 @@ class SocProfile:
     max_block_count: int = 4095
     lib_api_workspace: int = LIB_API_WORKSPACE_BYTES
     cost: CostModel = CostModel()
+    simt_reserved_ub_bytes: int = 0
+
+    @property
+    def ub_size_for_simt_tiling(self) -> int:
+        """What an arch35 tiling with SIMT kernels plans with: GetCoreMemSize(UB) - SIMT_UB_SIZE_BYTE."""
+        return self.ub_size_for_tiling - self.simt_reserved_ub_bytes
 
     @property
     def ub_size_for_tiling(self) -> int:
@@ -72,7 +84,7 @@ PROFILES = {
     "ascend910_93": SocProfile("ascend910_93", aiv_num=48, ub_size=196608, npu_arch=2201, max_block_count=4095,
                                cost=STOCK_COSTS["ascend910_93"]),
     "ascend950": SocProfile("ascend950", aiv_num=64, ub_size=253952, npu_arch=3510, max_block_count=65535,
-                            cost=STOCK_COSTS["ascend950"]),
+                            cost=STOCK_COSTS["ascend950"], simt_reserved_ub_bytes=SIMT_RESERVED_UB_BYTES),
 }
 _ALIASES = {"910b": "ascend910b", "910_93": "ascend910_93", "950": "ascend950"}
 
@@ -105,6 +117,11 @@ def _check_profile(soc: SocProfile) -> None:
     _whole("ub_size", soc.ub_size, MIN_UB_BYTES, MAX_UB_BYTES, "bytes")
     _whole("aiv_num", soc.aiv_num, 1, MAX_AIV_NUM, "vector cores")
     _whole("max_block_count", soc.max_block_count, 1, 65535, "blocks")
+    if soc.simt_reserved_ub_bytes:
+        if soc.npu_arch != 3510:
+            raise ProfileError(f"simt_reserved_ub_bytes must be 0 on NPU arch {soc.npu_arch} "
+                               "(SIMT exists on 3510 only)")
+        _whole("simt_reserved_ub_bytes", soc.simt_reserved_ub_bytes, 0, MAX_UB_BYTES, "bytes")
     if not isinstance(soc.cost, CostModel):
         raise ProfileError(f"cost must be an ascend_sim.cost.CostModel, got {type(soc.cost).__name__}")
     check_cost(soc.cost)

@@ -86,8 +86,10 @@ SLOW_TYPES = {"int16-wraps"}   # one more cold compile; int16 atomics also run i
 
 @pytest.mark.parametrize("dtype", [pytest.param(v, id=k, marks=pytest.mark.slow if k in SLOW_TYPES else ())
                                    for k, v in TYPE_CASES.items()])
-def test_atomic_add_adds_as_the_element_type(dtype, rng):
-    """GM + UB, element by element, rounded half to even (floats) or wrapped (ints); specials and overflow."""
+@pytest.mark.parametrize("chip", ["ascend910b", "ascend950"])
+def test_atomic_add_adds_as_the_element_type(dtype, chip, rng):
+    """GM + UB, element by element, rounded half to even (floats) or wrapped (ints); specials and overflow. The
+    950 (arch35: IsSupportAtomicAddTypeSIMD lists float, half, bfloat16, int8, int16, int32) takes the same types."""
     dtype = np.dtype(dtype)
     cols = 200
     if dtype.kind == "i":
@@ -103,7 +105,7 @@ def test_atomic_add_adds_as_the_element_type(dtype, rng):
         dst[:len(specials)] = specials[::-1]
         dst[len(specials):2 * len(specials)] = specials
     want = _expected_sum(dst, src)
-    _launch(src, dst, dt=dt_of(dtype), rows=1, cols=cols)
+    _launch(src, dst, dt=dt_of(dtype), rows=1, cols=cols, chip=get_soc(chip))
     if dtype.kind == "f" or dtype == np.dtype(ml_dtypes.bfloat16):
         nan = np.isnan(want.astype(np.float64))
         assert np.array_equal(np.isnan(dst.astype(np.float64)), nan)   # NaN payloads are not specified
