@@ -58,7 +58,6 @@ MRG_LIST_NUM = 4
 MAX_COLS_ONE_LOOP = 16376
 ASSIST_NUM = 256
 ONE_CORE_SORT_BUFFER = 6
-SIMT_UB_SIZE_BYTE = 40960
 SCATTER_MODE_MAX_K = 6
 EXPERT_TOKENS_COUNT = 2
 LIB_API_WORKSPACE = 16 * 1024 * 1024
@@ -405,7 +404,7 @@ def moe_init_routing_v2(x, expert_idx, *, active_num=0, expert_capacity=0, exper
     aiv = soc.aiv_num
     x_bytes = x_dt.itemsize
     if regbase:
-        ub = soc.ub_size_for_tiling - SIMT_UB_SIZE_BYTE
+        ub = soc.ub_size_for_simt_tiling          # less SIMT_UB_SIZE_BYTE, the profile's SIMT reservation
         mrg_list_max = 2048
         # an INT64 key widens each sort element by one byte in the sort-loop budget
         loop_max = tdiv(tdiv(ub, 4 * 2 * 4 + (idx_dt == np.dtype(np.int64))), SORT32_ALIGN_ELEMENT) \
