@@ -24,3 +24,10 @@ from .mask import (CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE, GatherMaskPar
                    cast_u8_to_half, compare_scalar, gather_mask)
 from .dtypes import (DT_FLOAT4_E2M1, DT_FLOAT8_E4M3FN, DT_FLOAT8_E5M2, bf16_bits_to_f32_bits,  # noqa: F401
                      f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_mini_float_bits)
+from .regbase import (CMP_EQ as R_CMP_EQ, CMP_GE as R_CMP_GE, CMP_GT as R_CMP_GT, CMP_LE as R_CMP_LE,  # noqa: F401
+                      CMP_LT as R_CMP_LT, CMP_NE as R_CMP_NE, LOAD_BRC, LOAD_NORM, MERGING, PAT_ALL, PAT_ALLF,
+                      PAT_H, PAT_M3, PAT_M4, PAT_Q, STORE_NORM, ZEROING, create_mask, mreg, reg_load,
+                      reg_load_unalign, reg_store, reg_store_unalign, update_mask, vabs, vadd, vadds, varange,
+                      vcast_f32_to_i32, vcast_i32_to_f32, vcompare, vcompare_scalar, vdiv, vduplicate, vec_scope_begin,
+                      vec_scope_end, vmax, vmin, vmul, vmuls, vreduce_max, vreduce_min, vreduce_sum, vreg_f32,
+                      vreg_i16, vreg_i32, vreg_i8, vreg_u16, vreg_u32, vreg_u8, vselect, vsub)
