@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import AlignmentError, ElementTypeError, OutOfBoundsError
+from ascend_sim import AlignmentError, ElementTypeError, OutOfBoundsError, ParamRangeError
 from ascend_sim._jit import global_aicore
 from tiling import get_soc
 
@@ -199,7 +199,7 @@ def test_arange_and_binary_ops(kind):
     ([7, 200], OutOfBoundsError, ("1056",)),
     ([8, 240], OutOfBoundsError, ("1216",)),
     ([9], ElementTypeError, ()),
-    ([10, asc.CAST_FLOOR], ElementTypeError, ("round mode",)),
+    ([10, asc.CAST_FLOOR], ParamRangeError, ("round mode",)),
 ], ids=["misaligned-load", "load-past-tensor", "store-past-tensor", "wrong-register-width", "cast-round-mode"])
 def test_faults(p, error, fields):
     with pytest.raises(error) as exc:
