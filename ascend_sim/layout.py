@@ -226,6 +226,8 @@ CALL_R_CAST = 56
 CALL_R_COMPARE = 57
 CALL_R_SELECT = 58
 CALL_R_REDUCE = 59
+CALL_R_GATHER_MASK = 62
+CALL_R_INTERLEAVE = 63
 CALL_COMPARE_SCALAR = 60   # masked-select instructions (mask.py)
 CALL_GATHER_MASK = 61
 
@@ -279,6 +281,8 @@ CALL_NAMES = {
     CALL_R_COMPARE: "MicroAPI::Compare",
     CALL_R_SELECT: "MicroAPI::Select",
     CALL_R_REDUCE: "MicroAPI reduction (ReduceSum/ReduceMax/ReduceMin)",
+    CALL_R_GATHER_MASK: "MicroAPI::GatherMask",
+    CALL_R_INTERLEAVE: "MicroAPI::Interleave / DeInterleave",
     CALL_COMPARE_SCALAR: "CompareScalar",
     CALL_GATHER_MASK: "GatherMask",
 }

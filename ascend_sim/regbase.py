@@ -18,7 +18,7 @@ store is a PIPE_V UB access of CALL_VF.
 
 Not modelled: LoadDist / StoreDist other than NORM and BRC, the UnalignReg stream state (unaligned loads and
 stores here read / write their bytes directly, so DataCopyUnAlignPost has nothing to flush), RegLayout casts
-between widths, GatherMask, Interleave.
+between widths.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from ._jit import aicore
 from . import check as chk
 from .dtypes import CAST_CEIL, CAST_FLOOR, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_FLOAT, DT_INT32
 from .faults import fault, issue
-from .layout import (CALL_R_ARANGE, CALL_R_ARITH, CALL_R_CAST, CALL_R_COMPARE, CALL_R_CREATE_MASK, CALL_R_DUPLICATE,
+from .layout import (CALL_R_ARANGE, CALL_R_ARITH, CALL_R_GATHER_MASK, CALL_R_INTERLEAVE, CALL_R_CAST, CALL_R_COMPARE, CALL_R_CREATE_MASK, CALL_R_DUPLICATE,
                      CALL_R_LOAD, CALL_R_REDUCE, CALL_R_SELECT, CALL_R_STORE, CALL_R_UPDATE_MASK, CALL_R_VEC_SCOPE,
                      CALL_VF, CAP_NPU_ARCH, CHK_MODE, ERR_BASE, F_CAST_PAIR, F_ELEM_TYPE, F_PARAM, F_UB_ALIGN,
                      F_UB_OOB, F_UNSUPPORTED, MREG_BASE, N_MREGS, N_VREGS, PIPE_V, P_COUNT, P_MASK, REG_BASE,
@@ -620,3 +620,57 @@ def vreduce_max(c, dst, src, mask):
 def vreduce_min(c, dst, src, mask):
     """MicroAPI::ReduceMin, as vreduce_max."""
     _reduce_ext(c, dst, src, mask, False)
+
+
+@aicore
+def vgather_mask(c, dst, src, mask):
+    """MicroAPI::GatherMask (GatherMaskMode::NO_STORE_REG, compress): the active lanes of src packed, in order,
+    into the first lanes of dst, the rest of dst zeroed. Returns how many lanes were kept."""
+    if not _instr(c, CALL_R_GATHER_MASK, KIND_MOVE):
+        return 0
+    if not _same_type(c, CALL_R_GATHER_MASK, dst, src):
+        return 0
+    isz = src.itemsize
+    n = 0
+    for i in range(src.size):
+        if mask[i * isz] != 0:
+            dst[n] = src[i]      # n <= i, so an in-place gather reads each lane before it is overwritten
+            n += 1
+    for i in range(n, dst.size):
+        dst[i] = 0
+    return n
+
+
+@aicore
+def vinterleave(c, dst0, dst1, a, b):
+    """MicroAPI::Interleave(dst0, dst1, a, b): a0 b0 a1 b1 ... ; dst0 takes the first VL bytes, dst1 the rest.
+    The four registers must be distinct."""
+    if not _instr(c, CALL_R_INTERLEAVE, KIND_MOVE):
+        return
+    if not _same_type(c, CALL_R_INTERLEAVE, dst0, a) or not _same_type(c, CALL_R_INTERLEAVE, dst1, b):
+        return
+    n = a.size
+    h = n // 2
+    for i in range(h):
+        dst0[2 * i] = a[i]
+        dst0[2 * i + 1] = b[i]
+    for i in range(h):
+        dst1[2 * i] = a[h + i]
+        dst1[2 * i + 1] = b[h + i]
+
+
+@aicore
+def vdeinterleave(c, dst0, dst1, a, b):
+    """MicroAPI::DeInterleave(dst0, dst1, a, b): the even elements of the pair (a, b) to dst0, the odd ones to
+    dst1. The four registers must be distinct."""
+    if not _instr(c, CALL_R_INTERLEAVE, KIND_MOVE):
+        return
+    if not _same_type(c, CALL_R_INTERLEAVE, dst0, a) or not _same_type(c, CALL_R_INTERLEAVE, dst1, b):
+        return
+    n = a.size
+    h = n // 2
+    for i in range(h):
+        dst0[i] = a[2 * i]
+        dst1[i] = a[2 * i + 1]
+        dst0[h + i] = b[2 * i]
+        dst1[h + i] = b[2 * i + 1]

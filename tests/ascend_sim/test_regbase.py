@@ -94,7 +94,26 @@ def vf_kernel(c, p, src, dst):
             asc.reg_load(c, asc.vreg_u16(c, 3), x, 0, asc.LOAD_NORM)
         elif op == 10:   # Cast with an unsupported round mode p[1]
             asc.vcast_i32_to_f32(c, r0, ri, p[1], full)
+        elif op == 11:   # GatherMask of the lanes where x > p[1]; the kept count goes to y[255]
+            asc.reg_load(c, r0, x, 0, asc.LOAD_NORM)
+            asc.vcompare_scalar(c, m, r0, np.float32(p[1]), asc.R_CMP_GT, full)
+            n = asc.vgather_mask(c, r1, r0, m)
+            asc.reg_store(c, y, r1, 0, full)
+            y[255] = n
+        elif op == 12:   # Interleave (p[1] == 0) or DeInterleave of x[0:64], x[64:128] into y[0:128]
+            r2 = asc.vreg_f32(c, 4)
+            r3 = asc.vreg_f32(c, 5)
+            asc.reg_load(c, r0, x, 0, asc.LOAD_NORM)
+            asc.reg_load(c, r1, x, 64, asc.LOAD_NORM)
+            if p[1] == 0:
+                asc.vinterleave(c, r2, r3, r0, r1)
+            else:
+                asc.vdeinterleave(c, r2, r3, r0, r1)
+            asc.reg_store(c, y, r2, 0, full)
+            asc.reg_store(c, y, r3, 64, full)
         asc.vec_scope_end(c)
+    if p[0] == 14:       # a register instruction outside any __VEC_SCOPE__
+        asc.create_mask(c, asc.mreg(c, 0), F32, asc.PAT_ALL)
     asc.data_copy(c, asc.gm_at(dst, 0), y, y.size)
 
 
@@ -213,3 +232,39 @@ def test_wrong_chip_is_refused():
     with pytest.raises(ElementTypeError) as exc:
         launch([0, asc.PAT_ALL, 0], SRC, chip=get_soc("ascend910b"))
     assert "2201" in str(exc.value) and "__VEC_SCOPE__" in str(exc.value)
+
+
+@pytest.mark.parametrize("threshold", [-1000, 0, 50, 1000], ids=lambda t: f"gt{t}")
+def test_gather_mask_compresses_active_lanes(threshold):
+    src = ((np.arange(256) * 37) % 200 - 100).astype(np.float32)
+    got = launch([11, threshold], src)
+    kept = src[:64][src[:64] > threshold]
+    want = np.zeros(64, dtype=np.float32)
+    want[: kept.size] = kept
+    assert np.array_equal(got[:64], want) and got[255] == kept.size
+
+
+def test_interleave_and_deinterleave():
+    a, b = SRC[:64], SRC[64:128]
+    inter = launch([12, 0], SRC)[:128]
+    assert np.array_equal(inter, np.stack([a, b], axis=1).reshape(-1))
+    de = launch([12, 1], SRC)[:128]
+    pair = SRC[:128]
+    assert np.array_equal(de[:64], pair[0::2]) and np.array_equal(de[64:], pair[1::2])
+
+
+def test_instruction_outside_a_scope_is_refused():
+    with pytest.raises(ElementTypeError) as exc:
+        launch([14], SRC)
+    assert "CreateMask" in str(exc.value) and "mode -1" in str(exc.value)
+
+
+def test_a_vf_is_one_vector_instruction_and_each_register_instruction_a_call():
+    dst = np.zeros(256, dtype=np.float32)
+    args = (asc.GlobalTensor(SRC, 0, 0), asc.GlobalTensor(dst, 1, 0))
+    buffers = [tbuf("x", 1024), tbuf("y", 1024)]
+    small = run([vf_kernel], buffers, np.array([2, 0], dtype=np.int64), *args, chip=CHIP950).total
+    big = run([vf_kernel], buffers, np.array([1, 256], dtype=np.int64), *args, chip=CHIP950).total
+    # Duplicate + the VF; op 2 issues 3 register instructions inside it, op 1 (four tail rounds) 1 + 4 * 4
+    assert small.vec_instr == 2 and big.vec_instr == 2
+    assert big.calls - small.calls == (1 + 16) - 3
