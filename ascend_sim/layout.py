@@ -214,6 +214,7 @@ CALL_VF = 46
 CALL_FETCH_EVENT_ID = 47
 # MicroAPI register instructions (regbase.py); a VF is one CALL_VF in the timeline and checked mode, these ids
 # only name the instruction in a fault record
+CALL_R_MASK_AND = 30
 CALL_R_VEC_SCOPE = 48
 CALL_R_CREATE_MASK = 49
 CALL_R_UPDATE_MASK = 50
@@ -270,6 +271,7 @@ CALL_NAMES = {
     CALL_VF: "vector function (__VEC_SCOPE__)",
     CALL_FETCH_EVENT_ID: "TPipe::FetchEventID",
     CALL_R_VEC_SCOPE: "__VEC_SCOPE__",
+    CALL_R_MASK_AND: "MicroAPI::MaskAnd",
     CALL_R_CREATE_MASK: "MicroAPI::CreateMask",
     CALL_R_UPDATE_MASK: "MicroAPI::UpdateMask",
     CALL_R_LOAD: "MicroAPI::DataCopy(UB->RegTensor)",

@@ -17,8 +17,8 @@ CALL_VF repeat cost, as a pipelined VF issues about one instruction per cycle). 
 store is a PIPE_V UB access of CALL_VF.
 
 Not modelled: LoadDist / StoreDist other than NORM and BRC, the UnalignReg stream state (unaligned loads and
-stores here read / write their bytes directly, so DataCopyUnAlignPost has nothing to flush), RegLayout casts
-between widths.
+stores here read / write their bytes directly, so DataCopyUnAlignPost has nothing to flush), casts between widths
+other than fp32 -> fp16 and uint16 -> uint32.
 """
 from __future__ import annotations
 
@@ -26,10 +26,11 @@ import numpy as np
 
 from ._jit import aicore
 from . import check as chk
-from .dtypes import CAST_CEIL, CAST_FLOOR, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_FLOAT, DT_INT32
+from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_FLOAT, DT_FLOAT16, DT_INT32,
+                     f32_bits_to_f16_bits)
 from .faults import fault, issue
 from .layout import (CALL_R_ARANGE, CALL_R_ARITH, CALL_R_GATHER_MASK, CALL_R_INTERLEAVE, CALL_R_CAST, CALL_R_COMPARE, CALL_R_CREATE_MASK, CALL_R_DUPLICATE,
-                     CALL_R_LOAD, CALL_R_REDUCE, CALL_R_SELECT, CALL_R_STORE, CALL_R_UPDATE_MASK, CALL_R_VEC_SCOPE,
+                     CALL_R_LOAD, CALL_R_MASK_AND, CALL_R_REDUCE, CALL_R_SELECT, CALL_R_STORE, CALL_R_UPDATE_MASK, CALL_R_VEC_SCOPE,
                      CALL_VF, CAP_NPU_ARCH, CHK_MODE, ERR_BASE, F_CAST_PAIR, F_ELEM_TYPE, F_PARAM, F_UB_ALIGN,
                      F_UB_OOB, F_UNSUPPORTED, MREG_BASE, N_MREGS, N_VREGS, PIPE_V, P_COUNT, P_MASK, REG_BASE,
                      VF_INSTR, VF_KIND_BASE, VF_OPEN, VREG_WORDS)
@@ -50,6 +51,9 @@ PAT_M4 = -6              # the largest multiple of 4 lanes
 LOAD_NORM = 0            # LoadDist::DIST_NORM: VL bytes from a 32-byte aligned address
 LOAD_BRC = 1             # DIST_BRC_B8/B16/B32: one element broadcast to every lane
 STORE_NORM = 0           # StoreDist::DIST_NORM_B8/B16/B32
+
+LAYOUT_ZERO = 0          # RegLayout::ZERO: the narrow element sits in the even (low) half of its wide lane
+LAYOUT_ONE = 1           # RegLayout::ONE: in the odd (high) half
 
 ZEROING = 0              # MaskMergeMode
 MERGING = 1
@@ -674,3 +678,84 @@ def vdeinterleave(c, dst0, dst1, a, b):
         dst1[i] = a[2 * i + 1]
         dst0[h + i] = b[2 * i]
         dst1[h + i] = b[2 * i + 1]
+
+
+@aicore
+def vmask_and(c, dst, a, b, mask):
+    """MicroAPI::MaskAnd(dst, a, b, mask): predicate bytes a & b where mask is set, else 0."""
+    if not _instr(c, CALL_R_MASK_AND, KIND_MASK):
+        return
+    for i in range(VL):
+        dst[i] = a[i] & b[i] if mask[i] != 0 else 0
+
+
+@aicore
+def reg_store_pack4(c, t, src, offset, mask):
+    """DataCopy<T, StoreDist::DIST_PACK4_B32>(t + offset, src, mask): the low byte of each active 32-bit lane of
+    src to consecutive bytes of the 1-byte tensor t (32-byte aligned). Returns offset + 64."""
+    if not _instr(c, CALL_R_STORE, KIND_STORE):
+        return offset + 64
+    if t.itemsize != 1 or src.itemsize != 4:
+        fault(c, F_ELEM_TYPE, CALL_R_STORE, t.itemsize, src.itemsize)
+        return offset + 64
+    last = 0
+    for i in range(64):
+        if mask[i * 4] != 0:
+            last = i + 1
+    a = _ub_span(c, CALL_R_STORE, t, offset, last, 32)
+    if a < 0:
+        return offset + 64
+    chk.ub(c, CALL_VF, PIPE_V, a, last, True)
+    for i in range(last):
+        if mask[i * 4] != 0:
+            t[offset + i] = src[i] & 0xFF
+    note_ub_write(c, a + last)
+    return offset + 64
+
+
+@aicore
+def vcast_f32_to_f16(c, dst, src, rnd, layout, mask, mode=ZEROING):
+    """MicroAPI::Cast<half, float, CastTrait{layout, .., rnd}>(dst, src, mask): fp32 lane i (active by mask byte 4i)
+    to the half in uint16 slot 2i + layout of dst (a vreg_u16); the other slot of the lane is zeroed. Round modes
+    RINT / ROUND / FLOOR / CEIL / TRUNC / ODD; overflow goes to +-Inf (or the largest finite for the modes that
+    round towards it), NaN stays a quiet NaN."""
+    if not _instr(c, CALL_R_CAST, KIND_CAST):
+        return
+    if src.itemsize != 4 or dst.itemsize != 2:
+        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+        return
+    if (rnd != CAST_RINT and rnd != CAST_ROUND and rnd != CAST_FLOOR and rnd != CAST_CEIL and rnd != CAST_TRUNC
+            and rnd != CAST_ODD):
+        fault(c, F_CAST_PAIR, CALL_R_CAST, DT_FLOAT16, DT_FLOAT, rnd)
+        return
+    if layout != LAYOUT_ZERO and layout != LAYOUT_ONE:
+        fault(c, F_PARAM, CALL_R_CAST, P_MASK, layout, LAYOUT_ZERO, LAYOUT_ONE)
+        return
+    bits = src.view(np.uint32)
+    for i in range(64):
+        if mask[i * 4] != 0:
+            h = f32_bits_to_f16_bits(bits[i], rnd)
+            dst[2 * i + layout] = h
+            dst[2 * i + 1 - layout] = 0
+        elif mode == ZEROING:
+            dst[2 * i] = 0
+            dst[2 * i + 1] = 0
+
+
+@aicore
+def vcast_u16_to_u32(c, dst, src, layout, mask, mode=ZEROING):
+    """MicroAPI::Cast<uint32_t, uint16_t, CastTrait{layout}>(dst, src, mask): 32-bit lane i of dst (active by mask
+    byte 4i) gets uint16 element 2i + layout of src (RegLayout ZERO: the even elements, ONE: the odd ones)."""
+    if not _instr(c, CALL_R_CAST, KIND_CAST):
+        return
+    if src.itemsize != 2 or dst.itemsize != 4:
+        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+        return
+    if layout != LAYOUT_ZERO and layout != LAYOUT_ONE:
+        fault(c, F_PARAM, CALL_R_CAST, P_MASK, layout, LAYOUT_ZERO, LAYOUT_ONE)
+        return
+    for i in range(64):
+        if mask[i * 4] != 0:
+            dst[i] = src[2 * i + layout]
+        elif mode == ZEROING:
+            dst[i] = 0

@@ -111,6 +111,28 @@ def vf_kernel(c, p, src, dst):
                 asc.vdeinterleave(c, r2, r3, r0, r1)
             asc.reg_store(c, y, r2, 0, full)
             asc.reg_store(c, y, r3, 64, full)
+        elif op == 15:   # Cast fp32 -> fp16, round mode p[1], RegLayout p[2]
+            h = asc.vreg_u16(c, 6)
+            asc.reg_load(c, r0, x, 0, asc.LOAD_NORM)
+            asc.vcast_f32_to_f16(c, h, r0, p[1], p[2], full)
+            asc.reg_store(c, asc.view_as(c, y, asc.ub_u16(c)), h, 0, full)
+        elif op == 16:   # Cast uint16 -> uint32 with RegLayout p[1]
+            h = asc.vreg_u16(c, 6)
+            w = asc.vreg_u32(c, 7)
+            asc.reg_load(c, h, asc.view_as(c, x, asc.ub_u16(c)), 0, asc.LOAD_NORM)
+            asc.vcast_u16_to_u32(c, w, h, p[1], full)
+            asc.reg_store(c, asc.view_as(c, y, asc.ub_u32(c)), w, 0, full)
+        elif op == 17:   # StoreDist PACK4_B32 of the int32 lanes of x (first p[1] lanes) at byte p[2] of y
+            asc.reg_load(c, ri, asc.view_as(c, x, asc.ub_i32(c)), 0, asc.LOAD_NORM)
+            asc.update_mask(c, m, F32, p[1])
+            asc.reg_store_pack4(c, asc.view_as(c, y, asc.ub_u8(c)), ri, p[2], m)
+        elif op == 18:   # MaskAnd of VL p[1] and H, then Duplicate 1.0 under it
+            m2 = asc.mreg(c, 2)
+            asc.create_mask(c, m, F32, p[1])
+            asc.create_mask(c, m2, F32, asc.PAT_H)
+            asc.vmask_and(c, m, m, m2, full)
+            asc.vduplicate(c, r0, np.float32(1.0), m)
+            asc.reg_store(c, y, r0, 0, full)
         asc.vec_scope_end(c)
     if p[0] == 14:       # a register instruction outside any __VEC_SCOPE__
         asc.create_mask(c, asc.mreg(c, 0), F32, asc.PAT_ALL)
@@ -268,3 +290,54 @@ def test_a_vf_is_one_vector_instruction_and_each_register_instruction_a_call():
     # Duplicate + the VF; op 2 issues 3 register instructions inside it, op 1 (four tail rounds) 1 + 4 * 4
     assert small.vec_instr == 2 and big.vec_instr == 2
     assert big.calls - small.calls == (1 + 16) - 3
+
+
+F16_IN = np.array([1.0, 1 + 2 ** -11, -(1 + 2 ** -11), -0.0, np.nan, 65520.0], dtype=np.float32)
+F16_WANT = {
+    asc.CAST_RINT: [0x3C00, 0x3C00, 0xBC00, 0x8000, 0x7E00, 0x7C00],
+    asc.CAST_ROUND: [0x3C00, 0x3C01, 0xBC01, 0x8000, 0x7E00, 0x7C00],
+    asc.CAST_FLOOR: [0x3C00, 0x3C00, 0xBC01, 0x8000, 0x7E00, 0x7BFF],
+    asc.CAST_CEIL: [0x3C00, 0x3C01, 0xBC00, 0x8000, 0x7E00, 0x7C00],
+    asc.CAST_TRUNC: [0x3C00, 0x3C00, 0xBC00, 0x8000, 0x7E00, 0x7BFF],
+    asc.CAST_ODD: [0x3C00, 0x3C01, 0xBC01, 0x8000, 0x7E00, 0x7BFF],
+}
+
+
+@pytest.mark.parametrize("layout", [asc.LAYOUT_ZERO, asc.LAYOUT_ONE], ids=["ZERO", "ONE"])
+@pytest.mark.parametrize("rnd", list(F16_WANT), ids=["RINT", "ROUND", "FLOOR", "CEIL", "TRUNC", "ODD"])
+def test_cast_f32_to_f16_round_modes_and_layout(rnd, layout):
+    src = np.zeros(256, dtype=np.float32)
+    src[: F16_IN.size] = F16_IN
+    got = launch([15, rnd, layout], src).view(np.uint16)[:128]
+    want = np.zeros(128, dtype=np.uint16)
+    want[layout: 2 * F16_IN.size: 2] = F16_WANT[rnd]
+    assert [hex(v) for v in got] == [hex(v) for v in want]
+
+
+@pytest.mark.parametrize("layout", [asc.LAYOUT_ZERO, asc.LAYOUT_ONE], ids=["ZERO-even", "ONE-odd"])
+def test_cast_u16_to_u32_takes_even_or_odd_elements(layout):
+    halves = (np.arange(512, dtype=np.uint32) * 977 % 65536).astype(np.uint16)
+    got = launch([16, layout], halves.view(np.float32)).view(np.uint32)[:64]
+    assert np.array_equal(got, halves[layout:128:2].astype(np.uint32))
+
+
+@pytest.mark.parametrize("n,at", [(64, 0), (10, 32), (0, 64)], ids=["all-at0", "10-at32", "none"])
+def test_store_pack4_writes_low_bytes(n, at):
+    ints = (np.arange(256, dtype=np.int64) * 0x01010101 + 0x300).astype(np.uint32)
+    got = launch([17, n, at], ints.view(np.float32)).view(np.uint8)
+    want = np.zeros(1024, dtype=np.uint8)
+    want[at: at + n] = ints[:n] & 0xFF
+    assert np.array_equal(got, want)
+
+
+def test_store_pack4_misaligned():
+    with pytest.raises(AlignmentError):
+        launch([17, 4, 1], SRC)
+
+
+@pytest.mark.parametrize("vl,active", [(8, 8), (64, 32), (asc.PAT_ALLF, 0)], ids=["VL8", "VL64", "ALLF"])
+def test_mask_and(vl, active):
+    got = launch([18, vl], SRC)
+    want = np.zeros(256, dtype=np.float32)
+    want[:active] = 1.0
+    assert np.array_equal(got, want)
