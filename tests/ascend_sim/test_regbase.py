@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import AlignmentError, ElementTypeError, OutOfBoundsError, ParamRangeError
+from ascend_sim import AlignmentError, ElementTypeError, Kernel, OutOfBoundsError, ParamRangeError, PipeRaceError
+from ascend_sim import launch as sim_launch
 from ascend_sim._jit import global_aicore
 from tiling import get_soc
 
@@ -341,3 +342,14 @@ def test_mask_and(vl, active):
     want = np.zeros(256, dtype=np.float32)
     want[:active] = 1.0
     assert np.array_equal(got, want)
+
+
+def test_checked_mode_sees_register_loads_as_vector_reads():
+    """No flag between the GM->UB copy (MTE2) and the VF's register load (PIPE_V): a RAW race on x's bytes."""
+    dst = np.zeros(256, dtype=np.float32)
+    buffers = (tbuf("x", 1024), tbuf("y", 1024))
+    kernel = Kernel.single_pipe("TestOp", "TestKernel", (vf_kernel,), tuple(b.name for b in buffers))
+    with pytest.raises(PipeRaceError) as exc:
+        sim_launch(kernel, block_dim=1, plan=buffers, chip=CHIP950, check="race",
+                   args=(np.array([2, 0], dtype=np.int64), asc.GlobalTensor(SRC, 0, 0), asc.GlobalTensor(dst, 1, 0)))
+    assert "__VEC_SCOPE__" in str(exc.value) and "DataCopy(GM->UB)" in str(exc.value)
