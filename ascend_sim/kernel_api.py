@@ -29,6 +29,6 @@ from .regbase import (CMP_EQ as R_CMP_EQ, CMP_GE as R_CMP_GE, CMP_GT as R_CMP_GT
                       PAT_H, PAT_M3, PAT_M4, PAT_Q, STORE_NORM, ZEROING, create_mask, mreg, reg_load,
                       reg_load_unalign, reg_store, reg_store_unalign, update_mask, vabs, vadd, vadds, varange,
                       vcast_f32_to_i32, vcast_i32_to_f32, vcompare, vcompare_scalar, vdiv, vduplicate, vec_scope_begin,
-                      vec_scope_end, vcast_f32_to_f16, vcast_u16_to_u32, vmask_and, reg_store_pack4, LAYOUT_ONE,
+                      vec_scope_end, vcast_f32_to_f16, vcast_u16_to_u32, vcast_i32_to_u8, NO_SAT, SAT, vmask_and, reg_store_pack4, LAYOUT_ONE,
                       LAYOUT_ZERO, vdeinterleave, vgather_mask, vinterleave, vmax, vmin, vmul, vmuls, vreduce_max, vreduce_min, vreduce_sum, vreg_f32,
                       vreg_i16, vreg_i32, vreg_i8, vreg_u16, vreg_u32, vreg_u8, vselect, vsub)

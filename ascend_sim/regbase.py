@@ -18,7 +18,7 @@ store is a PIPE_V UB access of CALL_VF.
 
 Not modelled: LoadDist / StoreDist other than NORM and BRC, the UnalignReg stream state (unaligned loads and
 stores here read / write their bytes directly, so DataCopyUnAlignPost has nothing to flush), casts between widths
-other than fp32 -> fp16 and uint16 -> uint32.
+other than fp32 -> fp16, uint16 -> uint32 and int32 -> uint8.
 """
 from __future__ import annotations
 
@@ -54,6 +54,9 @@ STORE_NORM = 0           # StoreDist::DIST_NORM_B8/B16/B32
 
 LAYOUT_ZERO = 0          # RegLayout::ZERO: the narrow element sits in the even (low) half of its wide lane
 LAYOUT_ONE = 1           # RegLayout::ONE: in the odd (high) half
+
+NO_SAT = 0               # SatMode
+SAT = 1
 
 ZEROING = 0              # MaskMergeMode
 MERGING = 1
@@ -759,3 +762,27 @@ def vcast_u16_to_u32(c, dst, src, layout, mask, mode=ZEROING):
             dst[i] = src[2 * i + layout]
         elif mode == ZEROING:
             dst[i] = 0
+
+
+@aicore
+def vcast_i32_to_u8(c, dst, src, sat, mask, mode=ZEROING):
+    """MicroAPI::Cast<uint8_t, int32_t, CastTrait{RegLayout::ZERO, sat}>(dst, src, mask): int32 lane i (active by
+    mask byte 4i) to byte 4i of dst (a vreg_u8), the lane's other three bytes zeroed. NO_SAT keeps the low byte
+    (modulo 256), SAT clamps to [0, 255]."""
+    if not _instr(c, CALL_R_CAST, KIND_CAST):
+        return
+    if src.itemsize != 4 or dst.itemsize != 1:
+        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+        return
+    for i in range(64):
+        if mask[i * 4] != 0:
+            v = np.int64(src[i])
+            if sat == SAT:
+                v = 0 if v < 0 else (255 if v > 255 else v)
+            dst[4 * i] = v & 0xFF
+            dst[4 * i + 1] = 0
+            dst[4 * i + 2] = 0
+            dst[4 * i + 3] = 0
+        elif mode == ZEROING:
+            for k in range(4):
+                dst[4 * i + k] = 0

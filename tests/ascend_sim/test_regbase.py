@@ -134,6 +134,11 @@ def vf_kernel(c, p, src, dst):
             asc.vmask_and(c, m, m, m2, full)
             asc.vduplicate(c, r0, np.float32(1.0), m)
             asc.reg_store(c, y, r0, 0, full)
+        elif op == 19:   # Cast int32 -> uint8 (RegLayout ZERO) with SatMode p[1], stored as bytes
+            b8 = asc.vreg_u8(c, 8)
+            asc.reg_load(c, ri, asc.view_as(c, x, asc.ub_i32(c)), 0, asc.LOAD_NORM)
+            asc.vcast_i32_to_u8(c, b8, ri, p[1], full)
+            asc.reg_store(c, asc.view_as(c, y, asc.ub_u8(c)), b8, 0, asc.mreg(c, 1))
         asc.vec_scope_end(c)
     if p[0] == 14:       # a register instruction outside any __VEC_SCOPE__
         asc.create_mask(c, asc.mreg(c, 0), F32, asc.PAT_ALL)
@@ -353,3 +358,13 @@ def test_checked_mode_sees_register_loads_as_vector_reads():
         sim_launch(kernel, block_dim=1, plan=buffers, chip=CHIP950, check="race",
                    args=(np.array([2, 0], dtype=np.int64), asc.GlobalTensor(SRC, 0, 0), asc.GlobalTensor(dst, 1, 0)))
     assert "__VEC_SCOPE__" in str(exc.value) and "DataCopy(GM->UB)" in str(exc.value)
+
+
+@pytest.mark.parametrize("sat", [asc.NO_SAT, asc.SAT], ids=["NO_SAT", "SAT"])
+def test_cast_i32_to_u8_layout_zero(sat):
+    ints = np.zeros(256, dtype=np.int32)
+    ints[:6] = [0, 7, 255, 256, -1, 1000]
+    got = launch([19, sat], ints.view(np.float32)).view(np.uint8)[:256]
+    want = np.zeros(256, dtype=np.uint8)
+    want[0:24:4] = [0, 7, 255, 0, 255, 232] if sat == asc.NO_SAT else [0, 7, 255, 255, 0, 255]
+    assert np.array_equal(got, want)
