@@ -28,3 +28,12 @@ from .simt import (simt_atomic_add, simt_end, simt_load, simt_store, simt_thread
                    thread_idx, thread_num)   # asc_vf_call / Simt::VF_CALL, GetThreadIdx, GetThreadNum, AtomicAdd
 from .cache import (CACHELINE_ALL, CACHELINE_ATOMIC, CACHELINE_OUT, CACHELINE_UB, ENTIRE_DATA_CACHE,  # noqa: F401
                     SINGLE_CACHE_LINE, data_cache_clean_and_invalid)   # DataCacheCleanAndInvalid, CacheLine, DcciDst
+from .regbase import (CMP_EQ as R_CMP_EQ, CMP_GE as R_CMP_GE, CMP_GT as R_CMP_GT, CMP_LE as R_CMP_LE,  # noqa: F401
+                      CMP_LT as R_CMP_LT, CMP_NE as R_CMP_NE, LAYOUT_ONE, LAYOUT_ZERO, LOAD_BRC, LOAD_NORM, MERGING,
+                      NO_SAT, PAT_ALL, PAT_ALLF, PAT_H, PAT_M3, PAT_M4, PAT_Q, SAT, STORE_NORM, ZEROING, create_mask,
+                      mreg, reg_load, reg_load_unalign, reg_store, reg_store_pack4, reg_store_unalign, update_mask,
+                      vabs, vadd, vadds, varange, vcast_f32_to_f16, vcast_f32_to_i32, vcast_i32_to_f32,
+                      vcast_i32_to_u8, vcast_u16_to_u32, vcompare, vcompare_scalar, vdeinterleave, vdiv, vduplicate,
+                      vec_scope_begin, vec_scope_end, vgather_mask, vinterleave, vmask_and, vmax, vmin, vmul, vmuls,
+                      vreduce_max, vreduce_min, vreduce_sum, vreg_f32, vreg_i16, vreg_i32, vreg_i8, vreg_u16,
+                      vreg_u32, vreg_u8, vselect, vsub)   # MicroAPI (arch35 __VEC_SCOPE__ register instructions)

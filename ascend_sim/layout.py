@@ -114,7 +114,20 @@ CHK_OWN_WAIVE = CHK_WAIVE + CHK_WAIVERS * 4          # bit q: the live TPipe's q
 CHK_FN = CHK_OWN_WAIVE + 1                          # addresses of the checker's compiled entries (_check_entries)
 CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ = range(CHK_FN, CHK_FN + 3)
 CHK_SIZE = CHK_FN + 3 - CHK_BASE
-QUE_BASE = CHK_BASE + CHK_SIZE                        # queue table rows of the live TPipe, QUE_COLS each
+# The arch35 register file (regbase.py): vector registers (RegTensor, 256 bytes = 32 words each), mask registers
+# (MaskReg, one byte per byte lane), the open VF's instruction count and the per-kind counts of every VF so far.
+REG_BASE = CHK_BASE + CHK_SIZE
+N_VREGS = 32
+N_MREGS = 8
+VREG_WORDS = 32
+MREG_BASE = REG_BASE + N_VREGS * VREG_WORDS
+VF_OPEN = MREG_BASE + N_MREGS * VREG_WORDS     # 1 inside vec_scope_begin .. vec_scope_end
+VF_INSTR = VF_OPEN + 1                         # register instructions of the open VF
+N_VF_KINDS = 8
+VF_KIND_BASE = VF_INSTR + 1                    # VF_KIND_BASE + kind: instructions of that kind in all VFs
+VF_KIND_NAMES = ("mask", "load", "store", "arith", "cast", "compare_select", "reduce", "move")
+REG_SIZE = VF_KIND_BASE + N_VF_KINDS - REG_BASE
+QUE_BASE = REG_BASE + REG_SIZE                        # queue table rows of the live TPipe, QUE_COLS each
 
 # Trace rows: call number, AscendC call id, pipe, start cycle, end cycle, two arguments, and the call number of
 # the SetFlag / EnQue / FreeTensor whose event this call waited for (-1: none).
@@ -199,12 +212,29 @@ CALL_CONCAT = 44
 CALL_DUPLICATE_MASK = 45
 CALL_VF = 46
 CALL_FETCH_EVENT_ID = 47
+# MicroAPI register instructions (regbase.py); a VF is one CALL_VF in the timeline and checked mode, these ids
+# only name the instruction in a fault record
+CALL_R_MASK_AND = 30
+CALL_R_VEC_SCOPE = 48
+CALL_R_CREATE_MASK = 49
+CALL_R_UPDATE_MASK = 50
+CALL_R_LOAD = 51
+CALL_R_STORE = 52
+CALL_R_ARITH = 53
+CALL_R_DUPLICATE = 54
+CALL_R_ARANGE = 55
+CALL_R_CAST = 56
+CALL_R_COMPARE = 57
+CALL_R_SELECT = 58
+CALL_R_REDUCE = 59
+CALL_R_GATHER_MASK = 62
+CALL_R_INTERLEAVE = 63
 CALL_COMPARE_SCALAR = 60   # masked-select instructions (mask.py)
 CALL_GATHER_MASK = 61
-CALL_SIMT = 54             # Simt::VF_CALL / asc_vf_call (simt.py)
-SLOT_SIMT_GM_LATENCY = 55  # not calls: TL_CPR + these hold SIMT cost figures (timeline.cost_words)
-SLOT_SIMT_LAUNCH = 56
-CALL_DCCI = 57             # DataCacheCleanAndInvalid (cache.py)
+CALL_SIMT = 31             # Simt::VF_CALL / asc_vf_call (simt.py)
+SLOT_SIMT_GM_LATENCY = 32  # not calls: TL_CPR + these hold SIMT cost figures (timeline.cost_words)
+SLOT_SIMT_LAUNCH = 33
+CALL_DCCI = 34             # DataCacheCleanAndInvalid (cache.py)
 
 CALL_NAMES = {
     CALL_DATA_COPY_PAD_IN: "DataCopyPad(GM->UB)",
@@ -244,6 +274,21 @@ CALL_NAMES = {
     CALL_DUPLICATE_MASK: "Duplicate(mask)",
     CALL_VF: "vector function (__VEC_SCOPE__)",
     CALL_FETCH_EVENT_ID: "TPipe::FetchEventID",
+    CALL_R_VEC_SCOPE: "__VEC_SCOPE__",
+    CALL_R_MASK_AND: "MicroAPI::MaskAnd",
+    CALL_R_CREATE_MASK: "MicroAPI::CreateMask",
+    CALL_R_UPDATE_MASK: "MicroAPI::UpdateMask",
+    CALL_R_LOAD: "MicroAPI::DataCopy(UB->RegTensor)",
+    CALL_R_STORE: "MicroAPI::DataCopy(RegTensor->UB)",
+    CALL_R_ARITH: "MicroAPI arithmetic (Add/Sub/Mul/Div/Max/Min/Abs/Adds/Muls)",
+    CALL_R_DUPLICATE: "MicroAPI::Duplicate",
+    CALL_R_ARANGE: "MicroAPI::Arange",
+    CALL_R_CAST: "MicroAPI::Cast",
+    CALL_R_COMPARE: "MicroAPI::Compare",
+    CALL_R_SELECT: "MicroAPI::Select",
+    CALL_R_REDUCE: "MicroAPI reduction (ReduceSum/ReduceMax/ReduceMin)",
+    CALL_R_GATHER_MASK: "MicroAPI::GatherMask",
+    CALL_R_INTERLEAVE: "MicroAPI::Interleave / DeInterleave",
     CALL_COMPARE_SCALAR: "CompareScalar",
     CALL_GATHER_MASK: "GatherMask",
     CALL_SIMT: "asc_vf_call (SIMT)",
