@@ -29,6 +29,7 @@ import numpy as np
 from ascend_sim.pipe import UbBuffer
 
 from .common import TensorDesc, TilingResult, ceil_div, memoised_tiling, struct_fields, tdiv, tmod
+from .moe_sort import arch35_vbs_split
 from .platform import get_soc
 from .status import ParamInvalidError, TilingError
 
@@ -90,28 +91,7 @@ def _vbs(f: dict, total: int, loop_max: int, aiv: int) -> None:
     need = min(int(4 ** _ceil_log4(ceil_div(total, loop_max))), aiv)
     if need == 0:
         return
-    per = tdiv(total, need)
-    floor_per = per - tmod(per, SORT32_ALIGN_ELEMENT)
-    ceil_per = per + SORT32_ALIGN_ELEMENT - tmod(per, SORT32_ALIGN_ELEMENT)
-    if total - (need - 1) * floor_per > ceil_per:
-        per = ceil_per
-        need = ceil_div(total, per)
-    else:
-        per = floor_per
-    f["vbs_need_core_num"] = need
-    while True:
-        loops = ceil_div(per, loop_max)
-        per_loop = min(per, loop_max)
-        last = total - (need - 1) * per
-        last_per_loop = ceil_div(ceil_div(last, loops), SORT32_ALIGN_ELEMENT) * SORT32_ALIGN_ELEMENT
-        last_last = last - (loops - 1) * last_per_loop
-        f.update(vbs_per_core_elements=per, vbs_per_core_loops=loops, vbs_per_core_per_loop_elements=per_loop,
-                 vbs_per_core_last_loop_elements=per - (loops - 1) * per_loop, vbs_last_core_elements=last,
-                 vbs_last_core_loops=loops, vbs_last_core_per_loop_elements=last_per_loop,
-                 vbs_last_core_last_loop_elements=last_last)
-        per -= SORT32_ALIGN_ELEMENT
-        if not (last_last <= 0 and per > 0):
-            break
+    arch35_vbs_split(f, total, need, loop_max)
     # the real tiling only logs a failed VBS split (lastCoreLastLoopElements <= 0) and goes on
 
 

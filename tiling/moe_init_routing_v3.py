@@ -27,6 +27,7 @@ import numpy as np
 from ascend_sim.pipe import UbBuffer
 
 from .common import TensorDesc, TilingResult, ceil_div, memoised_tiling, struct_fields, tdiv
+from .moe_sort import arch35_vbs_split
 from .platform import get_soc
 from .status import TilingError
 
@@ -254,30 +255,7 @@ def _vbs(c: _Ctx) -> int:
         return 0
     need = ceil_div(total, loop_max)
     need = min(int(math.pow(4, int(math.ceil(math.log(need) / math.log(4))) if need > 0 else 0)), c.aiv)
-    per_core = tdiv(total, need)
-    floor_aligned = per_core - per_core % SORT32_ALIGN_ELEMENT
-    last_core = total - (need - 1) * floor_aligned
-    ceil_aligned = per_core + SORT32_ALIGN_ELEMENT - per_core % SORT32_ALIGN_ELEMENT
-    if last_core > ceil_aligned:
-        per_core = ceil_aligned
-        need = ceil_div(total, per_core)
-    else:
-        per_core = floor_aligned
-    f["vbs_need_core_num"] = need
-    while True:
-        # the real loop shrinks the per-core share until the last core's last loop holds a key
-        loops = ceil_div(per_core, loop_max)
-        per_loop = min(per_core, loop_max)
-        last_elems = total - (need - 1) * per_core
-        last_per_loop = ceil_div(ceil_div(last_elems, loops), SORT32_ALIGN_ELEMENT) * SORT32_ALIGN_ELEMENT
-        last_last = last_elems - (loops - 1) * last_per_loop
-        f.update(vbs_per_core_elements=per_core, vbs_per_core_loops=loops, vbs_per_core_per_loop_elements=per_loop,
-                 vbs_per_core_last_loop_elements=per_core - (loops - 1) * per_loop, vbs_last_core_elements=last_elems,
-                 vbs_last_core_loops=loops, vbs_last_core_per_loop_elements=last_per_loop,
-                 vbs_last_core_last_loop_elements=last_last)
-        per_core -= SORT32_ALIGN_ELEMENT
-        if not (last_last <= 0 and per_core > 0):
-            break
+    arch35_vbs_split(f, total, need, loop_max)
     return 1
 
 

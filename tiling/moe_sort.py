@@ -134,3 +134,32 @@ def multi_core_ub_plan(pipe: str, index_num: int) -> tuple[UbBuffer, ...]:
             UbBuffer("sortDataCopyOutQueue", nbytes, 1, "TQue", "VECOUT", 1, pipe),
             UbBuffer("indexConcatBuffer", nbytes, pipe=pipe),
             UbBuffer("sortedBuffer", nbytes, pipe=pipe))
+
+
+def arch35_vbs_split(f: dict, total: int, need: int, loop_max: int) -> None:
+    """The arch35 VBS split of MoeInitRoutingV2 / V3 (both tilings run the same code): `total` keys over `need`
+    cores (need >= 1) with one sort loop holding `loop_max` keys; writes the vbs_* fields of f from
+    vbs_need_core_num on. Unlike the membase split (vbs_tiling) the per-core share shrinks by 32 keys until
+    the last core's last loop holds a key or no share is left; the real tilings only log a split that fails."""
+    per = tdiv(total, need)
+    floor_per = per - per % SORT32_ALIGN_ELEMENT
+    ceil_per = per + SORT32_ALIGN_ELEMENT - per % SORT32_ALIGN_ELEMENT
+    if total - (need - 1) * floor_per > ceil_per:
+        per = ceil_per
+        need = ceil_div(total, per)
+    else:
+        per = floor_per
+    f["vbs_need_core_num"] = need
+    while True:
+        loops = ceil_div(per, loop_max)
+        per_loop = min(per, loop_max)
+        last = total - (need - 1) * per
+        last_per_loop = ceil_div(ceil_div(last, loops), SORT32_ALIGN_ELEMENT) * SORT32_ALIGN_ELEMENT
+        last_last = last - (loops - 1) * last_per_loop
+        f.update(vbs_per_core_elements=per, vbs_per_core_loops=loops, vbs_per_core_per_loop_elements=per_loop,
+                 vbs_per_core_last_loop_elements=per - (loops - 1) * per_loop, vbs_last_core_elements=last,
+                 vbs_last_core_loops=loops, vbs_last_core_per_loop_elements=last_per_loop,
+                 vbs_last_core_last_loop_elements=last_last)
+        per -= SORT32_ALIGN_ELEMENT
+        if not (last_last <= 0 and per > 0):
+            break
