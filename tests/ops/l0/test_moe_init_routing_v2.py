@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ascend_sim import UBOverflowError
+from ascend_sim import ParamRangeError, PipeRaceError, UBOverflowError
 from ops.l0 import moe_init_routing_v2 as l0
 from tiling import TensorDesc, get_soc
 from tiling.moe_init_routing_v2 import moe_init_routing_v2 as tiling_of
@@ -175,3 +175,27 @@ def test_paths_not_modelled(attrs):
     with pytest.raises(NotImplementedError):
         l0.get_workspace_size(x, idx, **args, expanded_x_out=np.zeros(shape, np.float16),
                               expanded_row_idx_out=np.zeros(16, np.int32), expert_tokens_count_or_cumsum_out=counts)
+
+
+def test_strict_mode_reports_arith_progression_perf():
+    """ArithProgressionPerf (moe_init_routing_v2_arch35_common.h) lets its repeat-wide Adds read the block-wide
+    Adds' results with no PipeBarrier<PIPE_V> between them: clean in "race" mode (consecutive vector instructions
+    are in order on the chip), reported in "strict" mode, which follows the documentation."""
+    x, idx = inputs(60, 3, 24, np.float16, np.int32)
+    with pytest.raises(PipeRaceError, match="PIPE_V Adds .* reads them"):
+        route(x, idx, 0, check="strict")
+
+
+def test_sort_out_round_beyond_255_extract_repeats():
+    """With 2048-pair merge windows a SortOut round of four lists can merge up to 4 * 2048 - 3 pairs, and its
+    Extract then needs ceil(merged / 32) = 256 repeats, one more than Extract's repeatTime range [0, 255]. Four
+    VBS lists whose ids interleave exactly (core c holds 4 * i + c) drain all four windows evenly and reach it:
+    the simulator stops there (the real kernel would run an out-of-range Extract)."""
+    n = 20000
+    x, _ = inputs(n, 1, 8, np.float32, np.int32)
+    per = tiling_of(x, TensorDesc((n, 1), np.int32), soc=CHIP).fields["vbs_per_core_elements"]
+    pos = np.arange(n)
+    core = np.minimum(pos // per, 3)
+    idx = (4 * (pos - core * per) + core).astype(np.int32).reshape(n, 1)
+    with pytest.raises(ParamRangeError, match="Extract.*repeatTime = 256"):
+        route(x, idx, 0)
