@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ascend_sim import ParamRangeError, PipeRaceError, UBOverflowError
+from ascend_sim import OutOfBoundsError, ParamRangeError, PipeRaceError, UBOverflowError
 from ops.l0 import moe_init_routing_v2 as l0
 from tiling import TensorDesc, get_soc
 from tiling.moe_init_routing_v2 import moe_init_routing_v2 as tiling_of
@@ -199,3 +199,17 @@ def test_sort_out_round_beyond_255_extract_repeats():
     idx = (4 * (pos - core * per) + core).astype(np.int32).reshape(n, 1)
     with pytest.raises(ParamRangeError, match="Extract.*repeatTime = 256"):
         route(x, idx, 0)
+
+
+def test_gather_out_swapped_loop_counts():
+    """(sic) MoeV2GatherOutSimt::Init gives the last core perCoreLoops and the other cores lastCoreLoops. When the
+    two differ the real kernel misroutes: here core 0 (321 slots in two loops of 320 + 1) runs one loop and leaves
+    slot 320 out, and core 1 (320 slots, one loop) runs two and reads its second loop's indices past the end of
+    expandedRowIdx, which the simulator refuses."""
+    soc = get_soc("ascend950", aiv_num=2, ub_size=65536)
+    x, idx = inputs(641, 1, 5416, np.float16, np.int32)
+    size, executor, _, _ = prepare(x, idx, 0, soc)
+    f = executor.tiling.fields
+    assert (f["gather_out_scatter_mode"], f["gather_out_per_core_loops"], f["gather_out_last_core_loops"]) == (0, 2, 1)
+    with pytest.raises(OutOfBoundsError, match="expanded_row_idx"):
+        l0.run(np.empty(size, dtype=np.uint8), size, executor)
