@@ -4,10 +4,11 @@ fp32 tokens, with activeNum = numOutTokens, expertCapacity 0, expertNum 0, dropP
     expanded_row_idx[slot] = the output row of flat slot `slot` (stable ascending sort of the flat expert ids)
     expanded_x[row] = x[slot // k] for the rows row < activeRows (the slot sorted to that row)
 
-activeRows = activeNum clamped to [.., n * k], activeNum <= 0 counting from the end (0: every slot), as the regbase
-tiling documents. The tiling is tiling.moe_init_routing_v2; the kernels of keys 10001 / 10002 / 11001 / 11002 are
-kernel.KERNELS (by key and scatterMode). Drop-pad mode and the expert-token-count outputs are not modelled: the
-entry refuses them with NotImplementedError after the real checks (which it runs in full) have passed.
+activeRows = min(activeNum, n * k) for activeNum > 0 and max(n * k + activeNum, 0) for activeNum <= 0 (0 keeps every
+row), as the regbase tiling computes it. The tiling is tiling.moe_init_routing_v2; the kernels of keys 10001 / 10002 /
+11001 / 11002 are kernel.KERNELS (by key and scatterMode). Drop-pad mode and the expert-token-count outputs are not
+modelled: the entry refuses them with NotImplementedError after the real checks (which it runs in full) have passed;
+so does an A2 / A3 profile (their MoeInitRoutingV2 kernels are the membase ones).
 
 Two phases as every l0 launch here: `get_workspace_size(...) -> (workspace_size, Executor)`, then
 `run(workspace, workspace_size, executor)` (or a KernelStep of a composite aclnn) fills the outputs in place.
@@ -31,6 +32,10 @@ API = "l0op::MoeInitRoutingV2"
 GM_NAMES = ("x", "expert_idx", "expanded_x", "expanded_row_idx", "workspace", "workspace")
 # named after the C++ struct; the class must be importable under its own name for numba's disk cache
 MoeInitRoutingV2TilingData = namedtuple("MoeInitRoutingV2TilingData", FIELDS)
+
+
+UB_ADVICE = ("the multi-core sort's three buffers each hold four 2048-pair merge windows (64 KiB; the int64 in-queue "
+             "96 KiB) whatever the UB; the one-core sort and the gather shrink with the UB the tiling is given")
 
 
 def _bind_workspace(args: tuple, workspace: np.ndarray, workspace_size: int) -> tuple:
@@ -87,7 +92,7 @@ def get_workspace_size(x, expert_idx, *, active_num, expert_capacity, expert_num
     tmpl = Template(dt_of(xa.dtype), dt_of(idx.dtype), f["gather_out_scatter_mode"])
     links = (IndexLink("expanded_row_idx_out", "expanded_x", f["cols"], out_x.shape[0]),)
     executor = Executor(OP, result, kernel, (td, gm, tmpl), GM_NAMES, api=API, tensors=tensors, index_links=links,
-                        bind_workspace=_bind_workspace, writes=(out_x, out_row))
+                        ub_advice=UB_ADVICE, bind_workspace=_bind_workspace, writes=(out_x, out_row))
     return result.workspace_size, executor
 
 
