@@ -30,6 +30,7 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
 from ascend_sim._jit import aicore, global_aicore
+from ascend_sim._outline import outline
 from ascend_sim.dtypes import DT_INT64
 from ops.common import int_math
 from ops.common.moe_sort import _align, _copy_keys_in, _list_windows, _mrgsort_init, _pad_last_group, _sort_len
@@ -119,32 +120,38 @@ def sort_one_core_process(c, td, keys_gm, ws_i32):
     total = td.n * td.k
     tile_length = _align(td.vbs_last_core_per_loop_elements, 4)
     sort_num = int_math.ceil_div(tile_length, ONE_REPEAT_SORT_NUM) * ONE_REPEAT_SORT_NUM
-    repeat = sort_num // ONE_REPEAT_SORT_NUM
     K = asc.ub_like(c, keys_gm)
-    F32 = asc.ub_f32(c)
     # CopyIn
     in_local = asc.alloc_tensor(c, IN_QUEUE, K)
     _copy_keys_in(c, in_local, keys_gm, total)
     row_idx_local = asc.view_as(c, in_local[sort_num:], asc.ub_i32(c))     # inLocal[sortNum] as int32
     arith_progression_perf(c, row_idx_local, 0, 1, sort_num)
     asc.en_que(c, IN_QUEUE, in_local)
-    # SortCompute
+    # SortCompute: the ids widen to fp32 where they lie, in the first 4 * tileLength bytes
     in_local = asc.de_que(c, IN_QUEUE, K)
-    keys_fp32 = asc.view_as(c, in_local, F32)
+    keys_fp32 = asc.view_as(c, in_local, asc.ub_f32(c))
     asc.cast(c, keys_fp32, asc.DT_FLOAT, in_local, _key_dt(keys_gm), asc.CAST_ROUND, tile_length)
+    index_u32 = asc.view_as(c, in_local[sort_num:], asc.ub_u32(c))
+    _one_core_sort_fp32(c, td, keys_fp32, index_u32, ws_i32, total, tile_length, sort_num)
+
+
+@outline
+def _one_core_sort_fp32(c, td, keys_fp32, source_row_local, ws_i32, total, tile_length, sort_num):
+    """The rest of SortCompute and CopyOut, on the widened keys (one compiled copy serves both id types)."""
+    repeat = sort_num // ONE_REPEAT_SORT_NUM
+    F32 = asc.ub_f32(c)
     asc.muls(c, keys_fp32, keys_fp32, -1.0, tile_length)
     _pad_last_group(c, keys_fp32, total)
     temp_tensor = asc.tbuf_get(c, ONE_CORE_TEMP, F32)[:_sort_len(sort_num)]
     concat_local = asc.concat(c, keys_fp32, temp_tensor, repeat)
     sorted_local = asc.tbuf_get(c, ONE_CORE_SORTED, F32)[:_sort_len(sort_num)]
-    source_row_local = asc.view_as(c, in_local[sort_num:], asc.ub_u32(c))
     asc.sort(c, sorted_local, concat_local, source_row_local, temp_tensor, repeat)
     out_local = asc.alloc_tensor(c, OUT_QUEUE, F32)
     asc.extract(c, out_local, asc.view_as(c, out_local[sort_num:], asc.ub_u32(c)), sorted_local, repeat)
     asc.muls(c, out_local, out_local, -1.0, tile_length)
     asc.cast_f32_to_i32(c, asc.view_as(c, out_local, asc.ub_i32(c)), out_local, asc.CAST_ROUND, tile_length)
     asc.en_que(c, OUT_QUEUE, out_local)
-    asc.free_tensor(c, IN_QUEUE, in_local)
+    asc.free_tensor(c, IN_QUEUE, keys_fp32)
     # CopyOut: the sorted ids and the slots in sorted order
     out_i32 = asc.de_que(c, OUT_QUEUE, asc.ub_i32(c))
     params = asc.DataCopyExtParams(1, total * 4, 0, 0)
@@ -280,14 +287,21 @@ def _ub_sort_process(c, td, keys_gm, ws_f32, progress, size, sort_num, loop_elem
     in_local = asc.de_que(c, IN_QUEUE, K)
     keys_fp32 = asc.view_as(c, in_local, F32)
     asc.cast(c, keys_fp32, asc.DT_FLOAT, in_local, _key_dt(keys_gm), asc.CAST_ROUND, sort_num)
+    _ub_sort_fp32(c, td, ws_f32, keys_fp32, asc.view_as(c, in_local[sort_num:], asc.ub_u32(c)), progress, size,
+                  sort_num, loop_elements)
+
+
+@outline
+def _ub_sort_fp32(c, td, ws_f32, keys_fp32, source_row_local, progress, size, sort_num, loop_elements):
+    """The rest of UBSortCompute and VBSCopyOut, on the widened keys (one compiled copy serves both id types)."""
+    F32 = asc.ub_f32(c)
     asc.muls(c, keys_fp32, keys_fp32, -1.0, sort_num)
     _pad_last_group(c, keys_fp32, size)
     sorted_local = asc.tbuf_get(c, MULTI_SORTED, F32)[:_sort_len(sort_num)]
     out_local = asc.alloc_tensor(c, OUT_QUEUE, F32)
-    source_row_local = asc.view_as(c, in_local[sort_num:], asc.ub_u32(c))
     asc.sort(c, out_local, keys_fp32, source_row_local, sorted_local, sort_num // ONE_REPEAT_SORT_NUM)
     asc.en_que(c, OUT_QUEUE, out_local)
-    asc.free_tensor(c, IN_QUEUE, in_local)
+    asc.free_tensor(c, IN_QUEUE, keys_fp32)
     # VBSCopyOut
     out_local = asc.de_que(c, OUT_QUEUE, F32)
     dst = asc.gm_at(_workspace(td, ws_f32, 0),
@@ -296,7 +310,7 @@ def _ub_sort_process(c, td, keys_gm, ws_f32, progress, size, sort_num, loop_elem
     asc.free_tensor(c, OUT_QUEUE, out_local)
 
 
-@aicore
+@outline
 def _merge(c, td, ws_f32, list_num, per_list, last_list, core_offset, loop_offset):
     """InitMoeMrgSort + MoeV2Mrgsort: list_num lists of this core's slice of workspaceGms[srcWsIndex], merged into
     the other area through the in-queue windows and the out-queue buffer."""
@@ -346,7 +360,7 @@ def sort_vbs_process(c, td, keys_gm, ws_f32):
     m[M_LAST_LIST_ELEMENTS] = td.vbs_last_core_elements
 
 
-@aicore
+@outline
 def sort_vms_level(c, td, ws_f32):
     """One pass of VMSProcess's loop (more than four lists left): cores 0 .. ceil(lists / 4) - 1 merge four
     adjacent lists each, the last of them the remaining ones."""
@@ -365,7 +379,7 @@ def sort_vms_level(c, td, ws_f32):
     m[M_PER_LIST_ELEMENTS] = per_list * MAX_MRGSORT_LIST
 
 
-@aicore
+@outline
 def sort_out_process(c, td, ws_i32, ws_f32):
     """SortOutProcess: core 0 merges the last lists (InitMoeMrgSortOut + MoeV2MrgsortOut)."""
     if c.block_idx >= 1:
