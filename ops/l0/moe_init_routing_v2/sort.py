@@ -18,6 +18,11 @@ Differences from the 910B sort (ops/common/moe_sort.py): the index sits behind t
 sortedBuffer), every core starts with srcWsIndex 0, MrgSort list i always uses window i, SortOut also writes the
 sorted ids, and SyncAll is skipped on a one-core chip (coreNum == 1).
 
+Two things of the real code show here: a SortOut round of four full 2048-pair windows can merge up to 8189 pairs,
+whose Extract needs 256 repeats (Extract's repeatTime range is [0, 255]; the simulator stops with ParamRangeError),
+and ArithProgressionPerf's repeat-wide Adds read the block-wide Adds' results with no PipeBarrier<PIPE_V> (clean
+in checked mode "race", reported in "strict").
+
 `td` is the MoeInitRoutingV2 tiling struct (core_num, n, k, vbs_*, sort_out_one_loop_max_elements). The GM a sort
 stage sees is SortGm: the keys, the workspace as int32 and as float32 (the same bytes).
 """
