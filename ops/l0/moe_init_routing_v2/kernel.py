@@ -1,0 +1,86 @@
+"""Kernels of MoeInitRoutingV2 on Ascend 950 (op_kernel/moe_init_routing_v2.cpp, the __DAV_C310__ branch).
+
+Each dropless key without expert-token counts runs three steps:
+
+1. sortPipe: MoeV2SortOneCore<T> (keys 10001 / 11001) or MoeV2SortMultiCore<T> (10002 / 11002), T the expert id
+   type: the sorted ids and expandDstToSrcRow into the workspace (sort.py).
+2. MoeV2SrcToDstOpSimt: no TPipe of its own (it follows sortPipe.Destroy()); a SIMT call inverts the permutation
+   into expandedRowIdx, then SyncAll (src_to_dst.py).
+3. gatherPipe: MoeV2ScatterOutBatchRow<T> when the tiling set scatterMode, else MoeV2GatherOutSimt<T>
+   (gather_out.py). The Dec-2025 entry knows only the gather; the scatter template comes with newer sources
+   (whose entry file is not stored): the tiling's ub_plan and scatterMode field say which of the two builds
+   gatherPipe, and this kernel dispatches on them the same way.
+
+Keys 1x001 / 1x002 differ only in the expert-token-count TPipe (MoeV2ExpertTokenOutRegBase / Simt), which runs only
+with expertTokensCountOrCumsumFlag > 0; drop-pad keys (10011 / 11011 / ...) and that pipe are not modelled (the l0
+entry refuses them). Stages take (c, td, gm): the core, the tiling struct and the GM tensors of their step only, so
+the sort compiles once per id type and the copy once per token element width.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+from ascend_sim import SYNC_ALL, Kernel, PipePhase
+
+from . import sort
+from .gather_out import (GATHER_BUFFERS, SCATTER_BUFFERS, GatherGm, gather_out_stage, scatter_out_stage)
+from .src_to_dst import SrcToDstGm, src_to_dst_stage
+
+OP = "MoeInitRoutingV2"
+
+GmTensors = namedtuple("GmTensors", [
+    "x",                    # (N, H) tokens (uint16 carrier for fp16 / bf16, float32)
+    "expert_idx",           # (N * K) expert ids, int32 or int64
+    "expanded_x",           # (activeRows, H) output, x's carrier
+    "expanded_row_idx",     # (N * K) int32 output: the output row of each flat slot
+    "ws_i32",               # user workspace as int32 (sorted ids, expandDstToSrcRow)
+    "ws_f32",               # the same bytes as float32 (the sort's ping-pong lists)
+])
+
+Template = namedtuple("Template", ["x_t", "expert_idx_t", "scatter_mode"])
+"""DTYPE_X and DTYPE_EXPERT_IDX (ge codes) and the gather template the tiling chose (scatterMode)."""
+
+
+def _sort_args(td, gm, tmpl):
+    return td, sort.SortGm(gm.expert_idx, gm.ws_i32, gm.ws_f32)
+
+
+def _src_to_dst_args(td, gm, tmpl):
+    return td, SrcToDstGm(gm.ws_i32, gm.expanded_row_idx)
+
+
+def _gather_args(td, gm, tmpl):
+    return td, GatherGm(gm.x, gm.expanded_row_idx, gm.expanded_x, gm.ws_i32)
+
+
+def _src_to_dst_schedule(td, gm, tmpl):
+    return [src_to_dst_stage] + ([SYNC_ALL] if td.core_num != 1 else [])
+
+
+def _gather_core_plan(block_idx, rows, td, gm, tmpl):
+    """MoeV2GatherOutSimt::Init sizes its index queue from the core's perLoopRows (the last core has its own)."""
+    last = block_idx == td.gather_out_need_core_num - 1
+    loop_rows = td.gather_out_last_core_per_loop_rows if last else td.gather_out_per_core_per_loop_rows
+    nbytes = (loop_rows * 4 + 31) // 32 * 32
+    return tuple(r._replace(bytes=nbytes) if r.name == "expandedRowIdxIndexCopyInQueue" else r for r in rows)
+
+
+def _kernel(key: int, scatter_mode: int) -> Kernel:
+    multi_core = key % 10 == 2
+    sort_name = "MoeV2SortMultiCore" if multi_core else "MoeV2SortOneCore"
+    if scatter_mode:
+        gather = PipePhase("gatherPipe", SCATTER_BUFFERS, (scatter_out_stage,), _gather_args)
+        gather_name = "MoeV2ScatterOutBatchRow"
+    else:
+        gather = PipePhase("gatherPipe", GATHER_BUFFERS, (gather_out_stage,), _gather_args,
+                           core_plan=_gather_core_plan)
+        gather_name = "MoeV2GatherOutSimt"
+    return Kernel(OP, f"{sort_name} + MoeV2SrcToDstOpSimt + {gather_name}",
+                  (sort.sort_phase(multi_core, _sort_args),
+                   PipePhase("srcToDst", (), _src_to_dst_schedule, _src_to_dst_args),
+                   gather))
+
+
+KEYS = (10001, 10002, 11001, 11002)
+KERNELS = {(key, mode): _kernel(key, mode) for key in KEYS for mode in (0, 1)}
+"""The dropless kernels without expert-token counts, by (tilingKey, scatterMode)."""
