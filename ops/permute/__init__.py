@@ -5,19 +5,16 @@ Status codes follow the path each chip takes:
   dtype combination outside the OpDef -> 161002, a tiling failure -> 561002 (paddedMode true,
   indices not 1-D/2-D, dim-0 mismatch, topK > 512, 16777215 or more indices, output shapes).
   V2 checks its five tensors for null (161001), then forwards to V1; quant_mode is ignored.
-* ascend950 ("regbase"): explicit checks -> 161001 / 161002 (paddedMode true is 161002 here);
-  V2 accepts quant_mode -1, 2 (MXFP8 E5M2), 3 (MXFP8 E4M3FN), 9 (MXFP4 E2M1) only. V2 (and V1 with
-  int8 tokens) routes all tokens * topK slots and slices the first rows of the caller's permute_tokens_out: the row count
-  comes from that tensor and numOutTokens is not used (more rows than slots -> 561103).
+* ascend950 ("regbase"): explicit checks -> 161001 (null tensors, first) / 161002 (V2: tokens not 2-D or
+  indices not 1-D / 2-D; paddedMode true; dtypes); V2 accepts quant_mode -1, 2 (MXFP8 E5M2), 3 (MXFP8 E4M3FN),
+  9 (MXFP4 E2M1) only. V2 (and V1 with int8 tokens) routes all tokens * topK slots and slices the first rows of
+  the caller's permute_tokens_out: the row count comes from that tensor and numOutTokens is not used. A failing
+  l0 tiling or slice (e.g. more rows than slots, wrong hidden size or scale shape) -> 561103.
 
-The real 950 paths delegate to arch35 kernels: V2, and V1 with int8 tokens, to MoeInitRoutingV3 (every
-slot routed, the caller's outputs sliced from the full result); V1 with fp16/bf16/fp32 tokens to
-MoeInitRoutingV2 with numOutTokens. The simulator's 950 kernel is the V1 kernel (two sorts and the
-index copy) tiled for the 950 profile, with MX quantisation of each source row done in the index copy
-on the vector pipe (see kernel.py); results are those of the real op, tiling figures for 950 are the
-simulator's. Restrictions that come from running the
-V1 structure there: topK <= 512 and fewer than 16777215 slots (561002), and expert ids outside
-[0, 10240) are sorted like any other id, where the real V3 drops those slots.
+On the 950 the op has no kernel of its own: the aclnn chains l0 operators (ops/permute/regbase.py). V2, and V1
+with int8 tokens, run MoeInitRoutingV3's arch35 kernels on every slot and slice the caller's outputs from the
+full result (expert ids outside [0, 10240) are dropped there: their sorted_indices and the rows they would fill
+are not written); V1 with fp16 / bf16 / fp32 tokens runs MoeInitRoutingV2's arch35 kernels with numOutTokens.
 """
 from __future__ import annotations
 
@@ -122,8 +119,8 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
     result = _tiling(tokens, indices, num_out_tokens, padded_mode, QUANT_NONE, soc=soc,
                      permute_tokens_out=permute_out, sorted_indices_out=sorted_out)
     gm = GmTensors(gm_tensor(tokens, 0), gm_tensor(indices, 1), gm_tensor(permute_out, 2, gm_view(tokens).dtype),
-                   gm_tensor(sorted_out, 3), None, gm_tensor(None, 5, np.uint8), gm_tensor(None, 6, np.uint8))
-    tmpl = Template(dt_of(tokens.dtype), 1 if result.tiling_key > 4 else 0, QUANT_NONE, 0)
+                   gm_tensor(sorted_out, 3), None)
+    tmpl = Template(dt_of(tokens.dtype), 1 if result.tiling_key > 4 else 0)
     plan = None
     if result.fields["cols"] == 0:
         # no row bytes to move, but sortedIndices is still the inverse permutation: run the sorts only
@@ -132,8 +129,7 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
     else:
         kernel = KERNELS[result.tiling_key]
     executor = Executor(OP, result, kernel, (MoeTokenPermuteTilingData(*result.fields.values()), gm, tmpl),
-                        ("tokens", "indices", "permute_tokens", "sorted_indices", "workspace", "expanded_scale",
-                         "permute_tokens"),
+                        ("tokens", "indices", "permute_tokens", "sorted_indices", "workspace"),
                         api="aclnnMoeTokenPermuteV2" if v2 else "aclnnMoeTokenPermute", ub_plan=plan,
                         tensors=dict(tokens=tokens, indices=indices, permute_tokens_out=permute_out,
                                      sorted_indices_out=sorted_out, expanded_scale_out=scale_out),

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ascend_sim.layout import POISON_PAIR
-from tiling.status import InnerNullptrError, TilingError
+from tiling.status import AclnnError, InnerNullptrError
 
 from .._framework import Composite, HostStep, KernelStep
 from .._host import view_copy_step
@@ -109,7 +109,7 @@ def v3_chain(api: str, op: str, tokens, indices, permute_out, sorted_out, scale_
             active_expert_range=(0, V3_EXPERT_NUM), row_idx_type=ROW_IDX_TYPE_GATHER, expanded_x_out=x_full,
             expanded_row_idx_out=row_full, expert_tokens_count_or_cumsum_out=counts, expanded_scale_out=scale_full,
             soc=soc, mx_scale_rule=mx_scale_rule)
-    except TilingError as e:
+    except AclnnError as e:
         _l0_fail(api, "MoeInitRoutingV3", e.message)
     steps.append(_poison_step((x_full, row_full, scale_full)))
     steps.append(KernelStep("l0op::MoeInitRoutingV3", l0_exec))
@@ -132,7 +132,7 @@ def v2_chain(api: str, op: str, tokens, indices, num_out_tokens: int, permute_ou
             tokens, indices, active_num=num_out_tokens, expert_capacity=0, expert_num=0, drop_pad_mode=0,
             expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False,
             expanded_x_out=permute_out, expanded_row_idx_out=sorted_out, soc=soc)
-    except TilingError as e:
+    except AclnnError as e:
         _l0_fail(api, "MoeInitRoutingV2", e.message)
     steps = [KernelStep("l0op::MoeInitRoutingV2", l0_exec),
              view_copy_step(permute_out, permute_out), view_copy_step(sorted_out, sorted_out)]
