@@ -36,6 +36,7 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, PipePhase
 from ascend_sim._jit import global_aicore
+from ascend_sim.check import RaceWaiver
 
 from .expert_tokens_count import CountGm, count_phase
 from .gather_out import GatherGm, gather_phase
@@ -80,11 +81,19 @@ def _gather_args(td, gm, tmpl):
     return td, GatherGm(gm.x, gm.scale, gm.workspace, gm.expanded_x, gm.expanded_scale), tmpl
 
 
+# ExpertTokensCount::expertCountCompute (moe_v3_expert_tokens_count_arch35.h): the S -> MTE3 SetFlag / WaitFlag
+# comes before `expertTotalCountLocal.SetValue(0, ...)`; the total count's only ordering towards its DataCopyPad
+# is then the EnQue / DeQue of a VECOUT queue (a V -> MTE3 event), so the scalar write races with the copy-out
+TOTAL_COUNT_RACE = RaceWaiver("S", "LocalTensor::SetValue", "MTE3", "DataCopyPad(UB->GM)",
+                              "the real ExpertTokensCount writes the total count with SetValue after its S -> MTE3 "
+                              "event; only the VECOUT queue's V -> MTE3 event orders it before the copy-out")
+
+
 def _kernel(multi_core: bool) -> Kernel:
     sort_name = "MoeSortMultiCore" if multi_core else "MoeSortOneCore"
     return Kernel(OP, f"{sort_name} + ExpertTokensCount + RowIdxGather + MoeGatherOut",
                   (sort_phase(multi_core, _sort_args), count_phase(_count_args), row_idx_gather_phase(_row_idx_args),
-                   gather_phase(_gather_args)))
+                   gather_phase(_gather_args)), waivers=(TOTAL_COUNT_RACE,))
 
 
 # --- EMPTY_TENSOR -------------------------------------------------------------------------------------------
