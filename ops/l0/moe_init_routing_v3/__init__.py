@@ -28,7 +28,7 @@ from tiling import get_soc
 from tiling.moe_init_routing_v3 import FIELDS, moe_init_routing_v3 as _tiling
 
 from ..._framework import Executor
-from ..._validate import as_input, as_output
+from ..._validate import as_input, as_output, check_no_alias
 from .kernel import KERNELS, KEY_EMPTY_TENSOR, OP, GmTensors, Template
 
 # named after the C++ struct; the class must be importable under its own name for numba's disk cache
@@ -97,6 +97,9 @@ def get_workspace_size(x, expert_idx, scale=None, offset=None, *, active_num, ex
     row_idx = as_output("expanded_row_idx_out", expanded_row_idx_out)
     counts = as_output("expert_tokens_count_or_cumsum_out", expert_tokens_count_or_cumsum_out)
     expanded_scale = as_output("expanded_scale_out", expanded_scale_out)
+    check_no_alias({"x": x, "expert_idx": expert_idx, "scale": scale, "offset": offset},
+                   {"expanded_x_out": expanded_x, "expanded_row_idx_out": row_idx,
+                    "expert_tokens_count_or_cumsum_out": counts, "expanded_scale_out": expanded_scale})
     result = _tiling(x, expert_idx, scale, offset, active_num=active_num, expert_capacity=expert_capacity,
                      expert_num=expert_num, drop_pad_mode=drop_pad_mode,
                      expert_tokens_num_type=expert_tokens_num_type, expert_tokens_num_flag=expert_tokens_num_flag,
@@ -112,8 +115,10 @@ def get_workspace_size(x, expert_idx, scale=None, offset=None, *, active_num, ex
     executor = Executor(OP, result, KERNELS[result.tiling_key], (td, gm, Template(x.dtype.itemsize)),
                         ("x", "expert_idx", "scale", "expanded_x", "expanded_row_idx", "expert_tokens_count",
                          "expanded_scale", "workspace", "workspace"),
-                        api=API, tensors=dict(x=x, expert_idx=expert_idx, expanded_x_out=expanded_x,
-                                              expanded_row_idx_out=row_idx, expert_tokens_count_or_cumsum_out=counts),
+                        api=API, tensors=dict(x=x, expert_idx=expert_idx, scale=scale, offset=offset,
+                                              expanded_x_out=expanded_x, expanded_row_idx_out=row_idx,
+                                              expert_tokens_count_or_cumsum_out=counts,
+                                              expanded_scale_out=expanded_scale),
                         bind_workspace=lambda args, ws, size: _bind_workspace(args, ws, size, lib),
                         writes=(expanded_x, row_idx, counts))
     return result.workspace_size, executor
