@@ -125,7 +125,13 @@ def _empty_args(td, gm, tmpl):
     return td, EmptyGm(gm.expanded_row_idx, gm.expert_tokens_count, gm.expanded_scale)
 
 
-EMPTY_KERNEL = Kernel(OP, "EMPTY_TENSOR", (PipePhase("pipe", ("zeroBuf",), (empty_tensor_stage,), _empty_args),))
+# moe_init_routing_v3_apt.cpp, the EMPTY_TENSOR branch: Duplicate<int32_t>(zeroLocal...) is followed directly by
+# DataCopyPad(expertTokensCountGm, zeroLocal, ...) with no V -> MTE3 event
+EMPTY_ZEROS_RACE = RaceWaiver("V", "Duplicate", "MTE3", "DataCopyPad(UB->GM)",
+                              "the real EMPTY_TENSOR branch copies the zeros out with no V -> MTE3 event after the "
+                              "Duplicate")
+EMPTY_KERNEL = Kernel(OP, "EMPTY_TENSOR", (PipePhase("pipe", ("zeroBuf",), (empty_tensor_stage,), _empty_args),),
+                      waivers=(EMPTY_ZEROS_RACE,))
 
 KERNELS = {KEY_SORT_ONE_CORE_GATHER: _kernel(False), KEY_SORT_MULTI_CORE_GATHER: _kernel(True),
            KEY_EMPTY_TENSOR: EMPTY_KERNEL}
