@@ -89,11 +89,18 @@ TOTAL_COUNT_RACE = RaceWaiver("S", "LocalTensor::SetValue", "MTE3", "DataCopyPad
                               "event; only the VECOUT queue's V -> MTE3 event orders it before the copy-out")
 
 
+def sort_chain(multi_core: bool) -> tuple[PipePhase, ...]:
+    """Steps 1-3 of every sort template with GATHER row indices, dropless: the sort, ExpertTokensCount and
+    RowIdxGather. A kernel appends its gather (step 5) and declares TOTAL_COUNT_RACE among its waivers; its launch
+    args are (td, gm, tmpl) with a gm that has the GmTensors fields expert_idx, expanded_row_idx,
+    expert_tokens_count, workspace and workspace_f32."""
+    return (sort_phase(multi_core, _sort_args), count_phase(_count_args), row_idx_gather_phase(_row_idx_args))
+
+
 def _kernel(multi_core: bool) -> Kernel:
     sort_name = "MoeSortMultiCore" if multi_core else "MoeSortOneCore"
     return Kernel(OP, f"{sort_name} + ExpertTokensCount + RowIdxGather + MoeGatherOut",
-                  (sort_phase(multi_core, _sort_args), count_phase(_count_args), row_idx_gather_phase(_row_idx_args),
-                   gather_phase(_gather_args)), waivers=(TOTAL_COUNT_RACE,))
+                  sort_chain(multi_core) + (gather_phase(_gather_args),), waivers=(TOTAL_COUNT_RACE,))
 
 
 # --- EMPTY_TENSOR -------------------------------------------------------------------------------------------
