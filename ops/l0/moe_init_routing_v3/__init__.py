@@ -25,6 +25,7 @@ import numpy as np
 from ascend_sim import SimulatorError
 from ascend_sim.datacopy import GlobalTensor
 from tiling import get_soc
+from tiling.status import ParamNullptrError
 from tiling.moe_init_routing_v3 import FIELDS, moe_init_routing_v3 as _tiling
 
 from ..._framework import Executor
@@ -97,6 +98,9 @@ def get_workspace_size(x, expert_idx, scale=None, offset=None, *, active_num, ex
     row_idx = as_output("expanded_row_idx_out", expanded_row_idx_out)
     counts = as_output("expert_tokens_count_or_cumsum_out", expert_tokens_count_or_cumsum_out)
     expanded_scale = as_output("expanded_scale_out", expanded_scale_out)
+    if scale is not None and expanded_scale is None:
+        raise ParamNullptrError("expanded_scale_out is required when a scale input is given (the gather copies each "
+                                "row's scale into it)")
     check_no_alias({"x": x, "expert_idx": expert_idx, "scale": scale, "offset": offset},
                    {"expanded_x_out": expanded_x, "expanded_row_idx_out": row_idx,
                     "expert_tokens_count_or_cumsum_out": counts, "expanded_scale_out": expanded_scale})

@@ -17,6 +17,10 @@ Differences from the 910B sort (ops/common/moe_sort.py), whose merge round this 
 * Multi-core: VBSCopyOut always writes workspaceGms[0]; OneCoreVMSProcess runs only for more than one loop;
   MoeMrgsort reads its four windows from the in-queue buffer (sortedBuffer is the SortOut's temp buffer).
 * Core 0 zeroes the expert count area (InitGlobalMemory) in Init, before it sorts.
+
+Deviation (from the shared 910B merge round): MoeMrgsort::CopyIn copies list i into window i and merges the
+windows of the lists that still hold pairs; the shared round copies the j-th such list into window j. The merged
+result is the same, only the UB window a list occupies in a late round can differ.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ops.l0.moe_init_routing_v3 import KernelNotSimulatedError, get_workspace_size
-from tiling import TensorDesc, get_soc, moe_init_routing_v3
+from tiling import ParamNullptrError, TensorDesc, get_soc, moe_init_routing_v3
 
 EXPERTS = 10240
 SOC = get_soc("ascend950")
@@ -220,3 +220,15 @@ def test_ub_plan_of_the_gather():
     gather = [(b.name, b.bytes, b.count, b.kind) for b in r.ub_plan if b.pipe == "gatherPipe"]
     assert gather == [("expandedRowIdxCopyInQueue", 32, 2, "TQue"), ("xCopyInQueue", 32, 6, "TQueBind"),
                       ("scaleCopyInQueue", 32, 2, "TQueBind")]
+
+
+def test_scale_input_needs_an_expanded_scale_output():
+    x = np.ones((4, 16), dtype=np.float16)
+    ids = np.arange(8, dtype=np.int32).reshape(4, 2)
+    with pytest.raises(ParamNullptrError, match="expanded_scale_out"):
+        get_workspace_size(x, ids, np.ones(4, dtype=np.float32), None, active_num=8, expert_capacity=0,
+                           expert_num=EXPERTS, drop_pad_mode=0, expert_tokens_num_type=1, expert_tokens_num_flag=True,
+                           quant_mode=-1, active_expert_range=[0, EXPERTS], row_idx_type=0,
+                           expanded_x_out=np.zeros((8, 16), dtype=np.float16),
+                           expanded_row_idx_out=np.zeros(8, dtype=np.int32),
+                           expert_tokens_count_or_cumsum_out=np.zeros(EXPERTS, dtype=np.int64), expanded_scale_out=None)
