@@ -18,9 +18,9 @@ Differences from the 910B sort (ops/common/moe_sort.py), whose merge round this 
   MoeMrgsort reads its four windows from the in-queue buffer (sortedBuffer is the SortOut's temp buffer).
 * Core 0 zeroes the expert count area (InitGlobalMemory) in Init, before it sorts.
 
-Deviation (from the shared 910B merge round): MoeMrgsort::CopyIn copies list i into window i and merges the
-windows of the lists that still hold pairs; the shared round copies the j-th such list into window j. The merged
-result is the same, only the UB window a list occupies in a late round can differ.
+* MoeMrgsort::CopyIn copies list i into window i and hands MrgSort the windows of the lists that still hold
+  pairs, padded with the first (MrgSortSrcList(t0, t1, t0, t0) for two); the shared 910B round packs the lists
+  into the first windows instead, so the arch35 round is written here (the merged result is the same).
 """
 from __future__ import annotations
 
@@ -32,11 +32,11 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
 from ascend_sim._jit import aicore, global_aicore
 from ops.common import int_math
-# the 910B sort's helpers where the arch35 code is the same: its merge round (MoeMrgsort CopyIn / MrgSort /
-# UpdateSortInfo), the last-group padding, the member slots kept across SyncAll and the VMS level count
+# the 910B sort's helpers where the arch35 code is the same: the merge bookkeeping (Init's offsets and remaining
+# counts, the four windows), the last-group padding, the member slots kept across SyncAll and the VMS level count
 from ops.common.moe_sort import (M_LAST_LIST_ELEMENTS, M_LIST_NUM, M_PER_LIST_ELEMENTS, M_SRC_WS_INDEX,
                                  MAX_MRGSORT_LIST, MIN_FP32, ONE_REPEAT_SORT_NUM, WORK_GM_NUM, _align, _list_windows,
-                                 _mrgsort, _mrgsort_init, _mrgsort_round, _pad_last_group, _sort_len, vms_levels)
+                                 _mrgsort_init, _pad_last_group, _sort_len, vms_levels)
 
 V3SortGm = namedtuple("V3SortGm", ["expert_idx", "workspace", "workspace_f32"])
 """The GM the sort touches: the (n * k) int32 expert ids (read-only), the user workspace as int32 and the same
@@ -153,6 +153,69 @@ def sort_one_core(c, td, gm):
 
 
 # --- MoeMrgsort / MoeMrgsortOut (arch35) ------------------------------------------------------------------
+@aicore
+def _window(w0, w1, w2, w3, i):
+    return w0 if i == 0 else w1 if i == 1 else w2 if i == 2 else w3
+
+
+@aicore
+def _mrgsort_round(c, src_gm, w0, w1, w2, w3, ub_out, offsets, remain, one_loop_max, list_num):
+    """One round of MoeMrgsort / MoeMrgsortOut: CopyIn (list i into window i, up to one_loop_max pairs),
+    UpdateMrgParam + MrgsortCompute (the lists that still hold pairs; MrgSort stops when one of them runs out, a
+    single list is copied), UpdateSortInfo. Returns the pairs merged; offsets / remain are updated in place."""
+    asc.sync_pipes(c, asc.MTE3_MTE2)
+    lengths = np.zeros(4, dtype=np.int64)
+    counts = np.zeros(4, dtype=np.int64)     # elementCountListTail
+    lists = np.zeros(4, dtype=np.int64)      # which window tmpUbInputs[j] is
+    active = 0
+    for i in range(list_num):
+        lengths[i] = min(one_loop_max, remain[i])
+        if lengths[i] > 0:
+            asc.data_copy(c, _window(w0, w1, w2, w3, i), asc.gm_at(src_gm, offsets[i]),
+                          _align(_sort_len(lengths[i]), 4))
+            lists[active] = i
+            counts[active] = lengths[i]
+            active += 1
+    asc.sync_pipes(c, asc.MTE2_V)
+    t0 = _window(w0, w1, w2, w3, lists[0])
+    t1 = _window(w0, w1, w2, w3, lists[1]) if active > 1 else t0
+    t2 = _window(w0, w1, w2, w3, lists[2]) if active > 2 else t0
+    t3 = _window(w0, w1, w2, w3, lists[3]) if active > 3 else t0
+    if active >= 2:
+        valid_bit = 0b0011 if active == 2 else 0b0111 if active == 3 else 0b1111
+        sorted_nums = asc.mrg_sort(c, ub_out, t0, t1, t2, t3, (counts[0], counts[1], counts[2], counts[3]),
+                                   valid_bit, 1, True)
+    else:
+        asc.data_copy(c, ub_out, t0, _align(_sort_len(counts[0]), 4))
+        sorted_nums = (counts[0], 0, 0, 0)
+    merged = 0
+    j = 0
+    for i in range(list_num):
+        if lengths[i] > 0:
+            offsets[i] += _sort_len(sorted_nums[j])
+            remain[i] -= sorted_nums[j]
+            merged += sorted_nums[j]
+            j += 1
+    return merged
+
+
+@aicore
+def _mrgsort(c, src_gm, dst_gm, ub_inputs, ub_out, list_num, per_list, last_list, one_loop_max):
+    """MoeMrgsort::Init + Process: merge list_num sorted lists of pairs from src_gm into dst_gm (CopyOut:
+    DataCopyPad of each round's pairs after a V -> MTE3 event)."""
+    offsets, remain = _mrgsort_init(list_num, per_list, last_list)
+    w0, w1, w2, w3 = _list_windows(ub_inputs, one_loop_max)
+    out_offset = 0
+    while remain.sum() > 0:
+        merged = _mrgsort_round(c, src_gm, w0, w1, w2, w3, ub_out, offsets, remain, one_loop_max, list_num)
+        if merged == 0:
+            break          # only after a fault (calls no longer run): the device would hang, the simulator stops
+        asc.sync_pipes(c, asc.V_MTE3)
+        asc.data_copy_pad(c, asc.gm_at(dst_gm, out_offset), ub_out,
+                          asc.DataCopyExtParams(1, _sort_len(merged) * 4, 0, 0))
+        out_offset += _sort_len(merged)
+
+
 @aicore
 def _workspace_list(td, ws_f32, index):
     """workspaceGms[index]: 2 * Align(n * k, 4 B) floats from float offset (2 + 2 * index) * Align(n * k, 4 B) +
