@@ -56,7 +56,7 @@ def _bits(array: np.ndarray | None, index: int) -> GlobalTensor:
 
 
 def _plain(array: np.ndarray | None, index: int, dtype) -> GlobalTensor:
-    if array is None:
+    if array is None or array.size == 0:
         return GlobalTensor(np.zeros(0, dtype=dtype), index, 0)
     return GlobalTensor(array.reshape(-1).view(dtype), index, 0)
 
@@ -116,7 +116,8 @@ def get_workspace_size(x, expert_idx, scale=None, offset=None, *, active_num, ex
                    None, None)
     td = MoeInitRoutingV3Arch35TilingData(*result.fields.values())
     lib = soc.lib_api_workspace
-    executor = Executor(OP, result, KERNELS[result.tiling_key], (td, gm, Template(x.dtype.itemsize)),
+    tmpl = Template(x.dtype.itemsize, int(x.dtype.name in _MX_ELEMENT_TYPES))
+    executor = Executor(OP, result, KERNELS[result.tiling_key], (td, gm, tmpl),
                         ("x", "expert_idx", "scale", "expanded_x", "expanded_row_idx", "expert_tokens_count",
                          "expanded_scale", "workspace", "workspace"),
                         api=API, tensors=dict(x=x, expert_idx=expert_idx, scale=scale, offset=offset,

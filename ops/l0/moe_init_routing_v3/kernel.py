@@ -61,8 +61,9 @@ GmTensors = namedtuple("GmTensors", [
     "workspace_f32",     # the same bytes as float32 (the multi-core sort's lists)
 ])
 
-Template = namedtuple("Template", ["x_bytes"])
-"""sizeof(DTYPE_X): the gather only moves bits, so the element width is all of DTYPE_X it depends on."""
+Template = namedtuple("Template", ["x_bytes", "mx_x"])
+"""sizeof(DTYPE_X) (the gather only moves bits, so the element width is all of DTYPE_X it depends on) and
+whether DTYPE_X is an MX element type (fp8 e4m3fn / e5m2, fp4x2 e2m1: the empty branch's isMXFPXNoQuant)."""
 
 
 def _sort_args(td, gm, tmpl):
@@ -108,17 +109,24 @@ EmptyGm = namedtuple("EmptyGm", ["expanded_row_idx", "expert_tokens_count", "exp
 
 
 @global_aicore
-def empty_tensor_stage(c, td, gm):
-    """The EMPTY_TENSOR branch on core 0: with n * k > 0 (cols == 0) zero expanded_row_idx and, unquantised,
-    expanded_scale (InitGlobalMemory); then Duplicate<int32> zeros over Align(count, 8 B) * 2 words of zeroBuf
-    and DataCopyPad them to expert_tokens_count."""
+def empty_tensor_stage(c, td, gm, tmpl):
+    """The EMPTY_TENSOR branch on core 0: with n * k > 0 (cols == 0) zero expanded_row_idx and, for x of no MX
+    element type under quant mode -1, 1, 8 or 13, the float expanded_scale (n * k, or expertNum * capacity with
+    drop-pad outside mode 8) with InitGlobalMemory; then Duplicate<int32> zeros over Align(count, 8 B) * 2 words
+    of zeroBuf and DataCopyPad them to expert_tokens_count. (Without an expanded_scale tensor from the caller its
+    zeroing is skipped: the real op always has one.)"""
     if c.block_idx != 0:
         return
     rows = td.n * td.k
     if td.n > 0 and td.k > 0:
         asc.init_output(c, gm.expanded_row_idx, rows, np.int32(0))
-        if td.quant_mode == -1 and gm.expanded_scale.data.size >= rows:
-            asc.init_output(c, gm.expanded_scale, rows, np.float32(0.0))
+        q = td.quant_mode
+        if tmpl.mx_x == 0 and (q == -1 or q == 1 or q == 13 or q == 8):
+            scale_elements = rows
+            if td.drop_pad_mode == 1 and q != 8:
+                scale_elements = td.expert_num * td.expert_capacity
+            if scale_elements > 0 and gm.expanded_scale.data.size > 0:
+                asc.init_output(c, gm.expanded_scale, scale_elements, np.float32(0.0))
     if td.expert_tokens_num_flag:
         count = td.expert_num * 2 if td.expert_tokens_num_type == 2 else td.actual_expert_num
         zero_local = asc.tbuf_get(c, 0, asc.ub_i32(c))
@@ -129,7 +137,7 @@ def empty_tensor_stage(c, td, gm):
 
 
 def _empty_args(td, gm, tmpl):
-    return td, EmptyGm(gm.expanded_row_idx, gm.expert_tokens_count, gm.expanded_scale)
+    return td, EmptyGm(gm.expanded_row_idx, gm.expert_tokens_count, gm.expanded_scale), tmpl
 
 
 # moe_init_routing_v3_apt.cpp, the EMPTY_TENSOR branch: Duplicate<int32_t>(zeroLocal...) is followed directly by

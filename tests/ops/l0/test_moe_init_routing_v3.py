@@ -164,11 +164,11 @@ def test_checked_mode_is_clean(shape):
     _check(inputs, outputs)
 
 
-@pytest.mark.parametrize("n,k,cols,check", [(0, 2, 8, None), (3, 2, 0, "race")],
-                         ids=["no-tokens", "no-columns-checked"])
-def test_empty_tensor_branch(n, k, cols, check):
-    """Key 3000000 on core 0: the counts are zeroed; with n * k > 0 also expanded_row_idx and expanded_scale (checked
-    mode: clean but for the real branch's waived Duplicate -> DataCopyPad race)."""
+@pytest.mark.parametrize("n,k,cols,check,quant", [(0, 2, 8, None, -1), (3, 2, 0, "race", -1), (2, 3, 0, None, 1)],
+                         ids=["no-tokens", "no-columns-checked", "no-columns-dynamic-quant"])
+def test_empty_tensor_branch(n, k, cols, check, quant):
+    """Key 3000000 on core 0: the counts are zeroed; with n * k > 0 also expanded_row_idx and the float expanded_scale
+    (checked mode: clean but for the real branch's waived Duplicate -> DataCopyPad race)."""
     x = np.zeros((n, cols), dtype=np.float16)
     ids = np.zeros((n, k), dtype=np.int32)
     row_idx = np.full(n * k, 77, dtype=np.int32)
@@ -176,8 +176,9 @@ def test_empty_tensor_branch(n, k, cols, check):
     expanded_scale = np.full(n * k, 5.0, dtype=np.float32)
     size, executor = get_workspace_size(
         x, ids, None, None, active_num=n * k, expert_capacity=0, expert_num=EXPERTS, drop_pad_mode=0,
-        expert_tokens_num_type=1, expert_tokens_num_flag=True, quant_mode=-1, active_expert_range=[0, EXPERTS],
-        row_idx_type=0, expanded_x_out=np.zeros((n * k, cols), dtype=np.float16), expanded_row_idx_out=row_idx,
+        expert_tokens_num_type=1, expert_tokens_num_flag=True, quant_mode=quant, active_expert_range=[0, EXPERTS],
+        row_idx_type=0, expanded_x_out=np.zeros((n * k, cols), dtype=np.float16 if quant == -1 else np.int8),
+        expanded_row_idx_out=row_idx,
         expert_tokens_count_or_cumsum_out=counts, expanded_scale_out=expanded_scale)
     assert executor.tiling.tiling_key == 3000000
     executor.run(np.zeros(size, dtype=np.uint8), check=check)
