@@ -109,6 +109,16 @@ def test_sort_chain_matches_the_semantics(shape, opts, key):
     _check(inputs, outputs, opts.get("start", 0), opts.get("end", EXPERTS))
 
 
+@pytest.mark.parametrize("slots,key", [(5856, 10000000), (5857, 11000000)], ids=["one-core-limit", "multi-core-min"])
+def test_one_core_sort_limit(slots, key):
+    """On the 950 profile one sort loop holds (253952 - 256 - 65536) / 32 = 5880 -> 5856 keys (a multiple of 32):
+    the smallest multi-core sort has 5857 slots (the multi-core test cases use 6000)."""
+    r = moe_init_routing_v3(TensorDesc((slots, 8), np.float16), TensorDesc((slots, 1), np.int32), active_num=slots,
+                            expert_capacity=0, expert_num=EXPERTS, expert_tokens_num_type=1,
+                            expert_tokens_num_flag=True, active_expert_range=[0, EXPERTS], soc=SOC)
+    assert r.tiling_key == key and r.fields["vbs_one_loop_max_elements"] == 5856
+
+
 def test_tiling_figures_of_the_small_ub_cases():
     """The small-UB cases reach the branches they are named for: two VBS loops on each of 8 cores (so a VMS level
     over 8 lists), 5 gather loops a core; and a 15000-column fp32 row in two pieces."""
