@@ -97,6 +97,7 @@ def count_slices(c, td, gm):
     cur = _core_elements(td, c.block_idx)
     experts = td.actual_expert_num
     if td.row_idx_type == 0 and c.block_idx < need:
+        # InitGlobalMemory, then SetWaitFlag<MTE3_MTE2> and <MTE3_S> (sync_pipes: FetchEventID, SetFlag, WaitFlag)
         asc.init_output(c, asc.gm_at(gm.expanded_row_idx, c.block_idx * per_core), cur, np.int32(-1))
         asc.sync_pipes(c, asc.MTE3_MTE2)
         asc.sync_pipes(c, asc.MTE3_S)

@@ -119,7 +119,7 @@ def empty_tensor_stage(c, td, gm, tmpl):
         return
     rows = td.n * td.k
     if td.n > 0 and td.k > 0:
-        asc.init_output(c, gm.expanded_row_idx, rows, np.int32(0))
+        asc.init_output(c, gm.expanded_row_idx, rows, np.int32(0))      # InitGlobalMemory
         q = td.quant_mode
         if tmpl.mx_x == 0 and (q == -1 or q == 1 or q == 13 or q == 8):
             scale_elements = rows

@@ -72,8 +72,9 @@ def count_temp_offset(td):
 def _init_count_temp(c, td, ws_gm):
     """Init on core 0: InitGlobalMemory(expertCountTempGm, actualExpertNum, 0), then SetWaitFlag<MTE3_MTE2>."""
     if c.block_idx == 0:
+        # InitGlobalMemory
         asc.init_output(c, asc.gm_at(ws_gm, count_temp_offset(td)), td.actual_expert_num, np.int32(0))
-        asc.sync_pipes(c, asc.MTE3_MTE2)
+        asc.sync_pipes(c, asc.MTE3_MTE2)       # SetWaitFlag<MTE3_MTE2>
 
 
 @aicore
