@@ -11,7 +11,7 @@ tensors a stage uses and, for the gather, the Template.
 
 WORKSPACE LAYOUT (the user workspace, after the 16 MiB system workspace; A = Align(n * k, 4 B) = n * k rounded up
 to a multiple of 8, E = actualExpertNum; offsets in int32 / float32 elements). The MXFP8 / MXFP4 gathers read the
-sorted row ids and the total count from here, through the helpers named below:
+sorted row ids and the total count from here, through the helpers named below (all importable from this module):
 
     [0, A)                      sortedExpertIdx: the sorted expert ids (dropped slots last; ids below expertStart
                                 as INT32_MAX)                                            sort.py, offset 0
@@ -38,10 +38,10 @@ from ascend_sim import Kernel, PipePhase
 from ascend_sim._jit import global_aicore
 from ascend_sim.check import RaceWaiver
 
-from .expert_tokens_count import CountGm, count_phase
+from .expert_tokens_count import CountGm, count_phase, total_count_offset  # noqa: F401  (workspace layout)
 from .gather_out import GatherGm, gather_phase
 from .row_idx_gather import RowIdxGm, row_idx_gather_phase
-from .sort import V3SortGm, sort_phase
+from .sort import V3SortGm, count_temp_offset, sort_phase, sorted_idx_offset  # noqa: F401  (workspace layout)
 
 OP = "MoeInitRoutingV3"
 
