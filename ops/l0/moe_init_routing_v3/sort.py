@@ -4,7 +4,7 @@ moe_v3_mrgsort_arch35.h, moe_v3_mrgsort_out_arch35.h, moe_v3_sort_base_arch35.h)
 Sorts the n * k int32 expert ids ascending and stable, and writes two int32 streams to the workspace (kernel.py,
 WORKSPACE LAYOUT): the sorted ids (sortedExpertIdx) and the flat slots they came from (the sorted row ids).
 
-Differences from the 910B sort (ops/common/moe_sort.py), whose merge round this module reuses:
+Differences from the 910B sort (ops/common/moe_sort.py), whose merge bookkeeping this module reuses:
 * The key preparation is a `__VEC_SCOPE__` function: after the int32 -> fp32 Cast, each register of 64 keys is
   loaded (UpdateMask tail), compared with expertStart (CompareScalar LT), negated (Muls -1) and a lane below
   expertStart is replaced by MIN_FP32 (Select); the masked store writes the register back. Ids below
@@ -17,7 +17,6 @@ Differences from the 910B sort (ops/common/moe_sort.py), whose merge round this 
 * Multi-core: VBSCopyOut always writes workspaceGms[0]; OneCoreVMSProcess runs only for more than one loop;
   MoeMrgsort reads its four windows from the in-queue buffer (sortedBuffer is the SortOut's temp buffer).
 * Core 0 zeroes the expert count area (InitGlobalMemory) in Init, before it sorts.
-
 * MoeMrgsort::CopyIn copies list i into window i and hands MrgSort the windows of the lists that still hold
   pairs, padded with the first (MrgSortSrcList(t0, t1, t0, t0) for two); the shared 910B round packs the lists
   into the first windows instead, so the arch35 round is written here (the merged result is the same).
