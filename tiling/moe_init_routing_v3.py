@@ -784,15 +784,22 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
     else:
         _gather_out(c)
     key = _tiling_key(c, full_load, cs_mode, sort_mode)
-    return TilingResult(key, c.aiv, _workspace(c, cs_mode), f, ub_plan(f, key, x_bytes=c.x_size), 1, soc)
+    plan = ub_plan(f, key, x_bytes=c.x_size, mx_no_quant=_mxfpx_no_quant(c.quant, c.x_dtype))
+    return TilingResult(key, c.aiv, _workspace(c, cs_mode), f, plan, 1, soc)
 
 
-def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0) -> tuple[UbBuffer, ...]:
+def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0, mx_no_quant: bool = False
+            ) -> tuple[UbBuffer, ...]:
     """InitBuffer calls of core `block_idx` for the phases modelled so far: the one-core or multi-core sort
     (sortPipe; the VMS and SortOut merges reuse its buffers) and the expert-token count (histogramPipe) of the
-    sort templates, and the drop-pad gather (gatherPipe; `x_bytes` is x's element size). The row-index
-    gather of drop-pad, the dropless gather / quantise kernels, the full-load and counting-sort templates are
-    not listed yet (their pipes are absent, not empty)."""
+    sort templates, the drop-pad gather and the unquantised dropless gather MoeGatherOut (gatherPipe; `x_bytes`
+    is x's element size; `mx_no_quant`: x holds MX elements, whose gathers are other kernels). RowIdxGather
+    builds no TPipe. The drop-pad row-index gather, the quantising gathers, the full-load and counting-sort
+    templates are not listed yet (their pipes are absent, not empty).
+
+    MoeGatherOut sizes its buffers from the expert total count the sort finds at run time
+    (curCorePerLoopIndicesElements = min(per-loop figure, the core's rows)); this plan assumes every slot is
+    active (count n * k), the largest the buffers get."""
     if key >= 10000000 and (key // 1000000) % 10 == 0:
         # MoeSortOneCore::Init: keys and row ids side by side (two int32 per key) in each buffer
         tile = _align(f["vbs_last_core_per_loop_elements"], 4)
@@ -839,6 +846,24 @@ def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0) -> tuple[Ub
         bufs = max(f[g + "x_copy_in_queue_buffer_num"], 2)
         plan += (UbBuffer("xCopyInQueue", _align_bytes(f[g + "per_loop_cols"], x_bytes), bufs, "TQue", "VECIN", bufs,
                           pipe),)
+    elif (key // 10000) % 100 == 0 and not mx_no_quant:
+        # MoeGatherOut::Init: the loop's sorted row ids, its x rows (TQueBind) and one float scale per row, each
+        # double-buffered at least; a core's rows come from the total count: n * k here (all active)
+        g = "gather_out_"
+        total = f["n"] * f["k"]
+        per_core = ceil_div(total, f["core_num"])
+        need = ceil_div(total, per_core) if per_core else 0
+        if block_idx == need - 1:
+            per_loop = min(f[g + "last_core_per_loop_indices_elements"], total - (need - 1) * per_core)
+        else:
+            per_loop = min(f[g + "per_core_per_loop_indices_elements"], per_core)
+        bufs = max(f[g + "x_copy_in_queue_buffer_num"], 2)
+        pipe = "gatherPipe"
+        plan += (UbBuffer("expandedRowIdxCopyInQueue", _align_bytes(per_loop, 4), 2, "TQue", "VECIN", 2, pipe),
+                 UbBuffer("xCopyInQueue", per_loop * _align_bytes(f[g + "per_loop_cols"], x_bytes), bufs, "TQueBind",
+                          "VECIN->VECOUT", 2, pipe),
+                 UbBuffer("scaleCopyInQueue", per_loop * _align_bytes(1, 4), 2, "TQueBind", "VECIN->VECOUT", 2,
+                          pipe))
     return plan
 
 
