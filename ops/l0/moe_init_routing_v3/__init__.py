@@ -87,7 +87,7 @@ def _check_modelled(result, x: np.ndarray, expert_tokens_num_type: int) -> None:
 def get_workspace_size(x, expert_idx, scale=None, offset=None, *, active_num, expert_capacity, expert_num,
                        drop_pad_mode, expert_tokens_num_type, expert_tokens_num_flag, quant_mode, active_expert_range,
                        row_idx_type, expanded_x_out, expanded_row_idx_out, expert_tokens_count_or_cumsum_out,
-                       expanded_scale_out, soc="ascend950"):
+                       expanded_scale_out, soc="ascend950", mx_scale_rule="floor"):
     """MoeInitRoutingV3 tiling + launch preparation -> (workspace_size, Executor). Inputs and outputs are numpy
     arrays (outputs writeable, filled in place; expanded_scale_out may be None); attributes as the OpDef's.
     Raises the tiling's TilingError where it fails and KernelNotSimulatedError for an unmodelled kernel."""
