@@ -827,6 +827,9 @@ def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0) -> tuple[Ub
     if f["drop_pad_mode"] != DROPPAD:
         # only dropless runs hand the total count to the gather kernels
         plan += (UbBuffer("expertTotalCountQueue", _align_bytes(1, 4), 1, "TQue", "VECOUT", 1, pipe),)
+    mx_factor = (key // 10000) % 100
+    if key >= 10000000 and f["drop_pad_mode"] != DROPPAD and mx_factor in (MXFP8_E5M2 + 1, MXFP4_E2M1 + 1):
+        plan += _mx_gather_plan(f, mx_factor == MXFP4_E2M1 + 1, x_bytes)
     if f["drop_pad_mode"] == DROPPAD:
         # MoeV3GatherOutDropPad::Init: indices (or, compact, output-row sources) and x rows double-buffered
         g = "gather_out_"
@@ -840,6 +843,25 @@ def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0) -> tuple[Ub
         plan += (UbBuffer("xCopyInQueue", _align_bytes(f[g + "per_loop_cols"], x_bytes), bufs, "TQue", "VECIN", bufs,
                           pipe),)
     return plan
+
+
+def _mx_gather_plan(f: dict, fp4: bool, x_bytes: int) -> tuple[UbBuffer, ...]:
+    """MoeGatherOutMxfp8Quant::Init / MoeV3GatherMxfp4Quant::Init (gatherPipe): row indices, a token piece, its
+    codes and scales (two buffers each for MXFP8, one for MXFP4), the block maxima and inverse scales. The row
+    buffer is sized for perLoopRows, which the kernel takes as min(its rows, the tiling's per-loop count): the
+    per-core per-loop count bounds it on every core."""
+    g = "gather_out_"
+    rows = max(f[g + "per_core_per_loop_indices_elements"], f[g + "last_core_per_loop_indices_elements"], 1)
+    cols = f[g + "per_loop_cols"]
+    scale_cols = cols // MX_QUANT_BLOCK_SIZE
+    num = 1 if fp4 else 2
+    pipe = "gatherPipe"
+    return (UbBuffer("sortedRowIdxInQueue", _align_bytes(rows, 4), num, "TQue", "VECIN", num, pipe),
+            UbBuffer("xInQueue", _align_bytes(cols, x_bytes), num, "TQue", "VECIN", num, pipe),
+            UbBuffer("xQuantOutQueue", _align_bytes(cols // 4, 1) * 4, num, "TQue", "VECOUT", num, pipe),
+            UbBuffer("mxScaleOutQueue", _align_bytes(scale_cols, 1), num, "TQue", "VECOUT", num, pipe),
+            UbBuffer("maxExpBuffer", _align_bytes(scale_cols, x_bytes), pipe=pipe),
+            UbBuffer("invScaleBuffer", _align_bytes(scale_cols, x_bytes), pipe=pipe))
 
 
 def _check_inputs(c: _Ctx, xd, idxd, sd, od) -> None:

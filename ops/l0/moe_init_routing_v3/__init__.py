@@ -1,0 +1,1 @@
+"""MoeInitRoutingV3 (Ascend 950 arch35 kernels)."""
