@@ -16,9 +16,12 @@ at the cost model's cycles per repeat for CALL_VF (an assumed figure: one regist
 CALL_VF repeat cost, as a pipelined VF issues about one instruction per cycle). In checked mode every UB load /
 store is a PIPE_V UB access of CALL_VF.
 
-Not modelled: LoadDist / StoreDist other than NORM and BRC, the UnalignReg stream state (unaligned loads and
-stores here read / write their bytes directly, so DataCopyUnAlignPost has nothing to flush), casts between widths
-other than fp32 -> fp16, uint16 -> uint32 and int32 -> uint8.
+reg_load_unalign / reg_store_unalign read / write their bytes directly (no stream state). The block for the MX
+gathers at the end adds LoadDist DIST_DINTLV_B16 / DIST_E2B_B16, StoreDist DIST_PACK_B16, raw-pointer loads and
+stores (a `__ubuf__` address may run past the LocalTensor it starts in, not past the UB), an UnalignReg store
+stream that holds bytes until their 32-byte block is complete or DataCopyUnAlignPost flushes them, and the casts
+fp16 -> bf16, fp16 / bf16 -> fp32 (RegLayout), fp32 -> bf16, fp32 -> FP8 (RINT + SAT), bf16 -> FP4. Not modelled:
+the other LoadDist / StoreDist modes and width casts.
 """
 from __future__ import annotations
 

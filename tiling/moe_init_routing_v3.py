@@ -663,7 +663,8 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
     OpDef's (active_expert_range is a [start, end) pair of expert ids). The outputs default to the shapes and
     dtypes the tiling expects; give them to reproduce its output checks. Raises TilingError (561002) with the
     argument and rule wherever the real tiling returns GRAPH_FAILED, in the same order. `ub_plan` holds the
-    phases ub_plan() models (empty-tensor zeroing, sort, expert-token count, drop-pad gather) for core 0.
+    phases ub_plan() models (empty-tensor zeroing, sort, expert-token count, drop-pad gather, MX gathers) for
+    core 0.
     """
     soc = get_soc(soc)
     if not soc.is_regbase:
@@ -790,9 +791,10 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
 def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0) -> tuple[UbBuffer, ...]:
     """InitBuffer calls of core `block_idx` for the phases modelled so far: the one-core or multi-core sort
     (sortPipe; the VMS and SortOut merges reuse its buffers) and the expert-token count (histogramPipe) of the
-    sort templates, and the drop-pad gather (gatherPipe; `x_bytes` is x's element size). The row-index
-    gather of drop-pad, the dropless gather / quantise kernels, the full-load and counting-sort templates are
-    not listed yet (their pipes are absent, not empty)."""
+    sort templates, the drop-pad gather and the MXFP8 / MXFP4 quantising gathers of the dropless sort templates
+    (gatherPipe; `x_bytes` is x's element size). The row-index gather of drop-pad, the other dropless gather /
+    quantise kernels, the full-load and counting-sort templates are not listed yet (their pipes are absent, not
+    empty)."""
     if key >= 10000000 and (key // 1000000) % 10 == 0:
         # MoeSortOneCore::Init: keys and row ids side by side (two int32 per key) in each buffer
         tile = _align(f["vbs_last_core_per_loop_elements"], 4)

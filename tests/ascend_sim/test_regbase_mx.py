@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import AlignmentError, OutOfBoundsError, ParamRangeError
+from ascend_sim import AlignmentError, OutOfBoundsError, ParamRangeError, SimulatorError
 from ascend_sim import regbase as rb
 from ascend_sim._jit import global_aicore
 from tiling import get_soc
@@ -149,6 +149,13 @@ def mx_kernel(c, p, src, dst):
         elif op == 16:   # raw-pointer load of a register from y[p[1]] (past the end of y: the next bytes of UB)
             rb.reg_load_span(c, a, y, p[1])
             rb.reg_store(c, y, a, 0, full16)
+        elif op == 17:   # a stream store that does not go on where the last one stopped
+            rb.reg_load(c, a, x, 0, rb.LOAD_NORM)
+            u = rb.unalign_reg(c, 2)
+            rb.reg_store_unalign_stream(c, y, a, u, 0, 3)
+            rb.reg_store_unalign_stream(c, y, a, u, 4, 3)
+        elif op == 18:   # Cast fp32 -> FP8 without SAT (not modelled: refused)
+            rb.vcast_f32_to_fp8(c, q8, af, asc.DT_FLOAT8_E4M3FN, asc.CAST_RINT, rb.NO_SAT, full32)
         rb.vec_scope_end(c)
     asc.pipe_barrier(c, asc.PIPE_ALL)
     asc.data_copy(c, asc.gm_at(dst, 0), y, y.size)
@@ -198,7 +205,8 @@ def test_pack_b16_store_writes_low_bytes(n, at):
     assert np.array_equal(got, want)
 
 
-@pytest.mark.parametrize("count,at,times,flush", [(8, 0, 3, 1), (8, 0, 3, 0), (5, 3, 4, 1), (5, 3, 4, 0), (16, 0, 2, 0)],
+@pytest.mark.parametrize("count,at,times,flush",
+                         [(8, 0, 3, 1), (8, 0, 3, 0), (5, 3, 4, 1), (5, 3, 4, 0), (16, 0, 2, 0)],
                          ids=["8x3-flush", "8x3-held", "5x4-at3-flush", "5x4-at3-held", "16x2-aligned"])
 def test_unaligned_store_stream_holds_bytes_until_flush(count, at, times, flush):
     got = launch([3, count, at, times, flush], IOTA)
@@ -213,7 +221,8 @@ def test_unaligned_store_stream_holds_bytes_until_flush(count, at, times, flush)
     assert np.array_equal(got, want)
 
 
-@pytest.mark.parametrize("n,elem", [(256, 2), (7, 2), (128, 2), (100, 4)], ids=["b16-256", "b16-7", "b16-128", "b32-100"])
+@pytest.mark.parametrize("n,elem", [(256, 2), (7, 2), (128, 2), (100, 4)],
+                         ids=["b16-256", "b16-7", "b16-128", "b32-100"])
 def test_mask_deinterleave_even_and_odd_lanes(n, elem):
     got = launch([4, n, elem], IOTA)
     lanes = 256 // elem
@@ -266,7 +275,8 @@ def test_cast_f16_to_bf16(rnd):
     if rnd == asc.CAST_TRUNC:
         want = (f32.view(np.uint32) >> 16).astype(np.uint16)
     else:
-        want = f32.astype(ml_dtypes.bfloat16).view(np.uint16)
+        with np.errstate(invalid="ignore"):
+            want = f32.astype(ml_dtypes.bfloat16).view(np.uint16)
     nan = np.isnan(f32)
     want[nan] = (F16_SAMPLES[nan] & 0x8000) | 0x7FC0     # the quiet NaN, sign kept
     assert np.array_equal(got, want)
@@ -381,3 +391,12 @@ def test_raw_pointer_load_reads_past_the_tensor_within_ub():
     assert np.array_equal(got[:64], np.full(64, FILL, dtype=np.uint16))
     with pytest.raises(OutOfBoundsError):
         launch([16, 10 ** 7], IOTA)
+
+
+def test_e2b_misaligned_stream_gap_and_unmodelled_cast_are_refused():
+    with pytest.raises(AlignmentError):
+        launch([1, 4], IOTA)
+    with pytest.raises(ParamRangeError):
+        launch([17], IOTA)
+    with pytest.raises(SimulatorError):
+        launch([18], IOTA)
