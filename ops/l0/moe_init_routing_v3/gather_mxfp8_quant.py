@@ -33,6 +33,10 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
 from ascend_sim import regbase as rb
 from ascend_sim._jit import aicore, global_aicore
+from tiling.moe_init_routing_v3 import FIELDS
+
+TilingData = namedtuple("MoeInitRoutingV3Arch35TilingData", FIELDS)
+"""The tiling struct as the stages take it (one class for every phase: numba compiles a stage per class)."""
 
 GatherMxGm = namedtuple("GatherMxGm", [
     "x",                  # (n, cols) tokens as uint16 bit patterns of fp16 / bf16

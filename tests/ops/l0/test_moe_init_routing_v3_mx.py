@@ -9,8 +9,6 @@ subnormal blocks, bf16 and fp16 tokens, E5M2 / E4M3FN / E2M1 and both MXFP8 scal
 """
 from __future__ import annotations
 
-from collections import namedtuple
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -19,11 +17,10 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, QueueError, launch
 from ops.common.mx_golden import mx_quantize, scale_columns
 from ops.l0.moe_init_routing_v3.gather_mxfp4_quant import mxfp4_gather_phase
-from ops.l0.moe_init_routing_v3.gather_mxfp8_quant import GatherMxGm, MxTemplate, mxfp8_gather_phase
+from ops.l0.moe_init_routing_v3.gather_mxfp8_quant import GatherMxGm, MxTemplate, TilingData, mxfp8_gather_phase
 from tiling import get_soc
-from tiling.moe_init_routing_v3 import FIELDS, moe_init_routing_v3
+from tiling.moe_init_routing_v3 import moe_init_routing_v3
 
-TD = namedtuple("TD", FIELDS)
 SMALL_UB = 64 * 1024 + 2048           # 2 KiB left after the tiling's 64 KiB SIMT reservation: forces column pieces
 KERNELS = {}
 
@@ -72,7 +69,7 @@ def run_gather(x, idx, quant_mode, *, expert_num, expert_range=None, rule=1, ub_
     soc = get_soc("ascend950", ub_size=ub_size, aiv_num=aiv_num)
     r = moe_init_routing_v3(x, idx, expert_num=expert_num, quant_mode=quant_mode, active_expert_range=(start, end),
                             expert_tokens_num_flag=True, soc=soc)
-    td = TD(**r.fields)
+    td = TilingData(**r.fields)
     order, row_idx = _sort(idx, start, end)
     a = -(-n * k // 8) * 8
     counts = np.bincount(idx.ravel()[order] - start, minlength=end - start)
@@ -187,3 +184,29 @@ def test_mxfp4_second_row_loop_finds_its_index_buffer_taken():
     idx = rng.integers(0, 4, (300, 2)).astype(np.int32)
     with pytest.raises(QueueError):
         run_gather(x, idx, 9, expert_num=4, ub_size=SMALL_UB, aiv_num=1)
+
+
+def test_mxfp8_no_kept_slot_writes_nothing():
+    """Every expert outside the active range: the expert total count is 0, so no core takes a row."""
+    rng = np.random.default_rng(2)
+    x = _tokens(rng, 4, 64, ml_dtypes.bfloat16, False)
+    idx = np.full((4, 2), 3, dtype=np.int32)
+    _, order, got_x, got_scale = run_gather(x, idx, 2, expert_num=4, expert_range=(0, 2))
+    assert order.size == 0 and not got_x.any() and not got_scale.any()
+
+
+@pytest.mark.parametrize("quant_mode,dtype,want", [
+    (2, "bfloat16", ((32, 2), (1600, 2), (896, 2), (32, 2), (64, 1), (64, 1))),
+    (9, "float16", ((32, 1), (1600, 1), (896, 1), (32, 1), (64, 1), (64, 1))),
+], ids=["mxfp8-bf16", "mxfp4-fp16"])
+def test_ub_plan_lists_the_mx_gather_buffers(quant_mode, dtype, want):
+    """Init's InitBuffer rows for cols 800 (one piece): row indices, x, codes (perLoopCols / 4 = 200 bytes -> 224, times
+    4), scales (25 bytes -> 32) and the two 16-bit scratch rows (50 bytes -> 64); MXFP4 has one buffer a queue."""
+    x = np.zeros((4, 800), dtype=DT["bf16" if dtype == "bfloat16" else "fp16"])
+    r = moe_init_routing_v3(x, np.zeros((4, 2), np.int32), expert_num=4, quant_mode=quant_mode,
+                            active_expert_range=(0, 4), expert_tokens_num_flag=True)
+    rows = [b for b in r.ub_plan if b.pipe == "gatherPipe"]
+    assert tuple(b.name for b in rows) == ("sortedRowIdxInQueue", "xInQueue", "xQuantOutQueue", "mxScaleOutQueue",
+                                           "maxExpBuffer", "invScaleBuffer")
+    assert tuple((b.bytes, b.count) for b in rows) == want
+    assert [b.kind for b in rows] == ["TQue"] * 4 + ["TBuf"] * 2
