@@ -25,6 +25,7 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
 from ascend_sim import regbase as rb
 from ascend_sim._jit import aicore, global_aicore
+from ascend_sim._outline import outline
 
 from .gather_mxfp8_quant import (B16, B32, BF16_EMASK_AND_INF_VAL, BUFFERS, LOWER_BOUND_OF_MAX_EXP_FOR_E2M1,
                                  INV_SCALE_BUFFER, MAX_EXP_BUFFER, MX_SCALE_OUT_QUEUE, NUM_UB_BLOCKS_PER_VREG,
@@ -77,7 +78,7 @@ def _fp4_from_half(c, v_idx, mask_all_32):
     rb.vselect(c, v_i, neg_zero, v_i, zero_mask)
 
 
-@aicore
+@outline
 def vf_mxfp4_compute_data(c, x_local, inv_scale_local, x_quant_local, x_elem_num, vf_loop_num, vl_for_t,
                           num_vreg_blocks, is_fp16):
     """vfMxfp4ComputeData<T, fp4x2_e2m1_t>: x_local[:x_elem_num] (uint16) times the inverse scale of its block, to

@@ -33,6 +33,7 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
 from ascend_sim import regbase as rb
 from ascend_sim._jit import aicore, global_aicore
+from ascend_sim._outline import outline
 from tiling.moe_init_routing_v3 import FIELDS
 
 TilingData = namedtuple("MoeInitRoutingV3Arch35TilingData", FIELDS)
@@ -118,7 +119,8 @@ def fp8_dt(quant_mode):
 
 
 # --- VFs (__simd_vf__) ------------------------------------------------------------------------------------
-@aicore
+# Outlined (compiled once, called by address): both classes and every call site share one compiled copy.
+@outline
 def vf_compute_amax(c, x_local, amax_local, x_elem_num, vf_loop_num, vl_for_t, num_vreg_blocks, is_fp16, keep):
     """vfComputeAmax<T, U, false> (keep = MXFP8_BF16_ABS_MASK) / vfMxfp4ComputeMaxExp (keep =
     BF16_EMASK_AND_INF_VAL, the exponent field only): per 32 tokens of x_local[:x_elem_num] (uint16) the largest
@@ -179,7 +181,7 @@ def vf_compute_amax(c, x_local, amax_local, x_elem_num, vf_loop_num, vl_for_t, n
     rb.vec_scope_end(c)
 
 
-@aicore
+@outline
 def vf_compute_round_scale(c, amax_local, scale_local, inv_scale_local, scale_elem_num, valid_scale_elem_num,
                            vf_loop_num, vl_for_t, fp8_emax):
     """vfComputeRoundScale<T, U, false>: from the block maxima (uint16 bf16 magnitudes) the E8M0 codes (one byte
@@ -261,7 +263,7 @@ def vf_compute_round_scale(c, amax_local, scale_local, inv_scale_local, scale_el
     rb.vec_scope_end(c)
 
 
-@aicore
+@outline
 def vf_compute_scale(c, max_exp_local, scale_local, inv_scale_local, scale_elem_num, valid_scale_elem_num,
                      vf_loop_num, vl_for_t, exp_lower_bound):
     """vfMxfp4ComputeScale (and the floor rule of MXFP8): from the block maxima of the exponent field the codes
@@ -320,7 +322,7 @@ def vf_compute_scale(c, max_exp_local, scale_local, inv_scale_local, scale_elem_
     rb.vec_scope_end(c)
 
 
-@aicore
+@outline
 def vf_compute_data(c, x_local, inv_scale_local, x_quant_local, x_elem_num, vf_loop_num, vl_for_t,
                     num_vreg_blocks, is_fp16, dt):
     """vfComputeData<T, U>: x_local[:x_elem_num] (uint16) times the inverse scale of its block, cast to FP8 `dt`
