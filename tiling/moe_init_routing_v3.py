@@ -830,7 +830,7 @@ def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0) -> tuple[Ub
         # only dropless runs hand the total count to the gather kernels
         plan += (UbBuffer("expertTotalCountQueue", _align_bytes(1, 4), 1, "TQue", "VECOUT", 1, pipe),)
     mx_factor = (key // 10000) % 100
-    if key >= 10000000 and f["drop_pad_mode"] != DROPPAD and mx_factor in (MXFP8_E5M2 + 1, MXFP4_E2M1 + 1):
+    if key >= 10000000 and f["drop_pad_mode"] != DROPPAD and mx_factor in (MXFP8_E5M2 + 1, MXFP8_ROUNDSCALE_AMAX_E5M2 + 1, MXFP4_E2M1 + 1):
         plan += _mx_gather_plan(f, mx_factor == MXFP4_E2M1 + 1, x_bytes)
     if f["drop_pad_mode"] == DROPPAD:
         # MoeV3GatherOutDropPad::Init: indices (or, compact, output-row sources) and x rows double-buffered

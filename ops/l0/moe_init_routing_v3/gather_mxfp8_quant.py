@@ -50,6 +50,7 @@ GatherMxGm = namedtuple("GatherMxGm", [
 
 MxTemplate = namedtuple("MxTemplate", ["x_t", "quant_mode", "round_scale"])
 """x_t: DTYPE_X (asc.DT_FLOAT16 or asc.DT_BF16); quant_mode: 2 (U = fp8_e5m2), 3 (fp8_e4m3fn) or 9 (fp4x2_e2m1);
+16 / 17 are E5M2 / E4M3FN with CLAMP_AMAX = true (amax raised to 0x38D2 first; keys 10170000 / 11170000);
 round_scale: MXFP8 scale rule, 1 the kernel's round-scale rule (default), 0 the OCP floor rule (MXFP4 always
 floor)."""
 
@@ -79,6 +80,7 @@ FP16_EMASK_AND_INF_VAL = 0x7C00
 BF16_EMASK_AND_INF_VAL = 0x7F80
 BF16_NAN_VAL = 0x7F81
 MXFP8_BF16_ABS_MASK = 0x7FFF
+MXFP8_BF16_AMAX_CLAMP = 0x38D2     # bf16 ~1.0e-4: the smallest amax of the CLAMP_AMAX variant
 MXFP8_BF16_MANT_MASK = 0x007F
 MXFP8_FP8_MAX_MANT = 0x0060        # 7-bit mantissa of 1.75, the FP8 max normal's
 MXFP8_E8M0_INV_EXP_SUB = 0x00FE
@@ -93,6 +95,7 @@ LOWER_BOUND_OF_MAX_EXP_FOR_E4M3 = 0x0400
 LOWER_BOUND_OF_MAX_EXP_FOR_E2M1 = 0x0100
 
 ROW_IDX_SCATTER = 1
+MXFP8_ROUNDSCALE_AMAX_E5M2 = 16    # quant modes 16 / 17: the CLAMP_AMAX = true class (keys 10170000 / 11170000)
 
 B16 = 2
 B32 = 4
@@ -115,7 +118,7 @@ def align_elems(n, elem_bytes):
 
 @aicore
 def fp8_dt(quant_mode):
-    return asc.DT_FLOAT8_E5M2 if quant_mode == 2 else asc.DT_FLOAT8_E4M3FN
+    return asc.DT_FLOAT8_E5M2 if quant_mode == 2 or quant_mode == 16 else asc.DT_FLOAT8_E4M3FN
 
 
 # --- VFs (__simd_vf__) ------------------------------------------------------------------------------------
@@ -183,8 +186,8 @@ def vf_compute_amax(c, x_local, amax_local, x_elem_num, vf_loop_num, vl_for_t, n
 
 @outline
 def vf_compute_round_scale(c, amax_local, scale_local, inv_scale_local, scale_elem_num, valid_scale_elem_num,
-                           vf_loop_num, vl_for_t, fp8_emax):
-    """vfComputeRoundScale<T, U, false>: from the block maxima (uint16 bf16 magnitudes) the E8M0 codes (one byte
+                           vf_loop_num, vl_for_t, fp8_emax, clamp_amax):
+    """vfComputeRoundScale<T, U, CLAMP_AMAX>: from the block maxima (uint16 bf16 magnitudes) the E8M0 codes (one byte
     per lane into scale_local, a uint16 tensor: DIST_PACK_B16) and the inverse scales (bf16 bits into
     inv_scale_local) of scale_elem_num slots, the first valid_scale_elem_num of them real blocks (the padding
     slot of an odd block count gets code 0 and inverse 0)."""
@@ -204,6 +207,7 @@ def vf_compute_round_scale(c, amax_local, scale_local, inv_scale_local, scale_el
     fp8_emax_r = rb.vreg_u16(c, 11)
     mant_mask = rb.vreg_u16(c, 12)
     fp8_max_mant = rb.vreg_u16(c, 13)
+    amax_clamp = rb.vreg_u16(c, 14)
     nan_e8m0 = rb.vreg_u16(c, 15)
     inv_exp_sub = rb.vreg_u16(c, 16)
     nan_bf16 = rb.vreg_u16(c, 17)
@@ -214,11 +218,11 @@ def vf_compute_round_scale(c, amax_local, scale_local, inv_scale_local, scale_el
     rb.vduplicate_all(c, fp8_emax_r, fp8_emax)
     rb.vduplicate_all(c, mant_mask, MXFP8_BF16_MANT_MASK)
     rb.vduplicate_all(c, fp8_max_mant, MXFP8_FP8_MAX_MANT)
+    rb.vduplicate_all(c, amax_clamp, MXFP8_BF16_AMAX_CLAMP)
     rb.vduplicate_all(c, nan_e8m0, FP8_E8M0_NAN_VAL)
     rb.vduplicate_all(c, inv_exp_sub, MXFP8_E8M0_INV_EXP_SUB)
     rb.vduplicate_all(c, nan_bf16, BF16_NAN_VAL)
     rb.vduplicate_all(c, special_min, FP8_E8M0_SPECIAL_MIN)
-    # (CLAMP_AMAX is false for these keys: the amaxClamp register and its Compare / Select are not issued)
     mask_loop = rb.mreg(c, 0)
     mask_valid = rb.mreg(c, 1)
     mask_inf = rb.mreg(c, 2)
@@ -226,6 +230,7 @@ def vf_compute_round_scale(c, amax_local, scale_local, inv_scale_local, scale_el
     mask_low_exp = rb.mreg(c, 4)
     mask_special_min = rb.mreg(c, 5)
     mask_mant_high = rb.mreg(c, 6)
+    mask_clamp = rb.mreg(c, 7)
     slots = scale_elem_num
     valid = valid_scale_elem_num
     in_off = 0
@@ -237,6 +242,9 @@ def vf_compute_round_scale(c, amax_local, scale_local, inv_scale_local, scale_el
         in_off = rb.reg_load_span(c, amax, amax_local, in_off)
         rb.vduplicate(c, mx_scale, 0, mask_loop)
         rb.vduplicate(c, inv_scale, 0, mask_loop)
+        if clamp_amax:
+            rb.vcompare(c, mask_clamp, amax, amax_clamp, rb.CMP_LT, mask_valid)
+            rb.vselect(c, amax, amax_clamp, amax, mask_clamp)
         # code = exponent - emax, plus one when the mantissa is above 1.75 (amax / fp8 max would pass 2^e)
         rb.vshift_rights(c, exp_bits, amax, BF16_EXP_SHR_BITS, mask_valid)
         rb.vand(c, mant_bits, amax, mant_mask, mask_valid)
@@ -483,7 +491,8 @@ def compute(c, tmpl, x_elem_num, scale_elem_num, valid_scale_elem_num, fp8_emax)
         vf_compute_amax(c, x_local, max_exp_local, x_elem_num, vf_loop_num_x, VL_B16, NUM_UB_BLOCKS_PER_VREG,
                         is_fp16, MXFP8_BF16_ABS_MASK)
         vf_compute_round_scale(c, max_exp_local, mx_scale_local, inv_scale_local, scale_elem_num,
-                               valid_scale_elem_num, vf_loop_num_scale, VL_B16, fp8_emax)
+                               valid_scale_elem_num, vf_loop_num_scale, VL_B16, fp8_emax,
+                               tmpl.quant_mode >= MXFP8_ROUNDSCALE_AMAX_E5M2)
     else:
         vf_compute_amax(c, x_local, max_exp_local, x_elem_num, vf_loop_num_x, VL_B16, NUM_UB_BLOCKS_PER_VREG,
                         is_fp16, BF16_EMASK_AND_INF_VAL)
@@ -584,7 +593,7 @@ def gather_copy(c, td, gm, tmpl, m, progress, current_loop_rows, fp8_emax):
 def gather_mxfp8_quant(c, td, gm, tmpl):
     """MoeGatherOutMxfp8Quant<T, U, false>::Init + Process on one core."""
     m = init_kernel_tiling(c, td, gm)
-    fp8_emax = MXFP8_E4M3_EMAX if tmpl.quant_mode == 3 else MXFP8_E5M2_EMAX
+    fp8_emax = MXFP8_E5M2_EMAX if tmpl.quant_mode == 2 or tmpl.quant_mode == 16 else MXFP8_E4M3_EMAX
     a = align_elems(td.n * td.k, 4)
     # useGatherCopy walks source slots (expanded_row_idx), the scatter copy output rows (expandedDstToSrcRow);
     # with rowIdxType SCATTER the two swap

@@ -93,7 +93,9 @@ def run_gather(x, idx, quant_mode, *, expert_num, expert_range=None, rule=1, ub_
 
 def check(x, idx, quant_mode, rule="round_scale", **kw):
     r, order, got_x, got_scale = run_gather(x, idx, quant_mode, rule=int(rule == "round_scale"), **kw)
-    data, scales = mx_quantize(x, quant_mode, rule if quant_mode != 9 else "floor")
+    clamp = quant_mode in (16, 17)         # MXFP8 round scale with CLAMP_AMAX: E5M2 / E4M3FN codes
+    data, scales = mx_quantize(x, {16: 2, 17: 3}.get(quant_mode, quant_mode), rule if quant_mode != 9 else "floor",
+                               amax_clamp=clamp)
     src = order // idx.shape[1]
     m = order.size
     assert np.array_equal(got_scale[:m], scales.view(np.uint8).reshape(x.shape[0], -1)[src])
@@ -116,6 +118,19 @@ def test_mxfp8_scatter_copy_tail_and_specials(dt, quant_mode, rule):
     idx = rng.integers(0, 8, (6, 2)).astype(np.int32)
     r = check(x, idx, quant_mode, rule, expert_num=8)
     assert r.tiling_key == 10030000 and r.fields["use_gather_copy"] == 0
+
+
+@pytest.mark.parametrize("quant_mode", [16, 17], ids=["e5m2", "e4m3fn"])
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+def test_mxfp8_round_scale_amax_clamp(dt, quant_mode):
+    """Keys 10170000 (quant modes 16 / 17): the same class with CLAMP_AMAX, so zero and tiny blocks take the
+    scale of amax 0x38D2; a tail of 21 tokens."""
+    rng = np.random.default_rng(quant_mode)
+    x = _tokens(rng, 6, 117, DT[dt], True)
+    x[5, 32:64] = (rng.uniform(-1, 1, 32) * 2.0 ** -15).astype(DT[dt])      # below the clamp, not subnormal
+    idx = rng.integers(0, 8, (6, 2)).astype(np.int32)
+    r = check(x, idx, quant_mode, expert_num=8)
+    assert r.tiling_key == 10170000
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
@@ -210,3 +225,18 @@ def test_ub_plan_lists_the_mx_gather_buffers(quant_mode, dtype, want):
                                            "maxExpBuffer", "invScaleBuffer")
     assert tuple((b.bytes, b.count) for b in rows) == want
     assert [b.kind for b in rows] == ["TQue"] * 4 + ["TBuf"] * 2
+
+
+def test_golden_amax_clamp_hand_worked():
+    """mx_golden's amax_clamp: a zero block and a block of amax 2^-15 both take amax 0x38D2 (exponent field 113,
+    mantissa 0x52 <= 0x60: no carry) -> E4M3FN code 113 - 8 = 0x69, E5M2 113 - 15 = 0x62; a block of amax 1.0
+    (0x3F80) keeps its code 127 - 8 = 0x77."""
+    x = np.zeros((1, 96), dtype=ml_dtypes.bfloat16)
+    x[0, 32] = 2.0 ** -15
+    x[0, 64] = -1.0
+    _, s3 = mx_quantize(x, 3, "round_scale", amax_clamp=True)
+    _, s2 = mx_quantize(x, 2, "round_scale", amax_clamp=True)
+    assert list(s3.view(np.uint8)[0]) == [0x69, 0x69, 0x77, 0]
+    assert list(s2.view(np.uint8)[0]) == [0x62, 0x62, 0x70, 0]
+    with pytest.raises(ValueError):
+        mx_quantize(x, 3, "floor", amax_clamp=True)
