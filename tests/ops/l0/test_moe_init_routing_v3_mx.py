@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import Kernel, QueueError, launch
+from ascend_sim import Kernel, PipeRaceError, QueueError, checked, launch
 from ops.common.mx_golden import mx_quantize, scale_columns
 from ops.l0.moe_init_routing_v3.gather_mxfp4_quant import mxfp4_gather_phase
 from ops.l0.moe_init_routing_v3.gather_mxfp8_quant import GatherMxGm, MxTemplate, TilingData, mxfp8_gather_phase
@@ -240,3 +240,18 @@ def test_golden_amax_clamp_hand_worked():
     assert list(s2.view(np.uint8)[0]) == [0x62, 0x62, 0x70, 0]
     with pytest.raises(ValueError):
         mx_quantize(x, 3, "floor", amax_clamp=True)
+
+
+@pytest.mark.parametrize("quant_mode", [3, 9], ids=["mxfp8", "mxfp4"])
+def test_checked_mode_race_clean_strict_flags_the_back_to_back_vfs(quant_mode):
+    """Checked mode "race" (what production kernels rely on) finds no race in either class, column pieces and
+    the gather copy included. "strict" reports the VF that reads the block maxima the VF before it wrote with no
+    PipeBarrier<PIPE_V> between them: the source has none either (consecutive VFs run in order on PIPE_V)."""
+    rng = np.random.default_rng(9)
+    x = _tokens(rng, 20, 520, np.float16, True)
+    idx = rng.integers(0, 2, (20, 8)).astype(np.int32)
+    ub = SMALL_UB if quant_mode != 9 else None      # MXFP4: one row loop a core (see the test above)
+    with checked("race"):
+        check(x, idx, quant_mode, expert_num=2, ub_size=ub, aiv_num=2)
+    with checked("strict"), pytest.raises(PipeRaceError, match="RAW race"):
+        check(x, idx, quant_mode, expert_num=2, ub_size=ub, aiv_num=2)
