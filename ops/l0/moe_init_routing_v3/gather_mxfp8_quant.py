@@ -1,6 +1,7 @@
-"""MoeInitRoutingV3's MXFP8 quantising gather on Ascend 950: MoeGatherOutMxfp8Quant<T, U, false>
+"""MoeInitRoutingV3's MXFP8 quantising gather on Ascend 950: MoeGatherOutMxfp8Quant<T, U, CLAMP_AMAX>
 (op_kernel/arch35/moe_v3_gather_mxfp8_quant.h, newest hicann/ops-transformer version), the last phase
-(gatherPipe) of the sort templates 10030000 / 11030000 (quant_mode 2 = E5M2, 3 = E4M3FN; rowIdxType 0).
+(gatherPipe) of the sort templates 10030000 / 11030000 (quant_mode 2 = E5M2, 3 = E4M3FN, CLAMP_AMAX false) and
+10170000 / 11170000 (quant_mode 16 / 17, CLAMP_AMAX true).
 
 Each core takes a run of output rows (scatter copy: expandedDstToSrcRow from the workspace, one quantisation per
 output row) or of source slots (gather copy, useGatherCopy: expanded_row_idx, one quantisation per source row,
@@ -12,15 +13,16 @@ piece is quantised by three VFs on the register model (regbase):
 * vf_compute_round_scale (vfComputeRoundScale): the E8M0 code ceil(log2(amax / fp8 max)) + 127 from the bf16
   exponent and the mantissa-above-1.75 carry, and the inverse scale as bf16 bits;
 * vf_compute_data (vfComputeData): x * inverse scale (bf16 multiply for bf16 tokens, fp32 for fp16), cast to
-  FP8 with CAST_RINT and SAT, packed four lanes a byte each.
+  FP8 with CAST_RINT and SAT into the low byte of each fp32 lane, stored one byte a token (DIST_PACK4_B32).
 
 Scale rule (MxTemplate.round_scale): 1 (the default) is the kernel's round-scale rule above; 0 is the OCP
-"floor" rule (floor(log2 amax) - emax) of the earlier MXFP8 kernel, whose max VF kept only the exponent field
-and whose scale VF clamps at emax << 7 -- the same two VFs the MXFP4 gather uses (vf_compute_max_exp /
-vf_compute_scale here, with the FP8 lower bound).
+"floor" rule (floor(log2 amax) - emax), the documented alternative (earlier versions of this kernel, as
+/work/shared/reference/mx_quant_spec.md describes them): the max VF keeps only the exponent field and the scale
+VF clamps at emax << 7 -- the two VFs the MXFP4 gather runs (vf_compute_amax with the exponent mask,
+vf_compute_scale), here with the FP8 lower bound.
 
-Stages take (c, td, gm, tmpl): td a namedtuple of tiling.moe_init_routing_v3.FIELDS, gm a GatherMxGm, tmpl a
-MxTemplate. Every field of the three is an int or an array of one carrier type, so one compiled stage serves
+Stages take (c, td, gm, tmpl): td a TilingData (the namedtuple of tiling.moe_init_routing_v3.FIELDS), gm a
+GatherMxGm, tmpl a MxTemplate. Every field of the three is an int or an array of one carrier type, so one compiled stage serves
 fp16 / bf16 tokens, E5M2 / E4M3FN and both rules.
 """
 from __future__ import annotations
