@@ -663,7 +663,8 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
     OpDef's (active_expert_range is a [start, end) pair of expert ids). The outputs default to the shapes and
     dtypes the tiling expects; give them to reproduce its output checks. Raises TilingError (561002) with the
     argument and rule wherever the real tiling returns GRAPH_FAILED, in the same order. `ub_plan` holds the
-    phases ub_plan() models (empty-tensor zeroing, sort, expert-token count, drop-pad gather) for core 0.
+    phases ub_plan() models (empty-tensor zeroing, sort, expert-token count, drop-pad gather, MX gathers) for
+    core 0.
     """
     soc = get_soc(soc)
     if not soc.is_regbase:
@@ -792,14 +793,15 @@ def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0, mx_no_quant
             ) -> tuple[UbBuffer, ...]:
     """InitBuffer calls of core `block_idx` for the phases modelled so far: the one-core or multi-core sort
     (sortPipe; the VMS and SortOut merges reuse its buffers) and the expert-token count (histogramPipe) of the
-    sort templates, the drop-pad gather and the unquantised dropless gather MoeGatherOut (gatherPipe; `x_bytes`
-    is x's element size; `mx_no_quant`: x holds MX elements, whose gathers are other kernels). RowIdxGather
-    builds no TPipe. The drop-pad row-index gather, the quantising gathers, the full-load and counting-sort
-    templates are not listed yet (their pipes are absent, not empty).
+    sort templates, the drop-pad gather, the unquantised dropless gather MoeGatherOut and the MXFP8 / MXFP4
+    quantising gathers of the dropless sort templates (gatherPipe; `x_bytes` is x's element size; `mx_no_quant`:
+    x holds MX elements, whose gathers are other kernels). RowIdxGather builds no TPipe. The drop-pad row-index
+    gather, the other quantising gathers, the full-load and counting-sort templates are not listed yet (their
+    pipes are absent, not empty).
 
-    MoeGatherOut sizes its buffers from the expert total count the sort finds at run time
-    (curCorePerLoopIndicesElements = min(per-loop figure, the core's rows)); this plan assumes every slot is
-    active (count n * k), the largest the buffers get."""
+    The gathers size their row buffers from the expert total count the sort finds at run time
+    (min(per-loop figure, the core's rows)); this plan assumes every slot is active (count n * k), the largest
+    the buffers get."""
     if key >= 10000000 and (key // 1000000) % 10 == 0:
         # MoeSortOneCore::Init: keys and row ids side by side (two int32 per key) in each buffer
         tile = _align(f["vbs_last_core_per_loop_elements"], 4)
@@ -834,6 +836,10 @@ def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0, mx_no_quant
     if f["drop_pad_mode"] != DROPPAD:
         # only dropless runs hand the total count to the gather kernels
         plan += (UbBuffer("expertTotalCountQueue", _align_bytes(1, 4), 1, "TQue", "VECOUT", 1, pipe),)
+    mx_factor = (key // 10000) % 100
+    if key >= 10000000 and f["drop_pad_mode"] != DROPPAD and mx_factor in (MXFP8_E5M2 + 1, MXFP8_ROUNDSCALE_AMAX_E5M2 + 1,
+                                                                          MXFP4_E2M1 + 1):
+        plan += _mx_gather_plan(f, mx_factor == MXFP4_E2M1 + 1, x_bytes)
     if f["drop_pad_mode"] == DROPPAD:
         # MoeV3GatherOutDropPad::Init: indices (or, compact, output-row sources) and x rows double-buffered
         g = "gather_out_"
@@ -865,6 +871,25 @@ def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0, mx_no_quant
                  UbBuffer("scaleCopyInQueue", per_loop * _align_bytes(1, 4), 2, "TQueBind", "VECIN->VECOUT", 2,
                           pipe))
     return plan
+
+
+def _mx_gather_plan(f: dict, fp4: bool, x_bytes: int) -> tuple[UbBuffer, ...]:
+    """MoeGatherOutMxfp8Quant::Init / MoeV3GatherMxfp4Quant::Init (gatherPipe): row indices, a token piece, its
+    codes and scales (two buffers each for MXFP8, one for MXFP4), the block maxima and inverse scales. The row
+    buffer is sized for perLoopRows, which the kernel takes as min(its rows, the tiling's per-loop count): the
+    per-core per-loop count bounds it on every core."""
+    g = "gather_out_"
+    rows = max(f[g + "per_core_per_loop_indices_elements"], f[g + "last_core_per_loop_indices_elements"], 1)
+    cols = f[g + "per_loop_cols"]
+    scale_cols = cols // MX_QUANT_BLOCK_SIZE
+    num = 1 if fp4 else 2
+    pipe = "gatherPipe"
+    return (UbBuffer("sortedRowIdxInQueue", _align_bytes(rows, 4), num, "TQue", "VECIN", num, pipe),
+            UbBuffer("xInQueue", _align_bytes(cols, x_bytes), num, "TQue", "VECIN", num, pipe),
+            UbBuffer("xQuantOutQueue", _align_bytes(cols // 4, 1) * 4, num, "TQue", "VECOUT", num, pipe),
+            UbBuffer("mxScaleOutQueue", _align_bytes(scale_cols, 1), num, "TQue", "VECOUT", num, pipe),
+            UbBuffer("maxExpBuffer", _align_bytes(scale_cols, x_bytes), pipe=pipe),
+            UbBuffer("invScaleBuffer", _align_bytes(scale_cols, x_bytes), pipe=pipe))
 
 
 def _check_inputs(c: _Ctx, xd, idxd, sd, od) -> None:

@@ -20,20 +20,21 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+import ml_dtypes
 import numpy as np
 
 from ascend_sim import SimulatorError
 from ascend_sim.datacopy import GlobalTensor
+from ascend_sim.dtypes import dt_of
 from tiling import get_soc
-from tiling.status import ParamNullptrError
-from tiling.moe_init_routing_v3 import FIELDS, moe_init_routing_v3 as _tiling
+from tiling.status import ParamInvalidError, ParamNullptrError
+from tiling.moe_init_routing_v3 import moe_init_routing_v3 as _tiling
 
 from ..._framework import Executor
 from ..._validate import as_input, as_output, check_no_alias
-from .kernel import KERNELS, KEY_EMPTY_TENSOR, OP, GmTensors, Template
+from .kernel import KERNELS, KEY_EMPTY_TENSOR, MX_KEYS, OP, GmTensors, Template
+from .tiling_data import MoeInitRoutingV3Arch35TilingData
 
-# named after the C++ struct; the class must be importable under its own name for numba's disk cache
-MoeInitRoutingV3Arch35TilingData = namedtuple("MoeInitRoutingV3Arch35TilingData", FIELDS)
 
 API = "l0op::MoeInitRoutingV3"
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32}
@@ -76,7 +77,11 @@ def _check_modelled(result, x: np.ndarray, expert_tokens_num_type: int) -> None:
         raise KernelNotSimulatedError(f"MoeInitRoutingV3 tilingKey {key}", key)
     if key == KEY_EMPTY_TENSOR:
         return
-    if x.dtype.name in _MX_ELEMENT_TYPES or x.dtype.itemsize not in _UNSIGNED:
+    if key in MX_KEYS:
+        if x.dtype not in (np.float16, ml_dtypes.bfloat16):
+            raise KernelNotSimulatedError(f"tilingKey {key} with x of {x.dtype}: the MX gathers quantise fp16 / bf16",
+                                          key)
+    elif x.dtype.name in _MX_ELEMENT_TYPES or x.dtype.itemsize not in _UNSIGNED:
         raise KernelNotSimulatedError(f"tilingKey {key} with x of {x.dtype}: the MX gather (MoeV3GatherOutMxfp8 / "
                                       "MoeV3GatherOutMxFp4) runs for it", key)
     if expert_tokens_num_type != COUNT_MODE:
@@ -111,12 +116,17 @@ def get_workspace_size(x, expert_idx, scale=None, offset=None, *, active_num, ex
                      expanded_x_out=expanded_x, expanded_row_idx_out=row_idx,
                      expert_tokens_count_or_cumsum_out=counts, expanded_scale_out=expanded_scale, soc=soc)
     _check_modelled(result, x, int(expert_tokens_num_type))
+    mx = result.tiling_key in MX_KEYS
+    if mx_scale_rule not in ("floor", "round_scale"):
+        raise ParamInvalidError(f"mx_scale_rule must be 'floor' or 'round_scale', got {mx_scale_rule!r}")
+    # the MX gathers write E8M0 bytes into expanded_scale, the others float32 scale rows
     gm = GmTensors(_bits(x, 0), _plain(expert_idx, 1, np.int32), _plain(scale, 2, np.float32), _bits(expanded_x, 3),
-                   _plain(row_idx, 4, np.int32), _plain(counts, 5, np.int64), _plain(expanded_scale, 6, np.float32),
-                   None, None)
+                   _plain(row_idx, 4, np.int32), _plain(counts, 5, np.int64),
+                   _bits(expanded_scale, 6) if mx else _plain(expanded_scale, 6, np.float32), None, None)
     td = MoeInitRoutingV3Arch35TilingData(*result.fields.values())
     lib = soc.lib_api_workspace
-    tmpl = Template(x.dtype.itemsize, int(x.dtype.name in _MX_ELEMENT_TYPES))
+    tmpl = Template(x.dtype.itemsize, int(x.dtype.name in _MX_ELEMENT_TYPES), dt_of(x.dtype) if mx else 0,
+                    int(mx_scale_rule == "round_scale"))
     executor = Executor(OP, result, KERNELS[result.tiling_key], (td, gm, tmpl),
                         ("x", "expert_idx", "scale", "expanded_x", "expanded_row_idx", "expert_tokens_count",
                          "expanded_scale", "workspace", "workspace"),

@@ -1,8 +1,13 @@
 """Kernels of MoeInitRoutingV3 on Ascend 950 (op_kernel/moe_init_routing_v3_apt.cpp, arch35 headers) that the
-simulator models: the unquantised sort chain with GATHER row indices, dropless, and the empty-tensor branch.
+simulator models: the sort chain with GATHER row indices, dropless, unquantised or MX-quantising, and the
+empty-tensor branch.
 
     10000000  MoeSortOneCore   -> ExpertTokensCount -> RowIdxGather -> MoeGatherOut<DTYPE_X>
     11000000  MoeSortMultiCore -> ExpertTokensCount -> RowIdxGather -> MoeGatherOut<DTYPE_X>
+    10030000  MoeSortOneCore   -> ... -> MoeGatherOutMxfp8Quant<DTYPE_X, DTYPE_EXPANDED_X, false>
+    11030000  MoeSortMultiCore -> ... -> MoeGatherOutMxfp8Quant (gather_mxfp8_quant.py)
+    10100000  MoeSortOneCore   -> ... -> MoeV3GatherMxfp4Quant (gather_mxfp4_quant.py)
+    11100000  MoeSortMultiCore -> ... -> MoeV3GatherMxfp4Quant
     3000000   EMPTY_TENSOR: core 0 zeroes expanded_row_idx / expanded_scale (n * k > 0) and the expert counts
 
 Each arrow is a new TPipe (sortPipe, histogramPipe, none for RowIdxGather, gatherPipe). Stages take (c, td, gm[,
@@ -39,6 +44,8 @@ from ascend_sim._jit import global_aicore
 from ascend_sim.check import RaceWaiver
 
 from .expert_tokens_count import CountGm, count_phase, total_count_offset  # noqa: F401  (workspace layout)
+from .gather_mxfp4_quant import mxfp4_gather_phase
+from .gather_mxfp8_quant import GatherMxGm, MxTemplate, mxfp8_gather_phase
 from .gather_out import GatherGm, gather_phase
 from .row_idx_gather import RowIdxGm, row_idx_gather_phase
 from .sort import V3SortGm, count_temp_offset, sort_phase, sorted_idx_offset  # noqa: F401  (workspace layout)
@@ -48,6 +55,12 @@ OP = "MoeInitRoutingV3"
 KEY_SORT_ONE_CORE_GATHER = 10000000
 KEY_SORT_MULTI_CORE_GATHER = 11000000
 KEY_EMPTY_TENSOR = 3000000
+KEY_SORT_ONE_CORE_MXFP8_GATHER = 10030000
+KEY_SORT_MULTI_CORE_MXFP8_GATHER = 11030000
+KEY_SORT_ONE_CORE_MXFP4_GATHER = 10100000
+KEY_SORT_MULTI_CORE_MXFP4_GATHER = 11100000
+MX_KEYS = (KEY_SORT_ONE_CORE_MXFP8_GATHER, KEY_SORT_MULTI_CORE_MXFP8_GATHER, KEY_SORT_ONE_CORE_MXFP4_GATHER,
+           KEY_SORT_MULTI_CORE_MXFP4_GATHER)
 
 GmTensors = namedtuple("GmTensors", [
     "x",                 # (n, cols) tokens, as unsigned integers of their width (uint8 / uint16 / uint32)
@@ -56,14 +69,16 @@ GmTensors = namedtuple("GmTensors", [
     "expanded_x",        # (n * k, cols) output, x's unsigned view
     "expanded_row_idx",  # (n * k) int32 output
     "expert_tokens_count",   # (actualExpertNum) int64 output (count mode)
-    "expanded_scale",    # (n * k) float32 output (the scale rows; empty when the caller passes none)
+    "expanded_scale",    # (n * k) float32 output (the scale rows; empty when the caller passes none); the MX
+                         # keys' E8M0 codes as uint8
     "workspace",         # user workspace as int32 (see WORKSPACE LAYOUT)
     "workspace_f32",     # the same bytes as float32 (the multi-core sort's lists)
 ])
 
-Template = namedtuple("Template", ["x_bytes", "mx_x"])
-"""sizeof(DTYPE_X) (the gather only moves bits, so the element width is all of DTYPE_X it depends on) and
-whether DTYPE_X is an MX element type (fp8 e4m3fn / e5m2, fp4x2 e2m1: the empty branch's isMXFPXNoQuant)."""
+Template = namedtuple("Template", ["x_bytes", "mx_x", "x_t", "round_scale"])
+"""sizeof(DTYPE_X) (the unquantised gather only moves bits, so the element width is all of DTYPE_X it depends
+on), whether DTYPE_X is an MX element type (fp8 e4m3fn / e5m2, fp4x2 e2m1: the empty branch's isMXFPXNoQuant),
+and for the MX keys DTYPE_X's ge code (fp16 / bf16; 0 elsewhere) and the MXFP8 scale rule (1 round-scale)."""
 
 
 def _sort_args(td, gm, tmpl):
@@ -98,10 +113,23 @@ def sort_chain(multi_core: bool) -> tuple[PipePhase, ...]:
     return (sort_phase(multi_core, _sort_args), count_phase(_count_args), row_idx_gather_phase(_row_idx_args))
 
 
-def _kernel(multi_core: bool) -> Kernel:
+def _mx_gather_args(td, gm, tmpl):
+    return (td, GatherMxGm(gm.x, gm.expanded_row_idx, gm.expanded_x, gm.expanded_scale, gm.workspace),
+            MxTemplate(tmpl.x_t, td.quant_mode, tmpl.round_scale))
+
+
+_GATHERS = {  # step 5 of the sort templates: (class name, phase)
+    "none": ("MoeGatherOut", lambda: gather_phase(_gather_args)),
+    "mxfp8": ("MoeGatherOutMxfp8Quant", lambda: mxfp8_gather_phase(_mx_gather_args)),
+    "mxfp4": ("MoeV3GatherMxfp4Quant", lambda: mxfp4_gather_phase(_mx_gather_args)),
+}
+
+
+def _kernel(multi_core: bool, gather: str = "none") -> Kernel:
     sort_name = "MoeSortMultiCore" if multi_core else "MoeSortOneCore"
-    return Kernel(OP, f"{sort_name} + ExpertTokensCount + RowIdxGather + MoeGatherOut",
-                  sort_chain(multi_core) + (gather_phase(_gather_args),), waivers=(TOTAL_COUNT_RACE,))
+    name, phase = _GATHERS[gather]
+    return Kernel(OP, f"{sort_name} + ExpertTokensCount + RowIdxGather + {name}",
+                  sort_chain(multi_core) + (phase(),), waivers=(TOTAL_COUNT_RACE,))
 
 
 # --- EMPTY_TENSOR -------------------------------------------------------------------------------------------
@@ -149,5 +177,8 @@ EMPTY_KERNEL = Kernel(OP, "EMPTY_TENSOR", (PipePhase("pipe", ("zeroBuf",), (empt
                       waivers=(EMPTY_ZEROS_RACE,))
 
 KERNELS = {KEY_SORT_ONE_CORE_GATHER: _kernel(False), KEY_SORT_MULTI_CORE_GATHER: _kernel(True),
-           KEY_EMPTY_TENSOR: EMPTY_KERNEL}
+           KEY_SORT_ONE_CORE_MXFP8_GATHER: _kernel(False, "mxfp8"),
+           KEY_SORT_MULTI_CORE_MXFP8_GATHER: _kernel(True, "mxfp8"),
+           KEY_SORT_ONE_CORE_MXFP4_GATHER: _kernel(False, "mxfp4"),
+           KEY_SORT_MULTI_CORE_MXFP4_GATHER: _kernel(True, "mxfp4"), KEY_EMPTY_TENSOR: EMPTY_KERNEL}
 """TILING_KEY_IS dispatch: the keys with a simulated kernel."""

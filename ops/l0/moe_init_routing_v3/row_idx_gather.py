@@ -1,11 +1,12 @@
-"""RowIdxGather of MoeInitRoutingV3 (arch35/moe_v3_row_idx_gather.h, the newest stored version; the
-moe_v3_row_idx_gather_arch35.h the kernel entry now includes is not stored): expanded_row_idx for GATHER.
+"""RowIdxGather of MoeInitRoutingV3 (arch35/moe_v3_row_idx_gather_arch35.h): expanded_row_idx for GATHER.
 
 Only the expert total count's first sorted slots (the active ones) are mapped: the count is read from the workspace
 (GetValue, no cache flush before it in this version), split over expertTokensCount.needCoreNum cores again
 (Ceil with Ceil(x, 0) = 0, so a count of 0 runs no core), and a SIMT function of SIMT_THREAD_NUM threads writes
 expanded_row_idx[sortedRowIdx[i]] = i. The dropped slots keep the -1 ExpertTokensCount wrote. No TPipe, no
-buffers; no SyncAll after it without useGatherCopy (the unquantised gather does not read expanded_row_idx).
+buffers. With useGatherCopy (the MXFP8 gather then walks expanded_row_idx by source slot, slots other cores
+mapped) Process ends in SyncAll; without it the next gather reads only the workspace, and there is none.
+(The version's SCATTER branch, useGatherCopy with rowIdxType 1, is not reached: the family passes GATHER.)
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections import namedtuple
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import PipePhase
+from ascend_sim import SYNC_ALL, PipePhase
 from ascend_sim._jit import aicore, global_aicore
 from ops.common import int_math
 
@@ -60,5 +61,9 @@ def row_idx_gather_stage(c, td, gm):
 
 
 def row_idx_gather_phase(select) -> PipePhase:
-    """RowIdxGather between histogramPipe and gatherPipe: a phase without a TPipe of its own (no buffers)."""
-    return PipePhase("rowIdxGather", (), (row_idx_gather_stage,), select)
+    """RowIdxGather between histogramPipe and gatherPipe: a phase without a TPipe of its own (no buffers), with
+    Process's closing SyncAll when the tiling sets useGatherCopy."""
+    def schedule(*launch_args):
+        td = select(*launch_args)[0]
+        return [row_idx_gather_stage, SYNC_ALL] if td.use_gather_copy else [row_idx_gather_stage]
+    return PipePhase("rowIdxGather", (), schedule, select)
