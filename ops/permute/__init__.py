@@ -147,6 +147,12 @@ def _build_regbase(tokens, indices, num_out_tokens, quant_mode, permute_out, sor
         return v2_chain(api, OP, tokens, indices, num_out_tokens, permute_out, sorted_out, soc)
     # V1 with int8 tokens (CheckDtypeValidInt8Regbase) or V2 (CheckParamsV2Regbase): MoeInitRoutingV3
     _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, quant_mode, v2, int8=True)
+    if quant_mode == QUANT_MXFP4_E2M1 and tokens.ndim == 2 and tokens.shape[1] % 2:
+        # the aclnn does not check this, but a row of an odd number of FP4 codes does not fill whole bytes: the
+        # kernel writes row r at byte r * (H / 2) (rounded down), so neighbouring rows overlap; torch_npu's meta
+        # function refuses it, and so does the simulator
+        raise ParamInvalidError(f"quant_mode 9 packs two FP4 codes per byte: hidden must be even, got "
+                                f"{tokens.shape[1]}")
     if quant_mode == QUANT_MXFP4_E2M1 and mx_scale_rule != "floor":
         raise ParamInvalidError("mx_scale_rule 'round_scale' exists for MXFP8 only; MXFP4 (quant_mode 9) has one "
                                 "scale rule")
