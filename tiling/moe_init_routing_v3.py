@@ -267,6 +267,11 @@ def _expert_tokens_count(c: _Ctx) -> None:
     actual = c.end - c.start
     experts = actual if c.tokens_type != KEY_VALUE else (actual + 1) * 2
     max_per_loop = tdiv(c.avail_ub - _ceil_align(experts, UB_BLOCK_SIZE) * (4 * 2 + 8) - UB_BLOCK_SIZE, 4)
+    if max_per_loop <= 0 and total > 0:
+        # the real tiling goes on with a negative loop (and negative buffers); no kernel could run it
+        _fail(f"UB of {c.avail_ub} bytes (after the SIMT data cache) leaves no room for ExpertTokensCount's loop of "
+              f"sorted ids after its {experts}-expert count buffers ({_ceil_align(experts, UB_BLOCK_SIZE) * 16} "
+              "bytes): fewer active experts or a larger UB")
     values = dict(need_core_num=need, per_core_elements=per_core, last_core_elements=last)
     for who, elems in (("per_core", per_core), ("last_core", last)):
         loops = ceil_div(elems, max_per_loop)
