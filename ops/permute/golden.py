@@ -81,10 +81,15 @@ def golden_950(tokens, indices, rows: int, quant_mode=-1, scale_rule="floor"):
     the slot's rank among the kept ones and row p (p < kept) is tokens[slot // topK] of the p-th kept slot, MX
     quantised under quant_mode 2 / 3 / 9. Rows from `written_rows` = min(rows, kept) on are not written: the
     returned arrays hold zeros there and a comparison must leave them out.
+
+    A hidden size of 0 takes MoeInitRoutingV3's EMPTY_TENSOR branch, which sets every sorted_indices to 0.
     """
     tokens = np.asarray(tokens)
     flat = np.asarray(indices).reshape(-1).astype(np.int64)
     top_k = 1 if np.ndim(indices) == 1 else np.shape(indices)[1]
+    if tokens.ndim == 2 and tokens.shape[1] == 0 and quant_mode == -1:
+        return (np.zeros((rows, 0), dtype=tokens.dtype), np.zeros(flat.size, dtype=np.int32),
+                np.zeros((0,), dtype=np.float32), 0)
     kept = (flat >= 0) & (flat < V3_EXPERT_END)
     slots = np.flatnonzero(kept)
     order = slots[np.argsort(flat[slots], kind="stable")]

@@ -354,8 +354,8 @@ QUANT_SHAPES = {  # id: (tokens, hidden, topK, num_out_tokens, soc overrides); t
     "h7168": (16, 7168, 2, -5, {}),
     "h32-gather-copy": (70, 32, 8, 0, {}),
     "h66-tail": (10, 66, 2, 0, {}),
-    "col-pieces": (6, 30000, 2, 7, {"ub_size": 180000}),
-    "col-pieces-2-cores": (20, 30000, 4, 0, {"ub_size": 180000, "aiv_num": 2}),
+    "col-pieces": (6, 60000, 2, 7, {"ub_size": 232000}),
+    "col-pieces-2-cores": (20, 60000, 4, 0, {"ub_size": 232000, "aiv_num": 2}),
     "multi-core-sort": (1000, 64, 8, 0, {}),
     "multi-core-sort-drop": (1000, 64, 8, -100, {}),
 }
