@@ -126,7 +126,15 @@ VF_INSTR = VF_OPEN + 1                         # register instructions of the op
 N_VF_KINDS = 8
 VF_KIND_BASE = VF_INSTR + 1                    # VF_KIND_BASE + kind: instructions of that kind in all VFs
 VF_KIND_NAMES = ("mask", "load", "store", "arith", "cast", "compare_select", "reduce", "move")
-REG_SIZE = VF_KIND_BASE + N_VF_KINDS - REG_BASE
+# UnalignReg u (0..N_UREGS-1): the bytes an unaligned store stream holds back until their 32-byte UB block is
+# complete or DataCopyUnAlignPost flushes them (4 words of data, then the UB byte address of the first held byte
+# and how many bytes are held; -1 / 0 when the stream is empty). Then a scratch of two registers for the
+# in-place register permutations (Interleave(a, b, a, b), MaskDeInterleave(a, b, a, b)).
+N_UREGS = 4
+UREG_WORDS = 6
+UREG_BASE = VF_KIND_BASE + N_VF_KINDS
+VTMP_BASE = UREG_BASE + N_UREGS * UREG_WORDS
+REG_SIZE = VTMP_BASE + 2 * VREG_WORDS - REG_BASE
 QUE_BASE = REG_BASE + REG_SIZE                        # queue table rows of the live TPipe, QUE_COLS each
 
 # Trace rows: call number, AscendC call id, pipe, start cycle, end cycle, two arguments, and the call number of

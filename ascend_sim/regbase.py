@@ -16,9 +16,12 @@ at the cost model's cycles per repeat for CALL_VF (an assumed figure: one regist
 CALL_VF repeat cost, as a pipelined VF issues about one instruction per cycle). In checked mode every UB load /
 store is a PIPE_V UB access of CALL_VF.
 
-Not modelled: LoadDist / StoreDist other than NORM and BRC, the UnalignReg stream state (unaligned loads and
-stores here read / write their bytes directly, so DataCopyUnAlignPost has nothing to flush), casts between widths
-other than fp32 -> fp16, uint16 -> uint32 and int32 -> uint8.
+reg_load_unalign / reg_store_unalign read / write their bytes directly (no stream state). The block for the MX
+gathers at the end adds LoadDist DIST_DINTLV_B16 / DIST_E2B_B16, StoreDist DIST_PACK_B16, raw-pointer loads and
+stores (a `__ubuf__` address may run past the LocalTensor it starts in, not past the UB), an UnalignReg store
+stream that holds bytes until their 32-byte block is complete or DataCopyUnAlignPost flushes them, and the casts
+fp16 -> bf16, fp16 / bf16 -> fp32 (RegLayout), fp32 -> bf16, fp32 -> FP8 (RINT + SAT), bf16 -> FP4. Not modelled:
+the other LoadDist / StoreDist modes and width casts.
 """
 from __future__ import annotations
 
@@ -786,3 +789,640 @@ def vcast_i32_to_u8(c, dst, src, sat, mask, mode=ZEROING):
         elif mode == ZEROING:
             for k in range(4):
                 dst[4 * i + k] = 0
+
+
+# --- MX quantising gathers (MoeInitRoutingV3 moe_v3_gather_mxfp8_quant.h / moe_v3_gather_mxfp4_quant.h) ------------
+# The instructions their VFs add to the model. Every one is checked (element types, bounds, alignment, modes),
+# counts as one register instruction and keeps the lanes the hardware defines; in-place permutations read their
+# sources through the scratch at layout.VTMP_BASE first.
+from ._memory import data_address, ub_view  # noqa: E402
+from .dtypes import (DT_BF16, DT_FLOAT4_E2M1, DT_FLOAT8_E4M3FN, DT_FLOAT8_E5M2, bf16_bits_to_f32_bits,  # noqa: E402
+                     f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_mini_float_bits, f32_from_bits,
+                     view_f32_as_u32)
+from .layout import N_UREGS, UREG_BASE, UREG_WORDS, VTMP_BASE  # noqa: E402
+
+@aicore
+def _vtmp_u8(c):
+    return c.state[VTMP_BASE: VTMP_BASE + 2 * VREG_WORDS].view(np.uint8)
+
+
+@aicore
+def _ub_reach(c, call, t, offset, nbytes, align):
+    """UB byte address of element `offset` of t read as a raw `__ubuf__` pointer: nbytes from there must stay
+    in the UB (not in t: a register load may run past the end of the buffer it starts in, as the kernels'
+    whole-register loads of short rows do), `align`-byte aligned. -1 after a fault."""
+    base = ub_offset(c, t, call)
+    if base < 0:
+        return -1
+    start = base + offset * t.itemsize
+    if offset < 0 or start + nbytes > c.ub.size:
+        fault(c, F_UB_OOB, call, base, offset * t.itemsize + nbytes, c.ub.size - base)
+        return -1
+    if start % align != 0:
+        fault(c, F_UB_ALIGN, call, start, align)
+        return -1
+    return start
+
+
+@aicore
+def _b16_operands(c, call, a, b):
+    if a.itemsize != 2 or b.itemsize != 2:
+        fault(c, F_ELEM_TYPE, call, a.itemsize, b.itemsize)
+        return False
+    return True
+
+
+@aicore
+def reg_load_span(c, dst, t, offset):
+    """DataCopy<T, PostLiteral::POST_MODE_UPDATE>(dst, addr, lanes) through a raw UB pointer: VL bytes from a
+    32-byte aligned address that may run past t's end (not past the UB; only t's part is a checked-mode read).
+    Returns offset + lanes."""
+    lanes = dst.size
+    if not _instr(c, CALL_R_LOAD, KIND_LOAD):
+        return offset + lanes
+    if dst.itemsize != t.itemsize:
+        fault(c, F_ELEM_TYPE, CALL_R_LOAD, dst.itemsize, t.itemsize)
+        return offset + lanes
+    a = _ub_reach(c, CALL_R_LOAD, t, offset, VL, 32)
+    if a < 0:
+        return offset + lanes
+    chk.ub(c, CALL_VF, PIPE_V, a, min(VL, max(t.nbytes - offset * t.itemsize, 0)), False)
+    src = c.ub[a: a + VL]
+    out = dst.view(np.uint8)
+    for i in range(VL):
+        out[i] = src[i]
+    return offset + lanes
+
+
+@aicore
+def reg_load_dintlv(c, dst0, dst1, t, offset):
+    """DataCopy<T, POST_MODE_UPDATE, LoadDist::DIST_DINTLV_B16>(dst0, dst1, addr, 2 * lanes): 2 VL bytes from a
+    32-byte aligned UB address (a raw pointer: it may run past t's end), de-interleaved: element 2i to lane i of
+    dst0, element 2i + 1 to lane i of dst1. 16-bit elements only; dst0 and dst1 must be different registers.
+    Returns offset + 2 * lanes."""
+    lanes = VL // 2
+    if not _instr(c, CALL_R_LOAD, KIND_LOAD):
+        return offset + 2 * lanes
+    if not _b16_operands(c, CALL_R_LOAD, dst0, t) or not _b16_operands(c, CALL_R_LOAD, dst1, t):
+        return offset + 2 * lanes
+    if data_address(dst0) == data_address(dst1):
+        fault(c, F_PARAM, CALL_R_LOAD, P_MASK, 0, 1, 1)
+        return offset + 2 * lanes
+    a = _ub_reach(c, CALL_R_LOAD, t, offset, 2 * VL, 32)
+    if a < 0:
+        return offset + 2 * lanes
+    chk.ub(c, CALL_VF, PIPE_V, a, min(2 * VL, max(t.nbytes - offset * 2, 0)), False)
+    src = ub_view(c.ub, np.uint16, a, 2 * lanes)
+    d0 = dst0.view(np.uint16)
+    d1 = dst1.view(np.uint16)
+    for i in range(lanes):
+        d0[i] = src[2 * i]
+        d1[i] = src[2 * i + 1]
+    return offset + 2 * lanes
+
+
+@aicore
+def reg_load_e2b(c, dst, t, offset):
+    """DataCopy<T, POST_MODE_UPDATE, LoadDist::DIST_E2B_B16>(dst, addr, 8): 8 16-bit elements (16 bytes, from a
+    16-byte aligned address: the span it reads; the model's assumption), element k broadcast to the 16 lanes of
+    the register's 32-byte block k. Returns offset + 8."""
+    if not _instr(c, CALL_R_LOAD, KIND_LOAD):
+        return offset + 8
+    if not _b16_operands(c, CALL_R_LOAD, dst, t):
+        return offset + 8
+    a = _ub_reach(c, CALL_R_LOAD, t, offset, 16, 16)
+    if a < 0:
+        return offset + 8
+    chk.ub(c, CALL_VF, PIPE_V, a, min(16, max(t.nbytes - offset * 2, 0)), False)
+    src = ub_view(c.ub, np.uint16, a, 8)
+    d = dst.view(np.uint16)
+    for k in range(8):
+        v = src[k]
+        for j in range(16):
+            d[16 * k + j] = v
+    return offset + 8
+
+
+@aicore
+def reg_store_pack_b16(c, t, src, offset, mask):
+    """DataCopy<uint16_t, POST_MODE_UPDATE, StoreDist::DIST_PACK_B16>(addr, src, 64, mask): the low byte of each
+    active 16-bit lane i of src to byte i from the 32-byte aligned address of t + offset (t a 16-bit tensor, so
+    128 lanes fill 64 of its elements; bytes of inactive lanes are left as they were). Returns offset + 64."""
+    if not _instr(c, CALL_R_STORE, KIND_STORE):
+        return offset + 64
+    if not _b16_operands(c, CALL_R_STORE, t, src):
+        return offset + 64
+    last = 0
+    for i in range(128):
+        if mask[i * 2] != 0:
+            last = i + 1
+    a = _ub_reach(c, CALL_R_STORE, t, offset, last, 32)
+    if a < 0:
+        return offset + 64
+    chk.ub(c, CALL_VF, PIPE_V, a, last, True)
+    s = src.view(np.uint16)
+    for i in range(last):
+        if mask[i * 2] != 0:
+            c.ub[a + i] = s[i] & 0xFF
+    note_ub_write(c, a + last)
+    return offset + 64
+
+
+@aicore
+def reg_store_span(c, t, src, offset, mask):
+    """DataCopy<T, POST_MODE_UPDATE>(addr, src, lanes, mask) through a raw UB pointer (32-byte aligned): the
+    active lanes, up to the last, must stay in the UB. Returns offset + lanes."""
+    lanes = src.size
+    isz = src.itemsize
+    if not _instr(c, CALL_R_STORE, KIND_STORE):
+        return offset + lanes
+    if isz != t.itemsize:
+        fault(c, F_ELEM_TYPE, CALL_R_STORE, t.itemsize, isz)
+        return offset + lanes
+    last = 0
+    for i in range(lanes):
+        if mask[i * isz] != 0:
+            last = i + 1
+    a = _ub_reach(c, CALL_R_STORE, t, offset, last * isz, 32)
+    if a < 0:
+        return offset + lanes
+    chk.ub(c, CALL_VF, PIPE_V, a, last * isz, True)
+    s = src.view(np.uint8)
+    for i in range(last):
+        if mask[i * isz] != 0:
+            for k in range(isz):
+                c.ub[a + i * isz + k] = s[i * isz + k]
+    note_ub_write(c, a + last * isz)
+    return offset + lanes
+
+
+@aicore
+def reg_store_pack4_span(c, t, src, offset, mask):
+    """DataCopy<int8_t, POST_MODE_UPDATE, StoreDist::DIST_PACK4_B32>(addr, src, 64, mask) through a raw UB
+    pointer: as reg_store_pack4, the low byte of each active 32-bit lane to consecutive bytes from the 32-byte
+    aligned address t + offset (t a 1-byte tensor); the bytes up to the last active lane must stay in the UB.
+    Returns offset + 64."""
+    if not _instr(c, CALL_R_STORE, KIND_STORE):
+        return offset + 64
+    if t.itemsize != 1 or src.itemsize != 4:
+        fault(c, F_ELEM_TYPE, CALL_R_STORE, t.itemsize, src.itemsize)
+        return offset + 64
+    last = 0
+    for i in range(64):
+        if mask[i * 4] != 0:
+            last = i + 1
+    a = _ub_reach(c, CALL_R_STORE, t, offset, last, 32)
+    if a < 0:
+        return offset + 64
+    chk.ub(c, CALL_VF, PIPE_V, a, last, True)
+    s = src.view(np.uint32)
+    for i in range(last):
+        if mask[i * 4] != 0:
+            c.ub[a + i] = s[i] & 0xFF
+    note_ub_write(c, a + last)
+    return offset + 64
+
+
+# UnalignReg: a store stream writes a 32-byte UB block once the stream has filled it (or passed its end) and holds
+# the bytes of a block it has only begun; DataCopyUnAlignPost writes what is held. The bytes of a block the stream
+# starts inside are written alone (the block's other bytes are left as they were).
+@aicore
+def _ureg_words(c, u):
+    base = UREG_BASE + (u % N_UREGS) * UREG_WORDS
+    return c.state[base: base + UREG_WORDS]
+
+
+@aicore
+def unalign_reg(c, u):
+    """`UnalignReg u;` (u 0..3): an empty store stream. Not an instruction. Returns u."""
+    w = _ureg_words(c, u)
+    w[4] = -1
+    w[5] = 0
+    return u
+
+
+@aicore
+def _ureg_write_held(c, w):
+    held = w[0:4].view(np.uint8)
+    a = w[4]
+    n = w[5]
+    if n > 0:
+        chk.ub(c, CALL_VF, PIPE_V, a, n, True)
+        for i in range(n):
+            c.ub[a + i] = held[i]
+        note_ub_write(c, a + n)
+    w[4] = -1
+    w[5] = 0
+
+
+@aicore
+def reg_store_unalign_stream(c, t, src, u, offset, count):
+    """DataCopyUnAlign<T, POST_MODE_UPDATE>(addr, src, ureg u, count): the first `count` lanes of src continue the
+    stream of UnalignReg u at element `offset` of t (any element address; the stream must go on where it stopped,
+    else F_PARAM). Bytes that complete a 32-byte block are written, the rest are held in u. Returns offset + count.
+    """
+    lanes = src.size
+    isz = src.itemsize
+    if not _instr(c, CALL_R_STORE, KIND_STORE):
+        return offset + count
+    if isz != t.itemsize:
+        fault(c, F_ELEM_TYPE, CALL_R_STORE, t.itemsize, isz)
+        return offset + count
+    if count < 0 or count > lanes:
+        fault(c, F_PARAM, CALL_R_STORE, P_COUNT, count, 0, lanes)
+        return offset + count
+    a = _ub_reach(c, CALL_R_STORE, t, offset, count * isz, isz)
+    if a < 0:
+        return offset + count
+    w = _ureg_words(c, u)
+    held = w[0:4].view(np.uint8)
+    if w[5] > 0 and w[4] + w[5] != a:
+        fault(c, F_PARAM, CALL_R_STORE, P_COUNT, a, w[4] + w[5], w[4] + w[5])
+        return offset + count
+    if w[5] == 0:
+        w[4] = a
+    s = src.view(np.uint8)
+    for i in range(count * isz):
+        held[w[5]] = s[i]
+        w[5] += 1
+        if (w[4] + w[5]) % 32 == 0:
+            _ureg_write_held(c, w)
+            w[4] = a + i + 1
+    return offset + count
+
+
+@aicore
+def reg_store_unalign_post(c, t, u, offset, post):
+    """DataCopyUnAlignPost(addr, ureg u, post): write the bytes u holds (the stream's tail) and empty u; the
+    address must be where the stream stopped. Returns offset + post."""
+    if not _instr(c, CALL_R_STORE, KIND_STORE):
+        return offset + post
+    a = _ub_reach(c, CALL_R_STORE, t, offset, 0, t.itemsize)
+    if a < 0:
+        return offset + post
+    w = _ureg_words(c, u)
+    if w[5] > 0 and w[4] + w[5] != a:
+        fault(c, F_PARAM, CALL_R_STORE, P_COUNT, a, w[4] + w[5], w[4] + w[5])
+        return offset + post
+    _ureg_write_held(c, w)
+    return offset + post
+
+
+@aicore
+def vmask_deinterleave(c, dst0, dst1, a, b, elem_bytes):
+    """MicroAPI::MaskDeInterleave<T>(dst0, dst1, a, b): the 2 * lanes predicates of T-lanes (a's, then b's) split
+    into the even lanes (to dst0) and the odd ones (to dst1); in place allowed."""
+    if not _instr(c, CALL_R_MASK_AND, KIND_MASK):
+        return
+    if elem_bytes != 1 and elem_bytes != 2 and elem_bytes != 4:
+        fault(c, F_PARAM, CALL_R_MASK_AND, P_MASK, elem_bytes, 1, 4)
+        return
+    tmp = _vtmp_u8(c)
+    lanes = VL // elem_bytes
+    for i in range(lanes):
+        tmp[i] = a[i * elem_bytes]
+        tmp[lanes + i] = b[i * elem_bytes]
+    for j in range(lanes):
+        p0 = tmp[2 * j]
+        p1 = tmp[2 * j + 1]
+        for k in range(elem_bytes):
+            dst0[j * elem_bytes + k] = p0
+            dst1[j * elem_bytes + k] = p1
+
+
+@aicore
+def vmask_or(c, dst, a, b, mask):
+    """MicroAPI::MaskOr(dst, a, b, mask): predicate bytes a | b where mask is set, else 0."""
+    if not _instr(c, CALL_R_MASK_AND, KIND_MASK):
+        return
+    for i in range(VL):
+        dst[i] = (1 if a[i] != 0 or b[i] != 0 else 0) if mask[i] != 0 else 0
+
+
+@aicore
+def _int_operands(c, call, x, y):
+    """Bitwise instructions take unsigned / signed 16- or 32-bit registers of one width."""
+    if x.itemsize != y.itemsize or (x.itemsize != 2 and x.itemsize != 4):
+        fault(c, F_ELEM_TYPE, call, x.itemsize, y.itemsize)
+        return False
+    return True
+
+
+@aicore
+def vand(c, dst, a, b, mask, mode=ZEROING):
+    """MicroAPI::And(dst, a, b, mask) on 16- or 32-bit integer registers (vreg_u16 / vreg_i32 ...)."""
+    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
+        return
+    if not _int_operands(c, CALL_R_ARITH, dst, a) or not _int_operands(c, CALL_R_ARITH, dst, b):
+        return
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = a[i] & b[i]
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _shift(c, dst, a, n, mask, mode, left):
+    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
+        return
+    if not _int_operands(c, CALL_R_ARITH, dst, a):
+        return
+    bits = dst.itemsize * 8
+    if n < 0 or n >= bits:
+        fault(c, F_PARAM, CALL_R_ARITH, P_COUNT, n, 0, bits - 1)
+        return
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = a[i] << n if left else a[i] >> n
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def vshift_rights(c, dst, a, n, mask, mode=ZEROING):
+    """MicroAPI::ShiftRights(dst, a, n, mask): logical for unsigned registers, arithmetic for signed ones;
+    0 <= n < element bits."""
+    _shift(c, dst, a, n, mask, mode, False)
+
+
+@aicore
+def vshift_lefts(c, dst, a, n, mask, mode=ZEROING):
+    """MicroAPI::ShiftLefts(dst, a, n, mask): bits shifted past the top are lost; 0 <= n < element bits."""
+    _shift(c, dst, a, n, mask, mode, True)
+
+
+@aicore
+def vmaxs(c, dst, a, s, mask, mode=ZEROING):
+    """MicroAPI::Maxs(dst, a, scalar, mask); s of dst's element type."""
+    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
+        return
+    if not _same_type(c, CALL_R_ARITH, dst, a):
+        return
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            x = a[i]
+            dst[i] = x if x >= s or x != x else s
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def vreduce_max_with_datablock(c, dst, src, mask):
+    """MicroAPI::ReduceMaxWithDataBlock(dst, src, mask): lane k of dst (k < 8) = the largest active lane of the
+    register's 32-byte block k (0 if none is active; a NaN wins for floats), lanes 8.. zeroed; in place allowed."""
+    if not _instr(c, CALL_R_REDUCE, KIND_REDUCE):
+        return
+    if not _same_type(c, CALL_R_REDUCE, dst, src):
+        return
+    isz = src.itemsize
+    per = 32 // isz
+    # block k's result goes to lane k, which lies in block 0 (already read): in place is safe
+    for k in range(8):
+        found = False
+        best = src[k * per]
+        for j in range(k * per, k * per + per):
+            if mask[j * isz] != 0:
+                v = src[j]
+                if not found or (best == best and (v != v or v > best)):
+                    best = v
+                found = True
+        dst[k] = best if found else 0
+    for i in range(8, dst.size):
+        dst[i] = 0
+
+
+@aicore
+def vinterleave_inplace(c, a, b):
+    """MicroAPI::Interleave(a, b, a, b): a0 b0 a1 b1 ... of the two registers, the first VL bytes back into a and
+    the rest into b (the in-place form both MX gathers use)."""
+    if not _instr(c, CALL_R_INTERLEAVE, KIND_MOVE):
+        return
+    if not _same_type(c, CALL_R_INTERLEAVE, a, b):
+        return
+    if data_address(a) == data_address(b):
+        fault(c, F_PARAM, CALL_R_INTERLEAVE, P_MASK, 0, 1, 1)
+        return
+    tmp = _vtmp_u8(c)
+    a8 = a.view(np.uint8)
+    b8 = b.view(np.uint8)
+    for i in range(VL):
+        tmp[i] = a8[i]
+        tmp[VL + i] = b8[i]
+    isz = a.itemsize
+    h = a.size // 2
+    for i in range(h):
+        for k in range(isz):
+            a8[(2 * i) * isz + k] = tmp[i * isz + k]
+            a8[(2 * i + 1) * isz + k] = tmp[VL + i * isz + k]
+            b8[(2 * i) * isz + k] = tmp[(h + i) * isz + k]
+            b8[(2 * i + 1) * isz + k] = tmp[VL + (h + i) * isz + k]
+
+
+@aicore
+def vpack_lowest(c, dst, src):
+    """MicroAPI::Pack<uint16_t, uint32_t, HighLowPart::LOWEST>(dst, src): the low 16 bits of the 64 32-bit lanes
+    of src to the first 64 16-bit lanes of dst, the upper 64 lanes zeroed; in place allowed."""
+    if not _instr(c, CALL_R_INTERLEAVE, KIND_MOVE):
+        return
+    if dst.itemsize != 2 or src.itemsize != 4:
+        fault(c, F_ELEM_TYPE, CALL_R_INTERLEAVE, dst.itemsize, src.itemsize)
+        return
+    for i in range(64):
+        dst[i] = src[i] & 0xFFFF        # lane i's low half is dst[2i] >= dst[i]: read before it is overwritten
+    for i in range(64, 128):
+        dst[i] = 0
+
+
+@aicore
+def vtruncate(c, dst, src, rnd, mask, mode=ZEROING):
+    """MicroAPI::Truncate<float, rnd>(dst, src, mask): fp32 rounded to an integral fp32 (RINT / ROUND / FLOOR /
+    CEIL / TRUNC); the sign of a zero result is the source's; Inf and NaN pass through."""
+    if not _instr(c, CALL_R_CAST, KIND_CAST):
+        return
+    if src.itemsize != 4 or dst.itemsize != 4:
+        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+        return
+    if rnd != CAST_RINT and rnd != CAST_ROUND and rnd != CAST_FLOOR and rnd != CAST_CEIL and rnd != CAST_TRUNC:
+        fault(c, F_CAST_PAIR, CALL_R_CAST, DT_FLOAT, DT_FLOAT, rnd)
+        return
+    for i in range(dst.size):
+        if mask[i * 4] != 0:
+            x = np.float64(src[i])
+            if x != x or x == np.inf or x == -np.inf:
+                dst[i] = src[i]
+            else:
+                r = _round(x, rnd)
+                dst[i] = np.float32(np.copysign(r, x) if r == 0.0 else r)
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _bf16_mul_bits(x, y):
+    """bf16 bit patterns x * y, rounded half to even once (IEEE, subnormals kept, overflow to Inf)."""
+    p = np.float64(f32_from_bits(bf16_bits_to_f32_bits(x))) * np.float64(f32_from_bits(bf16_bits_to_f32_bits(y)))
+    if p != p:
+        return np.uint16(0x7FC0)
+    neg = p < 0.0 or (p == 0.0 and np.copysign(1.0, p) < 0.0)
+    sign = 0x8000 if neg else 0
+    m = abs(p)
+    if m < 2.0 ** -126:
+        # bf16 subnormals are multiples of 2^-133; the exact product scaled to that grid, rounded half to even
+        return np.uint16(sign | int(np.rint(m * 2.0 ** 133)))
+    # a product of two bf16 values has at most 16 significant bits: exact in fp32 above its subnormals
+    return np.uint16(f32_bits_to_bf16_bits(view_f32_as_u32(np.float32(p)), CAST_RINT))
+
+
+@aicore
+def vmul_bf16(c, dst, a, b, mask, mode=ZEROING):
+    """MicroAPI::Mul on RegTensor<bfloat16_t> (vreg_u16 bit patterns): the exact product rounded half to even to
+    bf16 (IEEE: subnormals kept, overflow to Inf, NaN as 0x7FC0)."""
+    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
+        return
+    if not _b16_operands(c, CALL_R_ARITH, dst, a) or not _b16_operands(c, CALL_R_ARITH, dst, b):
+        return
+    for i in range(128):
+        if mask[i * 2] != 0:
+            dst[i] = _bf16_mul_bits(a[i], b[i])
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def vcast_f16_to_bf16(c, dst, src, rnd, mask, mode=ZEROING):
+    """MicroAPI::Cast<bfloat16_t, half, CastTrait{UNKNOWN, UNKNOWN, .., rnd}>(dst, src, mask), same width (vreg_u16
+    bit patterns in and out): the fp16 value (exact in fp32) rounded to bf16 by rnd (CAST_TRUNC: towards zero;
+    also RINT / ROUND / FLOOR / CEIL). Inf stays Inf; NaN becomes the quiet NaN 0x7FC0 with its sign (the model's
+    choice: truncating the payload could otherwise turn a NaN into Inf)."""
+    if not _instr(c, CALL_R_CAST, KIND_CAST):
+        return
+    if not _b16_operands(c, CALL_R_CAST, dst, src):
+        return
+    if rnd != CAST_RINT and rnd != CAST_ROUND and rnd != CAST_FLOOR and rnd != CAST_CEIL and rnd != CAST_TRUNC:
+        fault(c, F_CAST_PAIR, CALL_R_CAST, DT_BF16, DT_FLOAT16, rnd)
+        return
+    for i in range(128):
+        if mask[i * 2] != 0:
+            h = src[i]
+            if (h & 0x7C00) == 0x7C00 and (h & 0x3FF) != 0:
+                dst[i] = (h & 0x8000) | 0x7FC0
+            else:
+                dst[i] = f32_bits_to_bf16_bits(f16_bits_to_f32_bits(h), rnd)
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def vcast_b16_to_f32(c, dst, src, is_bf16, layout, mask, mode=ZEROING):
+    """MicroAPI::Cast<float, half / bfloat16_t, CastTrait{layout}>(dst, src, mask): fp32 lane i (active by mask byte
+    4i) gets 16-bit element 2i + layout of src (RegLayout ZERO: the even elements, ONE: the odd ones), exactly."""
+    if not _instr(c, CALL_R_CAST, KIND_CAST):
+        return
+    if src.itemsize != 2 or dst.itemsize != 4:
+        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+        return
+    if layout != LAYOUT_ZERO and layout != LAYOUT_ONE:
+        fault(c, F_PARAM, CALL_R_CAST, P_MASK, layout, LAYOUT_ZERO, LAYOUT_ONE)
+        return
+    out = dst.view(np.uint32)
+    for i in range(64):
+        if mask[i * 4] != 0:
+            h = src[2 * i + layout]
+            out[i] = bf16_bits_to_f32_bits(h) if is_bf16 else f16_bits_to_f32_bits(h)
+        elif mode == ZEROING:
+            out[i] = 0
+
+
+@aicore
+def vcast_f32_to_bf16(c, dst, src, rnd, layout, mask, mode=ZEROING):
+    """MicroAPI::Cast<bfloat16_t, float, CastTrait{layout, .., rnd}>(dst, src, mask): fp32 lane i to the bf16 in
+    16-bit slot 2i + layout of dst (a vreg_u16), the lane's other slot zeroed; RINT / ROUND / FLOOR / CEIL / TRUNC /
+    ODD as f32_bits_to_bf16_bits (NaN stays NaN)."""
+    if not _instr(c, CALL_R_CAST, KIND_CAST):
+        return
+    if src.itemsize != 4 or dst.itemsize != 2:
+        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+        return
+    if (rnd != CAST_RINT and rnd != CAST_ROUND and rnd != CAST_FLOOR and rnd != CAST_CEIL and rnd != CAST_TRUNC
+            and rnd != CAST_ODD):
+        fault(c, F_CAST_PAIR, CALL_R_CAST, DT_BF16, DT_FLOAT, rnd)
+        return
+    if layout != LAYOUT_ZERO and layout != LAYOUT_ONE:
+        fault(c, F_PARAM, CALL_R_CAST, P_MASK, layout, LAYOUT_ZERO, LAYOUT_ONE)
+        return
+    bits = src.view(np.uint32)
+    for i in range(64):
+        if mask[i * 4] != 0:
+            dst[2 * i + layout] = f32_bits_to_bf16_bits(bits[i], rnd)
+            dst[2 * i + 1 - layout] = 0
+        elif mode == ZEROING:
+            dst[2 * i] = 0
+            dst[2 * i + 1] = 0
+
+
+@aicore
+def vcast_f32_to_fp8(c, dst, src, dt, rnd, sat, mask, mode=ZEROING):
+    """MicroAPI::Cast<fp8_e4m3fn_t / fp8_e5m2_t, float, CastTrait{RegLayout::ZERO, SatMode::SAT, .., CAST_RINT}>:
+    fp32 lane i (active by mask byte 4i) to the FP8 code in byte 4i of dst (a vreg_u8), the lane's other bytes
+    zeroed. Round half to even onto the grid (subnormals included), the sign of zero kept, magnitudes past the
+    largest finite (Inf included) saturate to it, NaN gives +0 (SAT with the default CTRL). Only CAST_RINT with
+    SAT is modelled."""
+    if not _instr(c, CALL_R_CAST, KIND_CAST):
+        return
+    if src.itemsize != 4 or dst.itemsize != 1:
+        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+        return
+    if (dt != DT_FLOAT8_E4M3FN and dt != DT_FLOAT8_E5M2) or rnd != CAST_RINT or sat != SAT:
+        fault(c, F_CAST_PAIR, CALL_R_CAST, dt, DT_FLOAT, rnd)
+        return
+    bits = src.view(np.uint32)
+    for i in range(64):
+        if mask[i * 4] != 0:
+            dst[4 * i] = f32_bits_to_mini_float_bits(bits[i], dt, 0)
+            dst[4 * i + 1] = 0
+            dst[4 * i + 2] = 0
+            dst[4 * i + 3] = 0
+        elif mode == ZEROING:
+            for k in range(4):
+                dst[4 * i + k] = 0
+
+
+@aicore
+def vcast_bf16_to_fp4(c, dst, src, rnd, mask, mode=ZEROING):
+    """MicroAPI::Cast<fp4x2_e2m1_t, bfloat16_t, CastTrait{RegLayout::ZERO, .., CAST_RINT}>(dst, src, mask): the 128
+    bf16 lanes to E2M1 codes two a byte, elements 2i (low nibble) and 2i + 1 (high nibble) in byte 4i of dst (a
+    vreg_u8; the lane's other bytes zeroed), which is where StoreDist::DIST_PACK4_B32 takes them from. A pair is
+    active by mask byte 4i (its first element's). Round half to even, saturate to +-6 (Inf too), NaN gives +0,
+    the sign of zero kept. Only CAST_RINT is modelled."""
+    if not _instr(c, CALL_R_CAST, KIND_CAST):
+        return
+    if src.itemsize != 2 or dst.itemsize != 1:
+        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+        return
+    if rnd != CAST_RINT:
+        fault(c, F_CAST_PAIR, CALL_R_CAST, DT_FLOAT4_E2M1, DT_BF16, rnd)
+        return
+    for i in range(64):
+        if mask[i * 4] != 0:
+            lo = f32_bits_to_mini_float_bits(bf16_bits_to_f32_bits(src[2 * i]), DT_FLOAT4_E2M1, 0)
+            hi = f32_bits_to_mini_float_bits(bf16_bits_to_f32_bits(src[2 * i + 1]), DT_FLOAT4_E2M1, 0)
+            dst[4 * i] = (lo & 0xF) | ((hi & 0xF) << 4)
+            dst[4 * i + 1] = 0
+            dst[4 * i + 2] = 0
+            dst[4 * i + 3] = 0
+        elif mode == ZEROING:
+            for k in range(4):
+                dst[4 * i + k] = 0
+
+
+@aicore
+def vduplicate_all(c, dst, s):
+    """MicroAPI::Duplicate(dst, scalar) without a mask: every lane."""
+    if not _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
+        return
+    for i in range(dst.size):
+        dst[i] = s

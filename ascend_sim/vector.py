@@ -269,8 +269,28 @@ def _cast_int_to_f32(c, dst, dst_dt, src, src_dt, mode, count):
     note_ub_write(c, d + count * 4)
 
 
+@outline
+def _cast_i32_to_i64(c, dst, dst_dt, src, src_dt, mode, count):
+    """Cast<int64_t, int32_t>(dst, src, CAST_NONE, count): sign extension (MoeInitRoutingV3's expert counts)."""
+    if not _cast_begin(c, mode == CAST_NONE, dst_dt, src_dt, mode, count, 8):
+        return
+    d = _operand(c, CALL_CAST, dst, count)
+    s = _operand(c, CALL_CAST, src, count)
+    if d < 0 or s < 0:
+        return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_CAST, d, count * 8, s, count * 4, -1, 0)
+    for i in range(count):
+        dst[i] = np.int64(src[i])
+    note_ub_write(c, d + count * 8)
+
+
 @overload(cast, jit_options=DEVICE_JIT_OPTIONS)
 def _cast(c, dst, dst_dt, src, src_dt, round_mode, count):
+    if dst.dtype == types.int64 and src.dtype == types.int32:
+        def widen_int(c, dst, dst_dt, src, src_dt, round_mode, count):
+            _cast_i32_to_i64(c, dst, dst_dt, src, src_dt, round_mode, count)
+        return widen_int
     if dst.dtype == types.float32 and src.dtype in (types.int32, types.int64):
         def from_int(c, dst, dst_dt, src, src_dt, round_mode, count):
             _cast_int_to_f32(c, dst, dst_dt, src, src_dt, round_mode, count)

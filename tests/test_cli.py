@@ -83,7 +83,7 @@ def test_run_permute_with_quantisation(capsys):
     rc = main(["run", "moe_token_permute", "--tokens", "40", "--hidden", "96", "--experts", "6", "--topk", "2",
                "--soc", "950", "--quant-mode", "3", "--num-out-tokens", "-7", "--mx-scale-rule", "round_scale"])
     out = capsys.readouterr().out
-    assert rc == 0 and "tilingKey 5," in out and "xQuantOutQueue" in out and "bit-exact vs golden" in out
+    assert rc == 0 and "tilingKey 10030000," in out and "xQuantOutQueue" in out and "bit-exact vs golden" in out
 
 
 def test_tiling_permute_prints_every_tpipe(capsys):

@@ -267,6 +267,11 @@ def _expert_tokens_count(c: _Ctx) -> None:
     actual = c.end - c.start
     experts = actual if c.tokens_type != KEY_VALUE else (actual + 1) * 2
     max_per_loop = tdiv(c.avail_ub - _ceil_align(experts, UB_BLOCK_SIZE) * (4 * 2 + 8) - UB_BLOCK_SIZE, 4)
+    if max_per_loop <= 0 and total > 0:
+        # the real tiling goes on with a negative loop (and negative buffers); no kernel could run it
+        _fail(f"UB of {c.avail_ub} bytes (after the SIMT data cache) leaves no room for ExpertTokensCount's loop of "
+              f"sorted ids after its {experts}-expert count buffers ({_ceil_align(experts, UB_BLOCK_SIZE) * 16} "
+              "bytes): fewer active experts or a larger UB")
     values = dict(need_core_num=need, per_core_elements=per_core, last_core_elements=last)
     for who, elems in (("per_core", per_core), ("last_core", last)):
         loops = ceil_div(elems, max_per_loop)
@@ -663,7 +668,8 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
     OpDef's (active_expert_range is a [start, end) pair of expert ids). The outputs default to the shapes and
     dtypes the tiling expects; give them to reproduce its output checks. Raises TilingError (561002) with the
     argument and rule wherever the real tiling returns GRAPH_FAILED, in the same order. `ub_plan` holds the
-    phases ub_plan() models (empty-tensor zeroing, sort, expert-token count, drop-pad gather) for core 0.
+    phases ub_plan() models (empty-tensor zeroing, sort, expert-token count, drop-pad gather, MX gathers) for
+    core 0.
     """
     soc = get_soc(soc)
     if not soc.is_regbase:
@@ -784,15 +790,23 @@ def moe_init_routing_v3(x, expert_idx, scale=None, offset=None, *, active_num=-1
     else:
         _gather_out(c)
     key = _tiling_key(c, full_load, cs_mode, sort_mode)
-    return TilingResult(key, c.aiv, _workspace(c, cs_mode), f, ub_plan(f, key, x_bytes=c.x_size), 1, soc)
+    plan = ub_plan(f, key, x_bytes=c.x_size, mx_no_quant=_mxfpx_no_quant(c.quant, c.x_dtype))
+    return TilingResult(key, c.aiv, _workspace(c, cs_mode), f, plan, 1, soc)
 
 
-def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0) -> tuple[UbBuffer, ...]:
+def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0, mx_no_quant: bool = False
+            ) -> tuple[UbBuffer, ...]:
     """InitBuffer calls of core `block_idx` for the phases modelled so far: the one-core or multi-core sort
     (sortPipe; the VMS and SortOut merges reuse its buffers) and the expert-token count (histogramPipe) of the
-    sort templates, and the drop-pad gather (gatherPipe; `x_bytes` is x's element size). The row-index
-    gather of drop-pad, the dropless gather / quantise kernels, the full-load and counting-sort templates are
-    not listed yet (their pipes are absent, not empty)."""
+    sort templates, the drop-pad gather, the unquantised dropless gather MoeGatherOut and the MXFP8 / MXFP4
+    quantising gathers of the dropless sort templates (gatherPipe; `x_bytes` is x's element size; `mx_no_quant`:
+    x holds MX elements, whose gathers are other kernels). RowIdxGather builds no TPipe. The drop-pad row-index
+    gather, the other quantising gathers, the full-load and counting-sort templates are not listed yet (their
+    pipes are absent, not empty).
+
+    The gathers size their row buffers from the expert total count the sort finds at run time
+    (min(per-loop figure, the core's rows)); this plan assumes every slot is active (count n * k), the largest
+    the buffers get."""
     if key >= 10000000 and (key // 1000000) % 10 == 0:
         # MoeSortOneCore::Init: keys and row ids side by side (two int32 per key) in each buffer
         tile = _align(f["vbs_last_core_per_loop_elements"], 4)
@@ -827,6 +841,10 @@ def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0) -> tuple[Ub
     if f["drop_pad_mode"] != DROPPAD:
         # only dropless runs hand the total count to the gather kernels
         plan += (UbBuffer("expertTotalCountQueue", _align_bytes(1, 4), 1, "TQue", "VECOUT", 1, pipe),)
+    mx_factor = (key // 10000) % 100
+    if key >= 10000000 and f["drop_pad_mode"] != DROPPAD and mx_factor in (MXFP8_E5M2 + 1, MXFP8_ROUNDSCALE_AMAX_E5M2 + 1,
+                                                                          MXFP4_E2M1 + 1):
+        plan += _mx_gather_plan(f, mx_factor == MXFP4_E2M1 + 1, x_bytes)
     if f["drop_pad_mode"] == DROPPAD:
         # MoeV3GatherOutDropPad::Init: indices (or, compact, output-row sources) and x rows double-buffered
         g = "gather_out_"
@@ -839,7 +857,44 @@ def ub_plan(f: dict, key: int, block_idx: int = 0, x_bytes: int = 0) -> tuple[Ub
         bufs = max(f[g + "x_copy_in_queue_buffer_num"], 2)
         plan += (UbBuffer("xCopyInQueue", _align_bytes(f[g + "per_loop_cols"], x_bytes), bufs, "TQue", "VECIN", bufs,
                           pipe),)
+    elif (key // 10000) % 100 == 0 and not mx_no_quant:
+        # MoeGatherOut::Init: the loop's sorted row ids, its x rows (TQueBind) and one float scale per row, each
+        # double-buffered at least; a core's rows come from the total count: n * k here (all active)
+        g = "gather_out_"
+        total = f["n"] * f["k"]
+        per_core = ceil_div(total, f["core_num"])
+        need = ceil_div(total, per_core) if per_core else 0
+        if block_idx == need - 1:
+            per_loop = min(f[g + "last_core_per_loop_indices_elements"], total - (need - 1) * per_core)
+        else:
+            per_loop = min(f[g + "per_core_per_loop_indices_elements"], per_core)
+        bufs = max(f[g + "x_copy_in_queue_buffer_num"], 2)
+        pipe = "gatherPipe"
+        plan += (UbBuffer("expandedRowIdxCopyInQueue", _align_bytes(per_loop, 4), 2, "TQue", "VECIN", 2, pipe),
+                 UbBuffer("xCopyInQueue", per_loop * _align_bytes(f[g + "per_loop_cols"], x_bytes), bufs, "TQueBind",
+                          "VECIN->VECOUT", 2, pipe),
+                 UbBuffer("scaleCopyInQueue", per_loop * _align_bytes(1, 4), 2, "TQueBind", "VECIN->VECOUT", 2,
+                          pipe))
     return plan
+
+
+def _mx_gather_plan(f: dict, fp4: bool, x_bytes: int) -> tuple[UbBuffer, ...]:
+    """MoeGatherOutMxfp8Quant::Init / MoeV3GatherMxfp4Quant::Init (gatherPipe): row indices, a token piece, its
+    codes and scales (two buffers each for MXFP8, one for MXFP4), the block maxima and inverse scales. The row
+    buffer is sized for perLoopRows, which the kernel takes as min(its rows, the tiling's per-loop count): the
+    per-core per-loop count bounds it on every core."""
+    g = "gather_out_"
+    rows = max(f[g + "per_core_per_loop_indices_elements"], f[g + "last_core_per_loop_indices_elements"], 1)
+    cols = f[g + "per_loop_cols"]
+    scale_cols = cols // MX_QUANT_BLOCK_SIZE
+    num = 1 if fp4 else 2
+    pipe = "gatherPipe"
+    return (UbBuffer("sortedRowIdxInQueue", _align_bytes(rows, 4), num, "TQue", "VECIN", num, pipe),
+            UbBuffer("xInQueue", _align_bytes(cols, x_bytes), num, "TQue", "VECIN", num, pipe),
+            UbBuffer("xQuantOutQueue", _align_bytes(cols // 4, 1) * 4, num, "TQue", "VECOUT", num, pipe),
+            UbBuffer("mxScaleOutQueue", _align_bytes(scale_cols, 1), num, "TQue", "VECOUT", num, pipe),
+            UbBuffer("maxExpBuffer", _align_bytes(scale_cols, x_bytes), pipe=pipe),
+            UbBuffer("invScaleBuffer", _align_bytes(scale_cols, x_bytes), pipe=pipe))
 
 
 def _check_inputs(c: _Ctx, xd, idxd, sd, od) -> None:

@@ -7,14 +7,16 @@ split into pieces: split-D) and whether numOutTokens drops rows:
 
     tilingKey = sortMode (1 | 2) + 2 * splitD + 4 * (numOutTokens != tokens * topK)
 
-On ascend950 the real V2 runs MoeInitRoutingV3's arch35 kernels instead; the simulator's 950
-kernel is this one (plus MX quantisation, see ops/permute), tiled by the same rules for the
-950 profile, with the quantisation buffers added to the UB plan.
+MoeTokenPermute has no Ascend 950 kernel: there aclnnMoeTokenPermuteV2 (and V1 with int8 tokens) launches
+the l0 operator MoeInitRoutingV3, and V1 with fp16 / bf16 / fp32 tokens MoeInitRoutingV2. On a regbase
+profile `moe_token_permute` therefore returns the tiling of the MoeInitRoutingV3 launch of the V2 chain
+(`v3_chain_tiling`); `tiling.moe_init_routing_v2` gives V1's.
 """
 from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from ascend_sim.pipe import UbBuffer
@@ -89,23 +91,8 @@ def mx_scale_cols(elems: int) -> int:
     return blocks + blocks % 2
 
 
-def mx_quant_ub_bytes(elems: int, quant_mode: int) -> dict[str, int]:
-    """UB of the simulated 950 MX quantisation of `elems` elements (one row or one split-D piece), per buffer."""
-    if quant_mode == QUANT_NONE:
-        return {}
-    out = elems // 2 if quant_mode == QUANT_MXFP4_E2M1 else elems
-    slots = mx_scale_cols(elems)
-    return {"xQuantOutQueue": align_up(out, ONE_BLOCK_BYTE), "mxScaleOutQueue": align_up(slots, ONE_BLOCK_BYTE),
-            "maxExpBuffer": align_up(slots * 2, ONE_BLOCK_BYTE), "invScaleBuffer": align_up(slots * 2, ONE_BLOCK_BYTE)}
-
-
-def _index_copy(f: dict, n: int, top_k: int, cols: int, token_bytes: int, ub: int, real_core_num: int,
-                quant_mode: int = QUANT_NONE) -> int:
-    """Index-copy fields; returns the key increment (SPLIT_D_MODE or 0).
-
-    With MX quantisation (simulated 950 kernel) the quantisation buffers of one row come off the UB
-    before the rows are batched; in split-D mode the piece shrinks in steps of 512 bytes until its
-    double-buffered input and its quantisation buffers fit."""
+def _index_copy(f: dict, n: int, top_k: int, cols: int, token_bytes: int, ub: int, real_core_num: int) -> int:
+    """Index-copy fields; returns the key increment (SPLIT_D_MODE or 0)."""
     front = tmod(n, real_core_num) if tmod(n, real_core_num) != 0 else real_core_num
     tail = 0 if n <= real_core_num else real_core_num - front
     calc_num = ceil_div(n, real_core_num)
@@ -115,9 +102,7 @@ def _index_copy(f: dict, n: int, top_k: int, cols: int, token_bytes: int, ub: in
     row_bytes_align = align_up(row_bytes, ONE_BLOCK_BYTE) if ONE_BLOCK_BYTE else row_bytes
     last_move = once_move = move_times = once_move_times = once_ub_tokens = 1
     key = 0
-    quant_row = sum(mx_quant_ub_bytes(cols, quant_mode).values())
-    if ub_left - quant_row >= BUFFER_NUM * row_bytes_align:
-        ub -= quant_row
+    if ub_left >= BUFFER_NUM * row_bytes_align:
         once_ub_tokens = min(tdiv(ub, row_bytes_align * BUFFER_NUM + top_k * BUFFER_NUM * INT32_DTYPE_SIZE),
                              MAX_BLOCK_COUNT)
         top_k_ub_left = ub - once_ub_tokens * row_bytes_align * BUFFER_NUM
@@ -138,11 +123,6 @@ def _index_copy(f: dict, n: int, top_k: int, cols: int, token_bytes: int, ub: in
                   f"({MAX_INDICES_NUM * INT32_DTYPE_SIZE} bytes of indices): a piece is whole "
                   f"{DATA_MOVE_ALIGN}-byte blocks of {token_bytes}-byte elements, double-buffered, so it needs "
                   f"{BUFFER_NUM * max(DATA_MOVE_ALIGN, align_up(token_bytes, DATA_MOVE_ALIGN))} bytes more")
-        if quant_mode != QUANT_NONE:
-            step = tdiv(DATA_MOVE_ALIGN, token_bytes)
-            while once_move > step and (BUFFER_NUM * once_move * token_bytes
-                                        + sum(mx_quant_ub_bytes(once_move, quant_mode).values()) > ub_left):
-                once_move -= step
         move_times = ceil_div(cols, once_move)
         last_move = cols - (move_times - 1) * once_move
         key = SPLIT_D_MODE
@@ -191,28 +171,23 @@ def sort_ub_plan(pipe: str, f: dict, multi_core: bool, key_bytes: int, block_idx
     return multi_core_ub_plan(pipe, multi_core_index_num(loop_elems, f["sort_out_one_loop_max_elements"]))
 
 
-def index_copy_ub_plan(f: dict, split_d: bool, quant_mode: int = QUANT_NONE) -> tuple[UbBuffer, ...]:
-    """InitBuffer calls of MoeindexCopyOp / MoeindexCopySpiltDOp (+ the MX buffers of the 950 kernel)."""
+def index_copy_ub_plan(f: dict, split_d: bool) -> tuple[UbBuffer, ...]:
+    """InitBuffer calls of MoeindexCopyOp / MoeindexCopySpiltDOp."""
     token_ub, indices_ub = f["index_copy_token_ub"], f["index_copy_indices_ub"]
     indices_pos = "VECIN" if split_d else "VECOUT"
     name = "indicesQueue" if split_d else "indicesBuffer"
     pipe = "MoeindexCopyPipe"
     plan = (UbBuffer("copyInQueue", token_ub, 2, "TQueBind", "VECIN->VECOUT", 1, pipe),
             UbBuffer(name, indices_ub, 1, "TQue", indices_pos, 1, pipe))
-    piece = f["index_copy_one_token_once_move"] if split_d else f["cols"]
-    quant = mx_quant_ub_bytes(piece, quant_mode)
-    if quant:
-        plan += (UbBuffer("xQuantOutQueue", quant["xQuantOutQueue"], 1, "TQue", "VECOUT", 1, pipe),
-                 UbBuffer("mxScaleOutQueue", quant["mxScaleOutQueue"], 1, "TQue", "VECOUT", 1, pipe),
-                 UbBuffer("maxExpBuffer", quant["maxExpBuffer"], pipe=pipe),
-                 UbBuffer("invScaleBuffer", quant["invScaleBuffer"], pipe=pipe))
     return plan
 
 
 @memoised_tiling
 def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quant_mode=QUANT_NONE, *,
                       soc="ascend910b", permute_tokens_out=None, sorted_indices_out=None) -> TilingResult:
-    """Host tiling of MoeTokenPermute for one chip profile (the V1 rules; V2 on A2/A3 is V1).
+    """Host tiling of MoeTokenPermute for one chip profile (the V1 rules; V2 on A2/A3 is V1). On ascend950
+    (no MoeTokenPermute kernel there) the tiling of the MoeInitRoutingV3 launch of V2's chain: see
+    `v3_chain_tiling`.
 
     tokens (N, ...) and indices (N, K) or (N,): anything with .shape and .dtype (or TensorDesc).
     The output descriptions default to the inferred shapes; give them to reproduce the tiling's
@@ -224,6 +199,8 @@ def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quan
     sort TPipes from its own loop of keys (sort_ub_plan(..., block_idx)); the launch lays out each core's.
     """
     soc = get_soc(soc)
+    if soc.is_regbase:
+        return v3_chain_tiling(tokens, indices, quant_mode, soc=soc)
     t, idx = TensorDesc.of(tokens), TensorDesc.of(indices)
     if padded_mode:
         _fail("padded_mode = true is not supported (only false)")
@@ -272,15 +249,44 @@ def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quan
     f["sort_out_one_loop_max_elements"] = SORT_OUT_ONE_LOOP_MAX
     key = mode + (ENABLE_NUMOUTTOKENS if m != total else 0)
     f["index_copy_num_out_tokens"] = m
-    quant = quant_mode if soc.is_regbase and quant_mode in (QUANT_MXFP8_E5M2, QUANT_MXFP8_E4M3FN,
-                                                            QUANT_MXFP4_E2M1) else QUANT_NONE
-    split = _index_copy(f, n, top_k, cols, token_bytes, ub, soc.aiv_num, quant)
+    split = _index_copy(f, n, top_k, cols, token_bytes, ub, soc.aiv_num)
     key += split
     block_dim = max(aiv_num, f["index_copy_need_core_num"])
     workspace = 4 * total * 2 * 3 + aiv_num * 32 * 2 + LIB_API_WORKSPACE
     multi = mode == 2
     key_bytes = np.dtype(idx.dtype).itemsize
     plan = (sort_ub_plan("sortPipe", f, multi, key_bytes) + sort_ub_plan("sortPipe2", f, multi, 4)
-            + index_copy_ub_plan(f, bool(split), quant))
+            + index_copy_ub_plan(f, bool(split)))
     return TilingResult(tiling_key=key, block_dim=block_dim, workspace_size=workspace, fields=f, ub_plan=plan,
                         schedule_mode=1, soc=soc)
+
+
+V3_EXPERT_NUM = 10240     # the aclnn's EXPERT_NUM: MoeInitRoutingV3 keeps expert ids in [0, 10240)
+
+
+def v3_chain_tiling(tokens, indices, quant_mode=QUANT_NONE, *, soc="ascend950") -> TilingResult:
+    """The tiling of l0op::MoeInitRoutingV3 as aclnnMoeTokenPermuteV2 launches it on Ascend 950: int32 ids
+    viewed as (N, K) (1-D indices as (N, 1)), activeNum = N * K, capacity 0, expertNum 10240, no drop / pad,
+    count-type expert tokens on, activeExpertRange [0, 10240), gather-type row index, outputs of N * K rows
+    (the MX codes / E8M0 scales in the shapes of ops.permute.allocate_outputs)."""
+    from .moe_init_routing_v3 import moe_init_routing_v3
+    t, idx = TensorDesc.of(tokens), TensorDesc.of(indices)
+    shape = (idx.dim(0), 1) if idx.ndim == 1 else idx.shape
+    total = math.prod(shape)
+    hidden = t.dim(1) if t.ndim == 2 else 0
+    if quant_mode == QUANT_MXFP4_E2M1:
+        x_out, scale = TensorDesc((total, hidden // 2), np.uint8), TensorDesc((total, ceil_div(hidden, 64), 2),
+                                                                             ml_dtypes.float8_e8m0fnu)
+    elif quant_mode in (QUANT_MXFP8_E5M2, QUANT_MXFP8_E4M3FN):
+        elem = ml_dtypes.float8_e5m2 if quant_mode == QUANT_MXFP8_E5M2 else ml_dtypes.float8_e4m3fn
+        x_out, scale = TensorDesc((total, hidden), elem), TensorDesc((total, mx_scale_cols(hidden)),
+                                                                              ml_dtypes.float8_e8m0fnu)
+    else:
+        x_out, scale = TensorDesc((total,) + tuple(t.shape[1:]), t.dtype), TensorDesc((total,), np.float32)
+    return moe_init_routing_v3(
+        t, TensorDesc(shape, np.int32), active_num=total, expert_capacity=0, expert_num=V3_EXPERT_NUM,
+        drop_pad_mode=0, expert_tokens_num_type=1, expert_tokens_num_flag=True, quant_mode=quant_mode,
+        active_expert_range=(0, V3_EXPERT_NUM), row_idx_type=0, expanded_x_out=x_out,
+        expanded_row_idx_out=TensorDesc((total,), np.int32),
+        expert_tokens_count_or_cumsum_out=TensorDesc((V3_EXPERT_NUM,), np.int64), expanded_scale_out=scale,
+        soc=soc)

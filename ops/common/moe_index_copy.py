@@ -1,6 +1,5 @@
 """The index copy of MoeTokenPermute and MoeTokenPermuteWithRoutingMap (moe_index_copy.h,
-moe_index_copy_split_d.h of both op directories; the simulated 950 MX quantisation of MoeTokenPermuteV2 rides
-on it).
+moe_index_copy_split_d.h of both op directories).
 
 Every core owns a contiguous range of source tokens; it copies each token row to the output rows its topK
 sortedIndices slots name. Two classes:
@@ -27,7 +26,6 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim._jit import aicore, global_aicore
-from ops.common import mx_quant
 from tiling.moe_token_permute import INDEX_COPY_FIELDS
 
 IndexCopyTilingData = namedtuple("IndexCopyTilingData", ("cols", "cols_align", "top_k")
@@ -37,15 +35,12 @@ IndexCopyTilingData = namedtuple("IndexCopyTilingData", ("cols", "cols_align", "
 IndexCopyGm = namedtuple("IndexCopyGm", [
     "tokens",           # srcGm: (N, cols) tokens
     "sorted_indices",   # (N * topK) int32: output row of each slot
-    "permute_tokens",   # dstGm: (numOutTokens, cols) output; empty under MX quantisation
-    "expanded_scale",   # MX scales (uint8, rows x scale columns); empty without quantisation
-    "permute_codes",    # MX element codes (uint8); empty without quantisation
+    "permute_tokens",   # dstGm: (numOutTokens, cols) output
 ])
 
-IndexCopyTemplate = namedtuple("IndexCopyTemplate", ["token_t", "if_num_out_tokens", "quant_mode", "round_scale",
-                                                     "routing_map"])
-"""DTYPE_TOKENS (ge code), the ifNumOutTokens flag, the MX quant mode (-1 none) and its scale rule, and which
-op directory's class (1: MoeTokenPermuteWithRoutingMap, whose flag also skips -1 slots)."""
+IndexCopyTemplate = namedtuple("IndexCopyTemplate", ["token_t", "if_num_out_tokens", "routing_map"])
+"""DTYPE_TOKENS (ge code), the ifNumOutTokens flag and which op directory's class (1:
+MoeTokenPermuteWithRoutingMap, whose flag also skips -1 slots)."""
 
 SPARSE_COLS_ALIGN_THRESH = 256   # INDEX_COPY_SPARSE_COLS_ALIGN_THRESH (elements)
 
@@ -59,12 +54,6 @@ def index_copy_td(fields) -> IndexCopyTilingData:
 # --- index copy: MoeindexCopyOp ---------------------------------------------------------------------------
 COPY_IN_QUEUE = 0      # TQueBind<VECIN, VECOUT, 1> copyInQueue (2 buffers of tokenUB bytes)
 INDICES_BUFFER = 1     # TQue<VECOUT, 1> indicesBuffer (MoeindexCopyOp) / TQue<VECIN, 1> indicesQueue (split-D)
-# MX quantisation (simulated 950 kernel; names of MoeGatherOutMxfp8Quant)
-X_QUANT_OUT_QUEUE = 2  # TQue<VECOUT, 1> xQuantOutQueue: element codes of one row (piece)
-MX_SCALE_OUT_QUEUE = 3  # TQue<VECOUT, 1> mxScaleOutQueue: E8M0 codes of one row (piece)
-MAX_EXP_BUFFER = 4     # TBuf maxExpBuffer: per-block max (bf16 bits)
-INV_SCALE_BUFFER = 5   # TBuf invScaleBuffer: per-block 2^(127 - code) (bf16 bits)
-QUANT_BUFFERS = ("xQuantOutQueue", "mxScaleOutQueue", "maxExpBuffer", "invScaleBuffer")
 
 
 @aicore
@@ -100,55 +89,9 @@ def _token_unused(c, tmpl, indices_local, i):
 
 
 @aicore
-def _quantize(c, tmpl, x_local, cols):
-    """MX quantisation of x_local[:cols] (one row or piece): VFs maxExp -> scale -> data. Returns the
-    dequeued (element codes, scale codes) LocalTensors; the caller frees both."""
-    U8 = asc.ub_u8(c)
-    U16 = asc.ub_u16(c)
-    is_fp16 = tmpl.token_t == asc.DT_FLOAT16
-    round_scale = tmpl.round_scale != 0
-    max_exp_local = asc.tbuf_get(c, MAX_EXP_BUFFER, U16)
-    inv_scale_local = asc.tbuf_get(c, INV_SCALE_BUFFER, U16)
-    scale_local = asc.alloc_tensor(c, MX_SCALE_OUT_QUEUE, U8)
-    y_local = asc.alloc_tensor(c, X_QUANT_OUT_QUEUE, U8)
-    mx_quant.compute_max_exp(c, max_exp_local, x_local, cols, is_fp16, round_scale)
-    mx_quant.compute_scale(c, scale_local, inv_scale_local, max_exp_local, cols, tmpl.quant_mode, round_scale)
-    mx_quant.compute_data(c, y_local, x_local, inv_scale_local, cols, tmpl.quant_mode, is_fp16)
-    asc.en_que(c, MX_SCALE_OUT_QUEUE, scale_local)
-    asc.en_que(c, X_QUANT_OUT_QUEUE, y_local)
-    return asc.de_que(c, X_QUANT_OUT_QUEUE, U8), asc.de_que(c, MX_SCALE_OUT_QUEUE, U8)
-
-
-@aicore
-def _copy_out_quantized(c, td, gm, tmpl, x_local, indices_local, offset, col_offset, cols):
-    """Quantise one row (piece) once, then DataCopyPad its codes and scales to each of the topK rows."""
-    y_local, scale_local = _quantize(c, tmpl, x_local, cols)
-    row_bytes = mx_quant.out_bytes_of(td.cols, tmpl.quant_mode)
-    row_slots = mx_quant.scale_cols_of(td.cols)
-    y_params = asc.DataCopyExtParams(1, mx_quant.out_bytes_of(cols, tmpl.quant_mode), 0, 0)
-    scale_params = asc.DataCopyExtParams(1, mx_quant.scale_cols_of(cols), 0, 0)
-    y_offset = mx_quant.out_bytes_of(col_offset, tmpl.quant_mode)
-    slot_offset = col_offset // mx_quant.MX_BLOCK
-    for k in range(td.top_k):
-        row = _dst_row(c, td, tmpl, indices_local, offset + k)
-        if row >= 0:
-            asc.data_copy_pad(c, asc.gm_at(gm.permute_codes, row * row_bytes + y_offset), y_local, y_params)
-            asc.data_copy_pad(c, asc.gm_at(gm.expanded_scale, row * row_slots + slot_offset), scale_local,
-                              scale_params)
-    asc.free_tensor(c, X_QUANT_OUT_QUEUE, y_local)
-    asc.free_tensor(c, MX_SCALE_OUT_QUEUE, scale_local)
-
-
-@aicore
 def _copy_out_rows(c, td, gm, tmpl, in_local, indices_local, offset, out_token_num):
     """CopyOut: each of out_token_num rows in UB to its topK output rows (scalar reads of the indices)."""
-    cols, cols_align, top_k = td.cols, td.cols_align, td.top_k
-    if tmpl.quant_mode >= 0:
-        asc.sync_pipes(c, asc.MTE2_V)       # see _copy_piece: the real kernel's TQue<VECIN> DeQue orders MTE2 -> V
-        for token in range(out_token_num):
-            _copy_out_quantized(c, td, gm, tmpl, in_local[token * cols_align:], indices_local, offset, 0, cols)
-            offset += top_k
-        return
+    cols_align, top_k = td.cols_align, td.top_k
     params = asc.DataCopyExtParams(1, td.index_copy_one_token_btype_size, 0, 0)
     for token in range(out_token_num):
         if _token_unused(c, tmpl, indices_local, offset):
@@ -158,7 +101,7 @@ def _copy_out_rows(c, td, gm, tmpl, in_local, indices_local, offset, out_token_n
         for k in range(top_k):
             row = _dst_row(c, td, tmpl, indices_local, offset + k)
             if row >= 0:
-                asc.data_copy_pad(c, asc.gm_at(gm.permute_tokens, row * cols), token_local, params)
+                asc.data_copy_pad(c, asc.gm_at(gm.permute_tokens, row * td.cols), token_local, params)
         offset += top_k
 
 
@@ -263,13 +206,6 @@ def _copy_piece(c, td, gm, tmpl, src, row_offset, col_offset, indices_local, ind
     asc.data_copy_pad(c, in_local, asc.gm_at(src, row_offset + col_offset), params, asc.NO_PAD)
     asc.en_que(c, COPY_IN_QUEUE, in_local)
     asc.de_que(c, COPY_IN_QUEUE, T)
-    if tmpl.quant_mode >= 0:
-        # the real MoeGatherOutMxfp8Quant / Mxfp4 loads rows through a TQue<VECIN>, whose DeQue orders MTE2 -> V;
-        # the bound queue modelled here orders MTE2 -> MTE3 only
-        asc.sync_pipes(c, asc.MTE2_V)
-        _copy_out_quantized(c, td, gm, tmpl, in_local, indices_local, indices_offset, col_offset, elems)
-        asc.free_tensor(c, COPY_IN_QUEUE, in_local)
-        return
     for k in range(td.top_k):
         row = _dst_row(c, td, tmpl, indices_local, indices_offset + k)
         if row >= 0:

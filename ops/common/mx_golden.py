@@ -48,6 +48,7 @@ _SCALE_RULES = ("floor", "round_scale")
 _NAN_CODE = 0xFF
 _BF16_INF_MAG = 0x7F80       # bf16 +Inf pattern: exponent field all ones, mantissa 0
 _ROUND_UP_MANTISSA = 0x60    # 7-bit bf16 mantissa of 1.75 (the FP8 max-normal mantissa)
+_AMAX_CLAMP = 0x38D2         # bf16 pattern of the smallest amax with amax_clamp
 
 
 def scale_columns(h: int) -> int:
@@ -68,12 +69,13 @@ def _bf16_magnitude_bits(x: np.ndarray) -> np.ndarray:
     return mag
 
 
-def _block_codes(blocks: np.ndarray, emax: int, scale_rule: str) -> np.ndarray:
-    """blocks: (M, nb, 32) uint16 magnitude patterns -> (M, nb) int32 E8M0 codes."""
+def _block_codes(blocks: np.ndarray, emax: int, scale_rule: str, amax_floor: int = 0) -> np.ndarray:
+    """blocks: (M, nb, 32) uint16 magnitude patterns -> (M, nb) int32 E8M0 codes; amax_floor: the smallest amax
+    pattern the round-scale rule works with (0: none)."""
     if scale_rule == "floor":
         exp = (blocks >> 7).max(axis=2).astype(np.int32)            # biased exponent of the block amax
         return np.where(exp == 0xFF, _NAN_CODE, np.maximum(exp, emax) - emax)
-    amax = blocks.max(axis=2).astype(np.int32)
+    amax = np.maximum(blocks.max(axis=2).astype(np.int32), amax_floor)
     exp = amax >> 7
     bump = ((amax & 0x7F) > _ROUND_UP_MANTISSA).astype(np.int32)
     code = np.where(exp <= emax, 1, exp - emax + bump)
@@ -81,7 +83,8 @@ def _block_codes(blocks: np.ndarray, emax: int, scale_rule: str) -> np.ndarray:
     return np.where(amax >= _BF16_INF_MAG, _NAN_CODE, code)
 
 
-def mx_quantize(x: np.ndarray, quant_mode: int, scale_rule: str = "floor") -> tuple[np.ndarray, np.ndarray]:
+def mx_quantize(x: np.ndarray, quant_mode: int, scale_rule: str = "floor",
+                amax_clamp: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """MX-quantise the rows of ``x`` in blocks of 32 along the last axis.
 
     x: (M, H) ml_dtypes.bfloat16 or np.float16.  quant_mode: 2 = MXFP8 E5M2, 3 = MXFP8 E4M3FN,
@@ -94,6 +97,9 @@ def mx_quantize(x: np.ndarray, quant_mode: int, scale_rule: str = "floor") -> tu
                 (H must be even); scales (M, ceil(H/64), 2) float8_e8m0fnu (same bytes as (M, S)).
     Raises ValueError for an unknown mode or rule, "round_scale" with mode 9, odd H with mode 9 or a
     non-2-D x, and TypeError for an input dtype other than bf16 / fp16.
+
+    amax_clamp (round_scale only; MoeInitRoutingV3 quant modes 16 / 17): a block amax below the bf16 pattern
+    0x38D2 (about 1.0e-4, zero blocks included) is taken as 0x38D2.
     """
     if isinstance(quant_mode, bool) or not isinstance(quant_mode, (int, np.integer)) \
             or int(quant_mode) not in _FORMATS:
@@ -121,7 +127,9 @@ def mx_quantize(x: np.ndarray, quant_mode: int, scale_rule: str = "floor") -> tu
     # ---- scales -------------------------------------------------------------------------------
     mag = np.zeros((m, n_blocks * BLOCK_SIZE), dtype=np.uint16)   # zero padding of the tail block
     mag[:, :h] = _bf16_magnitude_bits(x)
-    codes = _block_codes(mag.reshape(m, n_blocks, BLOCK_SIZE), emax, scale_rule)
+    if amax_clamp and scale_rule != "round_scale":
+        raise ValueError("amax_clamp applies to scale_rule='round_scale' only")
+    codes = _block_codes(mag.reshape(m, n_blocks, BLOCK_SIZE), emax, scale_rule, _AMAX_CLAMP if amax_clamp else 0)
     scale_bytes = np.zeros((m, n_slots), dtype=np.uint8)          # padded slot stays 0x00
     scale_bytes[:, :n_blocks] = codes
 

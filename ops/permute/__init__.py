@@ -5,19 +5,16 @@ Status codes follow the path each chip takes:
   dtype combination outside the OpDef -> 161002, a tiling failure -> 561002 (paddedMode true,
   indices not 1-D/2-D, dim-0 mismatch, topK > 512, 16777215 or more indices, output shapes).
   V2 checks its five tensors for null (161001), then forwards to V1; quant_mode is ignored.
-* ascend950 ("regbase"): explicit checks -> 161001 / 161002 (paddedMode true is 161002 here);
-  V2 accepts quant_mode -1, 2 (MXFP8 E5M2), 3 (MXFP8 E4M3FN), 9 (MXFP4 E2M1) only. V2 (and V1 with
-  int8 tokens) routes all tokens * topK slots and slices the first rows of the caller's permute_tokens_out: the row count
-  comes from that tensor and numOutTokens is not used (more rows than slots -> 561103).
+* ascend950 ("regbase"): explicit checks -> 161001 (null tensors, first) / 161002 (V2: tokens not 2-D or
+  indices not 1-D / 2-D; paddedMode true; dtypes); V2 accepts quant_mode -1, 2 (MXFP8 E5M2), 3 (MXFP8 E4M3FN),
+  9 (MXFP4 E2M1) only. V2 (and V1 with int8 tokens) routes all tokens * topK slots and slices the first rows of
+  the caller's permute_tokens_out: the row count comes from that tensor and numOutTokens is not used. A failing
+  l0 tiling or slice (e.g. more rows than slots, wrong hidden size or scale shape) -> 561103.
 
-The real 950 paths delegate to arch35 kernels: V2, and V1 with int8 tokens, to MoeInitRoutingV3 (every
-slot routed, the caller's outputs sliced from the full result); V1 with fp16/bf16/fp32 tokens to
-MoeInitRoutingV2 with numOutTokens. The simulator's 950 kernel is the V1 kernel (two sorts and the
-index copy) tiled for the 950 profile, with MX quantisation of each source row done in the index copy
-on the vector pipe (see kernel.py); results are those of the real op, tiling figures for 950 are the
-simulator's. Restrictions that come from running the
-V1 structure there: topK <= 512 and fewer than 16777215 slots (561002), and expert ids outside
-[0, 10240) are sorted like any other id, where the real V3 drops those slots.
+On the 950 the op has no kernel of its own: the aclnn chains l0 operators (ops/permute/regbase.py). V2, and V1
+with int8 tokens, run MoeInitRoutingV3's arch35 kernels on every slot and slice the caller's outputs from the
+full result (expert ids outside [0, 10240) are dropped there: their sorted_indices and the rows they would fill
+are not written); V1 with fp16 / bf16 / fp32 tokens runs MoeInitRoutingV2's arch35 kernels with numOutTokens.
 """
 from __future__ import annotations
 
@@ -35,7 +32,8 @@ from tiling.status import InnerNullptrError, ParamInvalidError
 
 from .._framework import Executor, gm_tensor, match_dtype_columns, run_executor, run_friendly, validate_check
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require
-from .kernel import KERNELS, QUANT_KERNELS, SORT_ONLY_KERNELS, GmTensors, Template
+from .kernel import KERNELS, SORT_ONLY_KERNELS, GmTensors, Template
+from .regbase import v2_chain, v3_chain
 
 OP = "MoeTokenPermute"
 # named after the C++ struct; the class must be importable under its own name for numba's disk cache
@@ -51,19 +49,40 @@ QUANT_MODES = (QUANT_NONE, QUANT_MXFP8_E5M2, QUANT_MXFP8_E4M3FN, QUANT_MXFP4_E2M
 MX_SCALE_RULES = ("floor", "round_scale")
 
 
-def _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, quant_mode, v2: bool):
-    """The ascend950 aclnn's explicit dtype checks (all 161002); like the real ones they skip the index
-    and sorted-index tensors when those are empty."""
+def _check_shapes_v2(tokens, indices) -> None:
+    """CheckShapeValid of the V2 aclnn (161002): 2-D tokens, 1-D or 2-D indices. The newest source runs it
+    before the platform branch; the [M26] A2/A3 path forwards to V1 without it, which is what is kept there."""
+    if np.ndim(tokens) != 2:
+        raise ParamInvalidError(f"The dimension of tokens should be 2, but got {np.ndim(tokens)}")
+    if np.ndim(indices) not in (1, 2):
+        raise ParamInvalidError(f"The dimension of indices should be 1 or 2, but got {np.ndim(indices)}")
+
+
+def _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, quant_mode, v2: bool, int8: bool):
+    """The ascend950 aclnn's dtype checks (all 161002): CheckDtypeValidRegbase (V1, fp tokens),
+    CheckDtypeValidInt8Regbase (V1, int8 tokens) and CheckDtypeValidV2Regbase (V2). Like the real ones they
+    skip empty index and sorted-index tensors (and, in V1's two, empty tokens and outputs)."""
     if indices.size and indices.dtype not in (_I32, _I64):
         raise ParamInvalidError(f"indices dtype must be int32 or int64, got {indices.dtype}")
     if sorted_out.size and sorted_out.dtype != _I32:
         raise ParamInvalidError(f"sorted_indices_out dtype must be int32, got {sorted_out.dtype}")
+    if not v2:
+        allowed = (_I8,) if int8 else (_F16, _BF16, _F32)
+        names = [d.name for d in allowed]
+        if tokens.size and tokens.dtype not in allowed:
+            raise ParamInvalidError(f"tokens dtype must be one of {names} here, got {tokens.dtype}")
+        if permute_out.size and (permute_out.dtype not in allowed or permute_out.dtype != tokens.dtype):
+            raise ParamInvalidError(f"permute_tokens_out must have the tokens' dtype {tokens.dtype}, got "
+                                    f"{permute_out.dtype}")
+        return
+    if quant_mode not in QUANT_MODES:
+        raise ParamInvalidError(f"quantMode only supports -1, 2, 3 or 9 on Ascend 950, got {quant_mode}")
     if quant_mode == QUANT_NONE:
         allowed = (_F16, _BF16, _F32, _I8)
         if tokens.dtype not in allowed or permute_out.dtype != tokens.dtype:
             raise ParamInvalidError(f"tokens and permute_tokens_out must have one dtype of "
                                     f"{[d.name for d in allowed]}, got {tokens.dtype} and {permute_out.dtype}")
-        if v2 and scale_out.dtype != _F32:
+        if scale_out.dtype != _F32:
             raise ParamInvalidError(f"expanded_scale_out must be float32 without quantisation, got {scale_out.dtype}")
         return
     if tokens.dtype not in (_F16, _BF16):
@@ -89,71 +108,55 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
     check_no_alias({"tokens": tokens, "indices": indices},
                    {"permute_tokens_out": permute_out, "sorted_indices_out": sorted_out,
                     "expanded_scale_out": scale_out})
-    regbase = soc.is_regbase
-    if not regbase:
-        quant_mode = QUANT_NONE      # A2/A3 run V1: quant_mode is ignored, as on the real chips
-    if regbase:
-        _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, quant_mode, v2)
-    else:
-        match_dtype_columns(OP, [("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_out),
-                                 ("sorted_indices_out", sorted_out)], V1_DTYPE_COLUMNS)
-    if quant_mode != QUANT_NONE:
-        if tokens.ndim != 2:
-            raise ParamInvalidError(f"quant_mode {quant_mode} needs 2-D tokens, got shape {tokens.shape}")
-        if quant_mode == QUANT_MXFP4_E2M1 and tokens.shape[1] % 2:
-            raise ParamInvalidError(f"quant_mode 9 packs two FP4 codes per byte: hidden must be even, got "
-                                    f"{tokens.shape[1]}")
     if mx_scale_rule not in MX_SCALE_RULES:
         raise ParamInvalidError(f"mx_scale_rule must be one of {MX_SCALE_RULES}, got {mx_scale_rule!r}")
-    if quant_mode == QUANT_MXFP4_E2M1 and mx_scale_rule != "floor":
-        raise ParamInvalidError("mx_scale_rule 'round_scale' exists for MXFP8 only; MXFP4 (quant_mode 9) always "
-                                "uses the floor rule")
-    if regbase and (v2 or tokens.dtype == _I8):
-        # the 950 V2 path (and V1 with int8 tokens: both go to MoeInitRoutingV3) runs the whole routing and
-        # slices the first rows of the caller's output: the row count comes from permute_tokens_out,
-        # numOutTokens is not used
-        total = int(np.prod(indices.shape)) if indices.ndim in (1, 2) else 0
-        rows = permute_out.shape[0] if permute_out.ndim else 0
-        if rows > total:
-            raise InnerNullptrError(f"permute_tokens_out has {rows} rows but the op produces only tokens * topK = "
-                                    f"{total}; the slice into the output fails")
-        num_out_tokens = rows - total    # counts from the end: keeps exactly `rows` rows
-
-    if quant_mode != QUANT_NONE:
-        hidden = tokens.shape[1]
-        m = permute_out.shape[0] if permute_out.ndim else -1
-        data_shape, s_shape = _quant_shapes(quant_mode, m, hidden)
-        if permute_out.shape != data_shape:
-            raise ParamInvalidError(f"permute_tokens_out must have shape {data_shape} for quant_mode {quant_mode}, "
-                                    f"got {permute_out.shape}")
-        if scale_out.shape != s_shape:
-            raise ParamInvalidError(f"expanded_scale_out must have shape {s_shape} for quant_mode {quant_mode}, "
-                                    f"got {scale_out.shape}")
-    result = _tiling(tokens, indices, num_out_tokens, padded_mode, quant_mode, soc=soc,
-                     permute_tokens_out=None if quant_mode != QUANT_NONE else permute_out,
-                     sorted_indices_out=sorted_out)
-    quant = quant_mode != QUANT_NONE
-    gm = GmTensors(gm_tensor(tokens, 0),
-                   gm_tensor(indices, 1), gm_tensor(None if quant else permute_out, 2, gm_view(tokens).dtype),
-                   gm_tensor(sorted_out, 3), None, gm_tensor(scale_out if quant else None, 5, np.uint8),
-                   gm_tensor(permute_out if quant else None, 6, np.uint8))
-    tmpl = Template(dt_of(tokens.dtype), 1 if result.tiling_key > 4 else 0, quant_mode,
-                    1 if mx_scale_rule == "round_scale" else 0)
+    if soc.is_regbase:
+        return _build_regbase(tokens, indices, num_out_tokens, quant_mode, permute_out, sorted_out, scale_out, soc,
+                              v2, mx_scale_rule)
+    # A2/A3 run V1's own kernel: quant_mode is ignored, as on the real chips
+    match_dtype_columns(OP, [("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_out),
+                             ("sorted_indices_out", sorted_out)], V1_DTYPE_COLUMNS)
+    result = _tiling(tokens, indices, num_out_tokens, padded_mode, QUANT_NONE, soc=soc,
+                     permute_tokens_out=permute_out, sorted_indices_out=sorted_out)
+    gm = GmTensors(gm_tensor(tokens, 0), gm_tensor(indices, 1), gm_tensor(permute_out, 2, gm_view(tokens).dtype),
+                   gm_tensor(sorted_out, 3), None)
+    tmpl = Template(dt_of(tokens.dtype), 1 if result.tiling_key > 4 else 0)
     plan = None
     if result.fields["cols"] == 0:
         # no row bytes to move, but sortedIndices is still the inverse permutation: run the sorts only
         kernel = SORT_ONLY_KERNELS[result.tiling_key]
         plan = tuple(r for r in result.ub_plan if r.pipe != "MoeindexCopyPipe")
     else:
-        kernel = (QUANT_KERNELS if quant_mode != QUANT_NONE else KERNELS)[result.tiling_key]
+        kernel = KERNELS[result.tiling_key]
     executor = Executor(OP, result, kernel, (MoeTokenPermuteTilingData(*result.fields.values()), gm, tmpl),
-                        ("tokens", "indices", "permute_tokens", "sorted_indices", "workspace", "expanded_scale",
-                         "permute_tokens"),
+                        ("tokens", "indices", "permute_tokens", "sorted_indices", "workspace"),
                         api="aclnnMoeTokenPermuteV2" if v2 else "aclnnMoeTokenPermute", ub_plan=plan,
                         tensors=dict(tokens=tokens, indices=indices, permute_tokens_out=permute_out,
                                      sorted_indices_out=sorted_out, expanded_scale_out=scale_out),
-                        bind_workspace=_bind_workspace, writes=(permute_out, sorted_out, scale_out))
+                        bind_workspace=_bind_workspace, writes=(permute_out, sorted_out))
     return result.workspace_size, executor
+
+
+def _build_regbase(tokens, indices, num_out_tokens, quant_mode, permute_out, sorted_out, scale_out, soc, v2: bool,
+                   mx_scale_rule: str):
+    """The 950 aclnn bodies after paddedMode (see ops/permute/regbase.py for the chains)."""
+    api = "aclnnMoeTokenPermuteV2" if v2 else "aclnnMoeTokenPermute"
+    if not v2 and tokens.dtype != _I8:
+        # CheckParamsRegbase, then MoeInitRoutingV2 with numOutTokens
+        _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, None, QUANT_NONE, False, int8=False)
+        return v2_chain(api, OP, tokens, indices, num_out_tokens, permute_out, sorted_out, soc)
+    # V1 with int8 tokens (CheckDtypeValidInt8Regbase) or V2 (CheckParamsV2Regbase): MoeInitRoutingV3
+    _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, quant_mode, v2, int8=True)
+    if quant_mode == QUANT_MXFP4_E2M1 and tokens.ndim == 2 and tokens.shape[1] % 2:
+        # the aclnn does not check this, but a row of an odd number of FP4 codes does not fill whole bytes: the
+        # kernel writes row r at byte r * (H / 2) (rounded down), so neighbouring rows overlap; torch_npu's meta
+        # function refuses it, and so does the simulator
+        raise ParamInvalidError(f"quant_mode 9 packs two FP4 codes per byte: hidden must be even, got "
+                                f"{tokens.shape[1]}")
+    if quant_mode == QUANT_MXFP4_E2M1 and mx_scale_rule != "floor":
+        raise ParamInvalidError("mx_scale_rule 'round_scale' exists for MXFP8 only; MXFP4 (quant_mode 9) has one "
+                                "scale rule")
+    return v3_chain(api, OP, tokens, indices, permute_out, sorted_out, scale_out, quant_mode, soc, mx_scale_rule)
 
 
 def _bind_workspace(args: tuple, workspace: np.ndarray, workspace_size: int) -> tuple:
@@ -168,12 +171,12 @@ def get_workspace_size(tokens, indices, num_out_tokens=0, padded_mode=False, per
                        sorted_indices_out=None, *, soc="ascend910b"):
     """aclnnMoeTokenPermuteGetWorkspaceSize -> (workspace_size, executor)."""
     soc = get_soc(soc)
-    padded_mode = flag("padded_mode", padded_mode)
-    if soc.is_regbase and padded_mode:      # the regbase V1 path tests paddedMode before anything else
-        raise ParamInvalidError("padded_mode = true is not supported (only false)")
     for name, t in (("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_tokens_out),
                     ("sorted_indices_out", sorted_indices_out)):
         require(name, t)
+    padded_mode = flag("padded_mode", padded_mode)
+    if soc.is_regbase and padded_mode:      # the regbase body tests paddedMode right after the null checks
+        raise ParamInvalidError("padded_mode = true is not supported on Ascend 950 (only false)")
     return _build(as_input("tokens", tokens), as_input("indices", indices), int_attr("num_out_tokens", num_out_tokens),
                   padded_mode, QUANT_NONE, as_output("permute_tokens_out", permute_tokens_out),
                   as_output("sorted_indices_out", sorted_indices_out), None, soc, False, "floor")
@@ -196,10 +199,9 @@ def get_workspace_size_v2(tokens, indices, num_out_tokens=0, padded_mode=False, 
     num_out_tokens = int_attr("num_out_tokens", num_out_tokens)
     padded_mode = flag("padded_mode", padded_mode)
     if soc.is_regbase:
+        _check_shapes_v2(tokens, indices)
         if padded_mode:
-            raise ParamInvalidError("padded_mode = true is not supported (only false)")
-        if quant_mode not in QUANT_MODES:
-            raise ParamInvalidError(f"quantMode only supports -1, 2, 3 or 9 on Ascend 950, got {quant_mode}")
+            raise ParamInvalidError("padded_mode = true is not supported on Ascend 950 (only false)")
     return _build(as_input("tokens", tokens), as_input("indices", indices), num_out_tokens, padded_mode, quant_mode,
                   as_output("permute_tokens_out", permute_tokens_out),
                   as_output("sorted_indices_out", sorted_indices_out),

@@ -67,3 +67,43 @@ def golden_v2(tokens, indices, num_out_tokens=0, quant_mode=-1, scale_rule="floo
     top_k = 1 if np.ndim(indices) == 1 else np.shape(indices)[1]
     rows = np.argsort(sorted_indices, kind="stable")[: permute_tokens.shape[0]] // max(top_k, 1)
     return data[rows], sorted_indices, scales[rows]
+
+
+V3_EXPERT_END = 10240      # MoeInitRoutingV3 keeps expert ids in [0, 10240) on the 950 chain
+
+
+def golden_950(tokens, indices, rows: int, quant_mode=-1, scale_rule="floor"):
+    """What the Ascend 950 MoeInitRoutingV3 chain (V2, and V1 with int8 tokens) writes into the caller's outputs of
+    `rows` rows: (permute_tokens, sorted_indices, expanded_scale, written_rows).
+
+    Slots whose expert id lies outside [0, 10240) are dropped: their sorted_indices is -1 and no row is written for
+    them. The kept slots are sorted stably by id (ids below 10240 are exact in fp32), so sorted_indices[slot] is
+    the slot's rank among the kept ones and row p (p < kept) is tokens[slot // topK] of the p-th kept slot, MX
+    quantised under quant_mode 2 / 3 / 9. Rows from `written_rows` = min(rows, kept) on are not written: the
+    returned arrays hold zeros there and a comparison must leave them out.
+
+    A hidden size of 0 takes MoeInitRoutingV3's EMPTY_TENSOR branch, which sets every sorted_indices to 0.
+    """
+    tokens = np.asarray(tokens)
+    flat = np.asarray(indices).reshape(-1).astype(np.int64)
+    top_k = 1 if np.ndim(indices) == 1 else np.shape(indices)[1]
+    if tokens.ndim == 2 and tokens.shape[1] == 0 and quant_mode == -1:
+        return (np.zeros((rows, 0), dtype=tokens.dtype), np.zeros(flat.size, dtype=np.int32),
+                np.zeros((0,), dtype=np.float32), 0)
+    kept = (flat >= 0) & (flat < V3_EXPERT_END)
+    slots = np.flatnonzero(kept)
+    order = slots[np.argsort(flat[slots], kind="stable")]
+    sorted_indices = np.full(flat.size, -1, dtype=np.int32)
+    sorted_indices[order] = np.arange(order.size, dtype=np.int32)
+    written = min(rows, order.size)
+    src = order[:written] // max(top_k, 1)
+    if quant_mode == -1:
+        out = np.zeros((rows,) + tokens.shape[1:], dtype=tokens.dtype)
+        out[:written] = tokens[src]
+        return out, sorted_indices, np.zeros((0,), dtype=np.float32), written
+    data, scales = mx_quantize(tokens.reshape(tokens.shape[0], -1), quant_mode, scale_rule)
+    out = np.zeros((rows,) + data.shape[1:], dtype=data.dtype)
+    out[:written] = data[src]
+    scale = np.zeros((rows,) + scales.shape[1:], dtype=scales.dtype)
+    scale[:written] = scales[src]
+    return out, sorted_indices, scale, written

@@ -21,10 +21,9 @@ from collections import namedtuple
 
 from ascend_sim import Kernel, PipePhase
 from ops.common import moe_sort
-# the index copy (MoeindexCopyOp / MoeindexCopySpiltDOp and the MX quantisation on it) is shared with
-# MoeTokenPermuteWithRoutingMap: ops/common/moe_index_copy.py
-from ops.common.moe_index_copy import (QUANT_BUFFERS, IndexCopyGm, IndexCopyTemplate, index_copy,  # noqa: F401
-                                       index_copy_split_d, index_copy_td)
+# the index copy (MoeindexCopyOp / MoeindexCopySpiltDOp) is shared with MoeTokenPermuteWithRoutingMap:
+# ops/common/moe_index_copy.py
+from ops.common.moe_index_copy import IndexCopyGm, IndexCopyTemplate, index_copy, index_copy_split_d, index_copy_td
 
 OP = "MoeTokenPermute"
 
@@ -34,14 +33,10 @@ GmTensors = namedtuple("GmTensors", [
     "permute_tokens",   # dstGm: (numOutTokens, cols) output
     "sorted_indices",   # (N * topK) int32 output, scratch for sort #1
     "workspace",        # user workspace as float32 (sort ping-pong areas)
-    "expanded_scale",   # MX scales (uint8, rows x scale columns); empty without quantisation
-    "permute_codes",    # MX element codes (uint8: H per row for FP8, H / 2 for FP4); empty without quantisation
 ])
-"""Under MX quantisation permute_tokens is empty and permute_codes is the output (separate GM tensors, so
-both copy paths type-check in every kernel)."""
 
-Template = namedtuple("Template", ["token_t", "if_num_out_tokens", "quant_mode", "round_scale"])
-"""DTYPE_TOKENS (ge code), the ifNumOutTokens template flag, the MX quant mode (-1 none) and its scale rule."""
+Template = namedtuple("Template", ["token_t", "if_num_out_tokens"])
+"""DTYPE_TOKENS (ge code) and the ifNumOutTokens template flag."""
 
 
 # --- the kernel entry: TILING_KEY_IS dispatch ---------------------------------------------------------
@@ -59,31 +54,28 @@ def _copy_args(td, gm, tmpl):
     # the index copy's own types (shared with MoeTokenPermuteWithRoutingMap): the expert ids are left out so
     # their dtype does not recompile it
     return (index_copy_td(td),
-            IndexCopyGm(gm.tokens, gm.sorted_indices, gm.permute_tokens, gm.expanded_scale, gm.permute_codes),
-            IndexCopyTemplate(tmpl.token_t, tmpl.if_num_out_tokens, tmpl.quant_mode, tmpl.round_scale, 0))
+            IndexCopyGm(gm.tokens, gm.sorted_indices, gm.permute_tokens),
+            IndexCopyTemplate(tmpl.token_t, tmpl.if_num_out_tokens, 0))
 
 
-def _kernel(key: int, quant: bool, with_index_copy: bool = True) -> Kernel:
+def _kernel(key: int, with_index_copy: bool = True) -> Kernel:
     """The kernel of tilingKey `key`; without `with_index_copy` only the two sorts run (hidden size 0: the index
     copy would move no bytes, but sortedIndices is still the inverse permutation)."""
     base = (key - 1) % 4 + 1
     multi_core = base in (2, 4)
     split_d = base in (3, 4)
-    copy_buffers = ("copyInQueue", "indicesQueue" if split_d else "indicesBuffer") + (QUANT_BUFFERS if quant else ())
+    copy_buffers = ("copyInQueue", "indicesQueue" if split_d else "indicesBuffer")
     copy_stage = index_copy_split_d if split_d else index_copy
     name = "MoeindexCopySpiltDOp" if split_d else "MoeindexCopyOp"
     sort_name = "MoeSortMultiCore" if multi_core else "MoeSortOneCore"
-    mx = " + MX quant" if quant else ""
     sorts = (moe_sort.sort_phase("sortPipe", multi_core, _sort1_args),
              moe_sort.sort_phase("sortPipe2", multi_core, _sort2_args))
     if not with_index_copy:
         return Kernel(OP, f"{sort_name} x2", sorts)
-    return Kernel(OP, f"{sort_name} x2 + {name}<{'true' if key > 4 else 'false'}>{mx}",
+    return Kernel(OP, f"{sort_name} x2 + {name}<{'true' if key > 4 else 'false'}>",
                   sorts + (PipePhase("MoeindexCopyPipe", copy_buffers, (copy_stage,), _copy_args),))
 
 
-KERNELS = {key: _kernel(key, False) for key in range(1, 9)}
-QUANT_KERNELS = {key: _kernel(key, True) for key in range(1, 9)}
-"""The simulated Ascend 950 kernels of V2 with quant_mode 2 / 3 / 9 (the same keys, MX buffers added)."""
-SORT_ONLY_KERNELS = {key: _kernel(key, False, with_index_copy=False) for key in range(1, 9)}
+KERNELS = {key: _kernel(key) for key in range(1, 9)}
+SORT_ONLY_KERNELS = {key: _kernel(key, with_index_copy=False) for key in range(1, 9)}
 """Hidden size 0: the two sorts of each key, no index copy."""

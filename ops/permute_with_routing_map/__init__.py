@@ -58,7 +58,7 @@ _BF16, _F16, _F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype
 _I32 = np.dtype(np.int32)
 FLOAT_DTYPES = (_F16, _F32, _BF16)
 GM_NAMES = ("tokens", "routing_map_t", "probs_t", "permute_tokens", "permute_probs", "sorted_indices", "workspace",
-            "workspace", "scatter_assist", "empty")
+            "workspace", "scatter_assist")
 
 
 def _dtype_checks(tokens, routing_map, probs, permute_out, probs_out, sorted_out) -> None:
@@ -166,11 +166,10 @@ def get_workspace_size(tokens, routing_map, probs=None, num_out_tokens=0, drop_a
     if p is not None:
         steps.append(transpose_step(p, p_t))
     td = MoeTokenPermuteWithRoutingMapTilingData(*result.fields.values())
-    empty_u8 = np.zeros(0, dtype=np.uint8)
     assist = SCATTER_ASSIST
     gm = GmTensors(gm_tensor(x, 0), GlobalTensor(rm_t.reshape(-1), 1, 0), gm_tensor(p_t, 2),
                    gm_tensor(kernel_tokens_out, 3, gm_view(x).dtype), gm_tensor(out_p, 4), gm_tensor(out_s, 5),
-                   None, None, GlobalTensor(assist, 8, 0), GlobalTensor(empty_u8, 9, 0))
+                   None, None, GlobalTensor(assist, 8, 0))
     tmpl = Template(dt_of(x.dtype), dt_of(p.dtype) if p is not None else DT_FLOAT16, int(p is not None))
     plan = None
     if drop_and_pad:

@@ -64,7 +64,6 @@ GmTensors = namedtuple("GmTensors", [
     "ws_f32",           # user workspace as float32 (sort ping-pong areas); bound at run time
     "ws_i32",           # the same bytes as int32 (counts, rank partials, sortPosition, value stream)
     "scatter_assist",   # the constant scatterAssist table (256 int32), read-only
-    "empty_u8",         # an empty uint8 tensor (the MX outputs the shared index copy does not use here)
 ])
 
 Template = namedtuple("Template", ["token_t", "prob_t", "has_prob"])
@@ -353,8 +352,8 @@ def _sort2_args(td, gm, tmpl):
 def _copy_args(flag: int):
     def args(td, gm, tmpl):
         return (index_copy_td(td),
-                IndexCopyGm(gm.tokens, gm.sorted_indices, gm.permute_tokens, gm.empty_u8, gm.empty_u8),
-                IndexCopyTemplate(tmpl.token_t, flag, -1, 0, 1))
+                IndexCopyGm(gm.tokens, gm.sorted_indices, gm.permute_tokens),
+                IndexCopyTemplate(tmpl.token_t, flag, 1))
     return args
 
 

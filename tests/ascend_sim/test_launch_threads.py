@@ -116,7 +116,7 @@ def test_kernel_cache_stamp_covers_every_inlined_module():
     from ascend_sim._jit import source_stamp, stamped_modules
     import ops  # noqa: F401 - defines the kernels
     closure = stamped_modules("ops.permute.kernel")
-    for name in ("ops.permute.kernel", "ops.common.moe_sort", "ops.common.mx_quant", "ascend_sim.datacopy",
+    for name in ("ops.permute.kernel", "ops.common.moe_sort", "ops.common.moe_index_copy", "ascend_sim.datacopy",
                  "ascend_sim.queue", "ascend_sim.vector", "ascend_sim.sort", "ascend_sim.vf", "ascend_sim.dtypes"):
         assert name in closure, name
     assert not any(n.startswith(("ops.cli", "ops.permute.golden", "tiling")) for n in closure)

@@ -157,3 +157,23 @@ def test_results_do_not_depend_on_thread_count(threads, rng):
     assert np.array_equal(dst.reshape(500, 24)[order], src.reshape(500, 24))
     assert report.total.mte2_bytes == report.total.mte3_bytes == 500 * 48
     assert sum(core.mte2_instr for core in report.cores) == 500
+
+
+@global_aicore
+def widen_int_kernel(c, n, src, dst):
+    a = asc.tbuf_get(c, 0, asc.ub_i32(c))
+    w = asc.tbuf_get(c, 1, asc.ub_i64(c))
+    asc.data_copy(c, a, asc.gm_at(src, 0), a.size)
+    asc.duplicate(c, w, np.int64(-7), w.size)
+    asc.cast(c, w, 9, a, asc.DT_INT32, asc.CAST_NONE, n)    # 9: DT_INT64
+    asc.data_copy(c, asc.gm_at(dst, 0), w, w.size)
+
+
+def test_cast_int32_to_int64_sign_extends():
+    """Cast<int64_t, int32_t>(CAST_NONE), as MoeInitRoutingV3's expert counts use it: the first 5 of 8 lanes
+    widened (negative values keep their sign), the other 3 keep the -7 written before."""
+    src = np.array([0, 1, -1, 2147483647, -2147483648, 5, 6, 7], dtype=np.int32)
+    dst = np.zeros(8, dtype=np.int64)
+    run([widen_int_kernel], [tbuf("a", 32), tbuf("w", 64)], 5, asc.GlobalTensor(src, 0, 0),
+        asc.GlobalTensor(dst, 1, 0))
+    assert dst.tolist() == [0, 1, -1, 2147483647, -2147483648, -7, -7, -7]

@@ -1,5 +1,5 @@
 """MoeTokenPermute at a DeepSeek-V3-like shape: tokens 4096, hidden 7168, experts 256, topK 8, bf16;
-unquantised on ascend910b, and MXFP8 E4M3FN (quant_mode 3) on ascend950. Run with
+unquantised on ascend910b and ascend950, and MXFP8 E4M3FN (quant_mode 3) on ascend950. Run with
 `pytest tests/benchmarks --benchmark-only`.
 
 For each case: the simulator's aclnn phase two (outputs preallocated), the NumPy golden, and np.copyto
@@ -16,7 +16,7 @@ from ops.permute.examples import make_inputs
 from ops.permute.golden import golden_v2
 
 TOKENS, HIDDEN, EXPERTS, TOPK = 4096, 7168, 256, 8
-CASES = {"no-quant-910b": ("ascend910b", -1), "mxfp8-e4m3fn-950": ("ascend950", 3)}
+CASES = {"no-quant-910b": ("ascend910b", -1), "no-quant-950": ("ascend950", -1), "mxfp8-e4m3fn-950": ("ascend950", 3)}
 
 
 @pytest.fixture(scope="module", params=list(CASES))

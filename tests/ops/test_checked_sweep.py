@@ -11,11 +11,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 import ops
 import ops._framework as framework
 from ascend_sim import checked
+from ops.permute import allocate_outputs as allocate_permute_outputs
 from ops.permute import examples as permute_examples
 from ops.permute.kernel import KERNELS as PERMUTE_KERNELS
 from ops.permute_grad import examples as permute_grad_examples
@@ -46,6 +48,9 @@ PERMUTE_SPLIT_ROW_BYTES = 73728
 PERMUTE_KEEP = 100
 PERMUTE_VARIANTS = [(multi, split, keep) for multi in (False, True) for split in (False, True) for keep in (False, True)]
 MX_QUANT_MODES = (2, 3, 9)     # the 950's MXFP8 E5M2 / E4M3FN and MXFP4 copies of permute_tokens
+# on 950 the permute is MoeInitRoutingV3 (V2) / MoeInitRoutingV2 (V1, fp tokens) on the stock UB: 900 tokens x 8
+# slots pass both one-core sort limits (5856 keys for V3, 6624 int32 ids for V2)
+PERMUTE_TOKENS_950 = {False: 20, True: 900}
 
 
 def _permute_variant(multi: bool, split: bool, keep: bool) -> str:
@@ -74,6 +79,13 @@ def _cases() -> list[Case]:
     cases = []
     for soc in SOCS:
         for dtype in FLOATS + ("int8",):
+            if soc == "ascend950":
+                for multi, keep in ((False, False), (False, True), (True, False), (True, True)):
+                    variant = _permute_variant(multi, False, keep)
+                    cases.append(Case("permute", soc, dtype, variant=variant))
+                    if dtype != "int8":
+                        cases.append(Case("permute", soc, dtype, variant=variant + "-v1"))
+                continue
             for multi, split, keep in PERMUTE_VARIANTS:
                 case = Case("permute", soc, dtype, variant=_permute_variant(multi, split, keep))
                 # key 4 copies all 4800 rows of 72 KiB (345 MB): the one case too big for the quick suite
@@ -107,12 +119,21 @@ def _call(case: Case):
             x, idx = permute_examples.make_inputs(N, 64, E, topk=K, dtype=case.dtype, seed=1)
             return ops.moe_token_permute(x, idx, quant_mode=int(case.variant.rsplit("-", 1)[1]), soc=soc)
         multi, split = "multi-core" in case.variant, "split-D" in case.variant
+        keep = PERMUTE_KEEP if "keep" in case.variant else 0
+        if soc == "ascend950":
+            x, idx = permute_examples.make_inputs(PERMUTE_TOKENS_950[multi], 64, 16, topk=PERMUTE_TOPK,
+                                                  dtype=case.dtype, seed=1)
+            if case.variant.endswith("-v1"):      # aclnnMoeTokenPermute: MoeInitRoutingV2 with numOutTokens
+                outs = allocate_permute_outputs(x, idx, keep, soc=soc)
+                size, executor = ops.aclnn.moe_token_permute_get_workspace_size(x, idx, keep, False, outs[0],
+                                                                               outs[1], soc=soc)
+                return ops.aclnn.moe_token_permute(np.empty(size, np.uint8), size, executor)
+            return ops.moe_token_permute(x, idx, num_out_tokens=keep, soc=soc)
         item = {"bf16": 2, "fp16": 2, "fp32": 4, "int8": 1}[case.dtype]
         hidden = PERMUTE_SPLIT_ROW_BYTES // item if split else 64
         x, idx = permute_examples.make_inputs(PERMUTE_TOKENS[multi], hidden, 16, topk=PERMUTE_TOPK, dtype=case.dtype,
                                               seed=1)
-        return ops.moe_token_permute(x, idx, num_out_tokens=PERMUTE_KEEP if "keep" in case.variant else 0,
-                                     soc=get_soc(case.soc, ub_size=PERMUTE_UB))
+        return ops.moe_token_permute(x, idx, num_out_tokens=keep, soc=get_soc(case.soc, ub_size=PERMUTE_UB))
     if case.op == "permute_grad":
         args = permute_grad_examples.make_inputs(N, H, K, dtype=case.dtype, seed=1,
                                                  num_out_tokens=12 if case.variant else 0)
@@ -168,18 +189,22 @@ def test_checked_mode_over_every_key_dtype_and_mode(case):
     # else it ran clean (some composites run host steps only for some dtypes: nothing launched is fine)
 
 
-# tiling keys each operator's kernel table declares: (the l0 operator its launches report, the sweep's cases)
+# tiling keys each operator's kernel table declares: (the l0 operator its launches report, the sweep's cases, the
+# chips whose chains launch it)
+A2_A3 = tuple(s for s in SOCS if s != "ascend950")
 DECLARED_KEYS = {
-    "MoeTokenPermute": ("permute", set(PERMUTE_KERNELS)),
-    "MoeTokenUnpermuteGrad": ("unpermute_grad", set(UNPERMUTE_GRAD_KERNELS)),
-    "MoeTokenUnpermuteWithRoutingMapGrad": ("uwrmg", set(UWRMG_KERNELS)),
+    "MoeTokenPermute": ("permute", set(PERMUTE_KERNELS), A2_A3),
+    "MoeInitRoutingV3": ("permute", {10000000, 11000000}, ("ascend950",)),     # the MX keys: the quant-mode cases
+    "MoeInitRoutingV2": ("permute", {11001, 11002}, ("ascend950",)),
+    "MoeTokenUnpermuteGrad": ("unpermute_grad", set(UNPERMUTE_GRAD_KERNELS), SOCS),
+    "MoeTokenUnpermuteWithRoutingMapGrad": ("uwrmg", set(UWRMG_KERNELS), SOCS),
 }
 
 
-@pytest.mark.parametrize("soc", SOCS)
-@pytest.mark.parametrize("op", sorted(DECLARED_KEYS))
+@pytest.mark.parametrize("op,soc", [(op, soc) for op in sorted(DECLARED_KEYS) for soc in DECLARED_KEYS[op][2]],
+                         ids=[f"{op}-{soc}" for op in sorted(DECLARED_KEYS) for soc in DECLARED_KEYS[op][2]])
 def test_the_sweep_reaches_every_declared_key(op, soc, request):
-    case_op, declared = DECLARED_KEYS[op]
+    case_op, declared, _ = DECLARED_KEYS[op]
     slow_skipped = "not slow" in (request.config.getoption("-m") or "")
     cases = [c for c in CASES if not (slow_skipped and hasattr(c, "marks") and c.marks)]
     reached = {key for c in cases for case in [c.values[0] if hasattr(c, "values") else c]

@@ -302,7 +302,7 @@ def test_ub_plan_of_the_one_core_sort_and_the_token_count():
     sort holds Align(27 keys, 4 B) = 32 -> 32 keys x 2 int32 = 256 bytes per buffer; the count kernel on core 0
     reads 1 id (27 ids over 40 cores), counts 12 experts (48 -> 64 bytes as int32, 96 as int64) and one total."""
     r = _extended(1, 65, 27, 1, 16, "float16", (180, 192), 0)
-    assert [(b.name, b.bytes, b.pipe) for b in r.ub_plan] == [
+    assert [(b.name, b.bytes, b.pipe) for b in r.ub_plan if b.pipe != "gatherPipe"] == [
         ("sortDataCopyInQueue", 256, "sortPipe"), ("sortDataCopyOutQueue", 256, "sortPipe"),
         ("tempBuffer", 256, "sortPipe"), ("sortedBuffer", 256, "sortPipe"),
         ("sortedExpertIdxInQueue", 32, "histogramPipe"), ("expertCountOutToTempQueue", 64, "histogramPipe"),

@@ -74,7 +74,13 @@ def _check_result(result, op: str, render: bool = False) -> None:
     if render:
         str(result)
     f = result.fields
-    if op == "permute":
+    if op == "permute" and result.soc.is_regbase:
+        # the MoeInitRoutingV3 launch of the 950 chain: a sort template (one / multi core, unquantised or MX) or
+        # the empty-tensor key, with VBS loops that hold keys whenever there are keys
+        assert result.tiling_key in (3000000, 10000000, 11000000, 10030000, 11030000, 10100000, 11100000)
+        if result.tiling_key != 3000000:
+            assert f["vbs_need_core_num"] >= 1 and f["vbs_one_loop_max_elements"] > 0
+    elif op == "permute":
         total = f["n"] * f["top_k"]
         assert result.tiling_key in range(1, 9)
         multi_core = result.tiling_key % 2 == 0
@@ -136,7 +142,8 @@ def test_permute_grid(chip, ub, cores):
                               QUANT_MODES[i // 2 % 4], NUM_OUT_TOKENS[i % 6], padded=i % 37 == 0,
                               render=i % 16 == 0))
     assert "error" in outcomes                       # topK 513 and 2**40 tokens always fail
-    if ub >= 2048:
+    # on 950 the tiling is MoeInitRoutingV3's, which first keeps 64 KiB for the SIMT data cache
+    if ub >= (2048 if chip != "ascend950" else 196608):
         assert "ok" in outcomes
 
 

@@ -1,0 +1,10 @@
+"""The MoeInitRoutingV3Arch35TilingData struct as every stage of the l0 kernels takes it: one flat namedtuple of
+tiling.moe_init_routing_v3.FIELDS. One class for all phases, because numba compiles a stage once per class, and
+importable under its own name, because numba's disk cache pickles the type by module and name."""
+from __future__ import annotations
+
+from collections import namedtuple
+
+from tiling.moe_init_routing_v3 import FIELDS
+
+MoeInitRoutingV3Arch35TilingData = namedtuple("MoeInitRoutingV3Arch35TilingData", FIELDS)
