@@ -70,6 +70,7 @@ FLOAT_DTYPES = (_F16, _BF16, _F32)
 DTYPE_COLUMNS = [(g, _I32, g) for g in (_BF16, _F16, _F32)]
 GM_NAMES = ("permuted_output_grad", "sorted_indices", "input_grad")
 
+
 def arch35_k_chunk(hidden: int, top_k: int, tokens: int, grad_dtype, soc) -> int:
     """Slots one SequenceReduceSum pass covers on Ascend 950, as l0 MoeInitRoutingV2Grad's tiling decides for the
     shapes aclnnMoeTokenPermuteGrad hands it: kUbFactor of the regbase template, topK for the others."""

@@ -15,6 +15,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from ascend_sim import UBOverflowError
 from ascend_sim.dtypes import dt_of
 from tiling import get_soc
 from tiling.moe_init_routing_v2_grad import FIELDS_BY_TEMPLATE, moe_init_routing_v2_grad as _tiling
@@ -46,6 +47,18 @@ def ub_advice(result) -> str:
             "(tiling.get_soc('ascend950', ub_size=...)) gives longer pieces")
 
 
+def _check_factors(result) -> None:
+    """A UB too small for one 32-byte block of a row leaves the tiling a zero factor, which the real kernel divides
+    by: refused here instead (the real tiling succeeds)."""
+    f = result.fields
+    rows = f["k_ub_factor"] if "k_ub_factor" in f else f["n_ub_factor"]
+    if f["h_ub_factor"] <= 0 or rows <= 0 or f.get("n_ub_factor", 1) <= 0:
+        raise UBOverflowError(
+            f"the {result.soc.ub_size}-byte UB leaves MoeInitRoutingV2Grad's tiling a zero factor (h_ub_factor "
+            f"{f['h_ub_factor']}, rows per pass {rows}): the real kernel would divide by it; " + ub_advice(result),
+            op=OP, tiling_key=result.tiling_key, capacity_bytes=result.soc.ub_size)
+
+
 def get_workspace_size(grad_expanded_x, expanded_row_idx, *, top_k, drop_pad_mode=0, active_num=0, grad_x_out,
                        soc="ascend950"):
     """l0op::MoeInitRoutingV2Grad -> (workspace_size, Executor). grad_expanded_x (R, H) (or (E, C, H) with
@@ -62,6 +75,7 @@ def get_workspace_size(grad_expanded_x, expanded_row_idx, *, top_k, drop_pad_mod
     result = _tiling(x, idx, int_attr("top_k", top_k), int_attr("drop_pad_mode", drop_pad_mode),
                      int_attr("active_num", active_num), grad_x_out=out, soc=soc)
     template = result.tiling_key // 100000 * 100000
+    _check_factors(result)
     td = _STRUCTS[template](*result.fields.values())
     gm = GmTensors(gm_tensor(x, 0), gm_tensor(idx, 1, np.int32), gm_tensor(out, 2))
     tmpl = Template(dt_of(x.dtype), _MODES[result.tiling_key % 10])

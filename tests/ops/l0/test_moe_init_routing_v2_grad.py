@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from ascend_sim import UBOverflowError
 from ops.l0 import moe_init_routing_v2_grad as l0
 from ops.permute_grad.golden import golden_950
 from tiling import TilingError, get_soc
@@ -128,3 +129,10 @@ def test_tiling_failures_are_raised_before_launch():
     g, s = inputs(4, 2, 16, BF16, seed=5)
     with pytest.raises(TilingError):
         l0.get_workspace_size(g, s, top_k=3, active_num=8, grad_x_out=np.zeros((2, 16), BF16), soc=CHIP)
+
+
+def test_a_ub_too_small_for_one_block_is_refused():
+    """320 bytes of UB: the regbase template's H piece is 0 elements, which the real kernel would divide by."""
+    g, s = inputs(2, 11, 1000, FP32, seed=6, bad=False)
+    with pytest.raises(UBOverflowError):
+        launch(g, s, 11, soc=get_soc("ascend950", ub_size=320))
