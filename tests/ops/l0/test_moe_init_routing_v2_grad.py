@@ -64,6 +64,8 @@ CASES = {
     "full-load-split-h-fp32": (5, 6, 3000, "fp32", SMALL, 300003, dict(n_ub_factor=1, h_ub_factor=312)),
     # split-H: 2 tokens, H 8232 over 64 cores (129 columns each, the last 66), all rows in one pass
     "split-h-bf16": (2, 3, 8232, "bf16", CHIP, 200003, dict(h_block_factor=129, block_dim=64, k_ub_factor=125)),
+    # split-H, fp32: 8200 columns, 129 per core, the last of 64 cores 73 (an unaligned GM column offset)
+    "split-h-fp32": (3, 2, 8200, "fp32", CHIP, 200003, dict(h_block_factor=129, block_dim=64)),
     # split-H with sub-H pieces: 1250 columns per core in pieces of 416 (tail 2), 1 row per pass
     "split-h-sub-h-fp16": (2, 9, 5000, "fp16", SMALL, 200003, dict(h_block_factor=1250, h_ub_factor=416,
                                                                     k_ub_factor=1)),
