@@ -90,12 +90,17 @@ def test_matches_golden(case):
 
 @pytest.mark.parametrize("case", ["full-load-k6-fp16", "split-h-sub-h-fp16", "regbase-k16-fp16"])
 def test_checked_mode_is_clean(case):
-    """Double-buffered passes of every template in checked mode: no race, no queue misuse. The VF loads that read
-    past their row (see base.py) stay inside the UB and race with nothing."""
+    """Double-buffered passes of every template in checked mode: no race, no queue misuse, but the real kernel's
+    tail loads past a buffer's last row into the other inputQueue buffer (kernel.TAIL_LOAD_RACE, waived and
+    counted; split-H meets it here, its 832-byte rows end 64 bytes after the last tail load starts)."""
     n, k, h, dt, soc, key, _ = CASES[case]
     g, s = inputs(n, k, h, DTYPES[dt], seed=7)
-    out, t = launch(g, s, k, soc=soc, check="race")
-    assert bits_equal(out, golden_950(g, s, k, chunk_of(t)))
+    out = np.zeros((n, h), DTYPES[dt])
+    size, ex = l0.get_workspace_size(g, s, top_k=k, active_num=g.shape[0], grad_x_out=out, soc=soc)
+    l0.run(np.empty(size, np.uint8), size, ex, check="race")
+    assert bits_equal(out, golden_950(g, s, k, chunk_of(ex.tiling)))
+    waived = ex.report.extra["waived_races"]
+    assert (waived > 0) == case.startswith("split-h")
 
 
 def test_dropless_mode_skips_rows_past_n_times_k():
