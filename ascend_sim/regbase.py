@@ -1426,3 +1426,78 @@ def vduplicate_all(c, dst, s):
         return
     for i in range(dst.size):
         dst[i] = s
+
+
+# --- MoeInitRoutingV2Grad (arch35): 16-bit unpack load, fp16 / bf16 <-> fp32 casts, PACK_B32 store ---------------
+
+HALF_LANES = VL // 4     # 16-bit elements an UNPACK_B16 load / PACK_B32 store moves (one per 32-bit lane)
+
+
+@aicore
+def reg_load_unpack_b16(c, dst, t, offset):
+    """DataCopy<T, LoadDist::DIST_UNPACK_B16>(dst, t + offset) for a 16-bit T: VL / 2 bytes (64 elements) from a
+    32-byte aligned address, element i into uint16 slot 2i of dst (the low half of 32-bit lane i), slot 2i + 1
+    zeroed. No mask: all 128 bytes are read. Returns offset + 64 (POST_MODE_UPDATE)."""
+    if not _instr(c, CALL_R_LOAD, KIND_LOAD):
+        return offset + HALF_LANES
+    if dst.itemsize != 2 or t.itemsize != 2:
+        fault(c, F_ELEM_TYPE, CALL_R_LOAD, dst.itemsize, t.itemsize)
+        return offset + HALF_LANES
+    a = _ub_span(c, CALL_R_LOAD, t, offset, VL // 2, 32)
+    if a < 0:
+        return offset + HALF_LANES
+    chk.ub(c, CALL_VF, PIPE_V, a, VL // 2, False)
+    for i in range(HALF_LANES):
+        dst[2 * i] = t[offset + i]
+        dst[2 * i + 1] = 0
+    return offset + HALF_LANES
+
+
+@aicore
+def vcast_half_to_f32(c, dst, src, src_t, layout, mask, mode=ZEROING):
+    """MicroAPI::Cast<float, half | bfloat16_t, CastTrait{layout}>(dst, src, mask): fp32 lane i of dst (active by
+    mask byte 4i) gets the 16-bit value in uint16 slot 2i + layout of src (a vreg_u16), widened exactly. src_t is
+    DT_FLOAT16 or DT_BF16 (the element type the bits are read as)."""
+    if not _instr(c, CALL_R_CAST, KIND_CAST):
+        return
+    if src.itemsize != 2 or dst.itemsize != 4:
+        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+        return
+    if src_t != DT_FLOAT16 and src_t != DT_BF16:
+        fault(c, F_CAST_PAIR, CALL_R_CAST, DT_FLOAT, src_t, 0)
+        return
+    if layout != LAYOUT_ZERO and layout != LAYOUT_ONE:
+        fault(c, F_PARAM, CALL_R_CAST, P_MASK, layout, LAYOUT_ZERO, LAYOUT_ONE)
+        return
+    bits = dst.view(np.uint32)
+    for i in range(64):
+        if mask[i * 4] != 0:
+            h = src[2 * i + layout]
+            bits[i] = bf16_bits_to_f32_bits(h) if src_t == DT_BF16 else f16_bits_to_f32_bits(h)
+        elif mode == ZEROING:
+            bits[i] = 0
+
+
+@aicore
+def reg_store_pack_b32(c, t, src, offset, mask):
+    """DataCopy<T, StoreDist::DIST_PACK_B32>(t + offset, src, mask) for a 16-bit T: the low 16 bits of each active
+    32-bit lane i of src (uint16 slot 2i of a vreg_u16) to t[offset + i] (32-byte aligned address); inactive lanes
+    leave their element as it was. Only the span up to the last active lane must lie in t. Returns offset + 64."""
+    if not _instr(c, CALL_R_STORE, KIND_STORE):
+        return offset + HALF_LANES
+    if t.itemsize != 2 or src.itemsize != 2:
+        fault(c, F_ELEM_TYPE, CALL_R_STORE, t.itemsize, src.itemsize)
+        return offset + HALF_LANES
+    last = 0
+    for i in range(HALF_LANES):
+        if mask[i * 4] != 0:
+            last = i + 1
+    a = _ub_span(c, CALL_R_STORE, t, offset, last * 2, 32)
+    if a < 0:
+        return offset + HALF_LANES
+    chk.ub(c, CALL_VF, PIPE_V, a, last * 2, True)
+    for i in range(last):
+        if mask[i * 4] != 0:
+            t[offset + i] = src[2 * i]
+    note_ub_write(c, a + last * 2)
+    return offset + HALF_LANES

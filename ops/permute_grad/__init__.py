@@ -32,10 +32,10 @@ a sorted_indices that is not 1-D (561103; the real tiling reads only its dim 0).
 The friendly call sizes out by len(sorted_indices) // K, so it applies the chip's num_topk rule first: 0 and
 values below -1 on 910B / 910_93 (561002), values below 1 on 950 (561103), before anything is allocated.
 
-The simulated 950 kernel: kernel G's tiling (T-G sized for the 950 profile), buffers and loop nest with
-MoeInitRoutingV2Grad's summation (ops.permute_grad.kernel): slots with index < 0 or >= R count as zero rows,
-the sum starts at +0.0 and adds slots in groups of four, pairwise, per chunk of kUbFactor slots (the real
-regbase template's factor; the whole topK for the full-load and split-H templates the real tiling prefers).
+The 950 kernel is the simulated l0 operator ops.l0.moe_init_routing_v2_grad (its own tiling, the arch35
+split-H / full-load / regbase templates): slots with index < 0 or >= R count as zero rows, the fp32 sum starts at
++0.0 and adds slots in groups of four, pairwise, per chunk of kUbFactor slots (the regbase template; the whole topK
+for the split-H and full-load templates).
 """
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ import ml_dtypes
 import numpy as np
 
 from ascend_sim.dtypes import dt_of
-from tiling import get_soc
+from tiling import TensorDesc, get_soc
+from tiling.moe_init_routing_v2_grad import KEY_REGBASE, moe_init_routing_v2_grad as _l0_tiling
 from tiling.moe_token_permute_grad import FIELDS, moe_token_permute_grad as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, TilingError
 
@@ -54,7 +55,8 @@ from .._framework import (Composite, Executor, IndexLink, KernelStep, gm_tensor,
 from .._host import view_copy_step
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require
 from ..common.unpermute_gather import gather_template
-from .kernel import ARCH35_KERNELS, KERNELS, L0_950, Arch35Template, GmTensors
+from ..l0 import moe_init_routing_v2_grad as _l0
+from .kernel import KERNELS, L0_950, GmTensors
 
 OP = "MoeTokenPermuteGrad"
 API = "aclnnMoeTokenPermuteGrad"
@@ -68,27 +70,14 @@ FLOAT_DTYPES = (_F16, _BF16, _F32)
 DTYPE_COLUMNS = [(g, _I32, g) for g in (_BF16, _F16, _F32)]
 GM_NAMES = ("permuted_output_grad", "sorted_indices", "input_grad")
 
-# MoeInitRoutingV2Grad arch35 tiling constants (moe_init_routing_v2_grad_*_tiling_arch35.cpp)
-SPLIT_H_MAX_TOPK = 64          # MIN_SPLIT_H_TOPK_THRESHOLD
-SPLIT_H_CACHE_LINE = 512       # MAX_CACHE_LINE_SIZE
-FULL_LOAD_MAX_TOPK = 10        # MAX_FULL_LOAD_CNT
-UINT16_MAX = 65535
-
 
 def arch35_k_chunk(hidden: int, top_k: int, tokens: int, grad_dtype, soc) -> int:
-    """Slots one SequenceReduceSum pass covers on Ascend 950 (MoeInitRoutingV2Grad's template choice):
-    topK for the split-H template (topK <= 64, tokens < cores, tokens < H / 512 / typeSize) and the full-load
-    template ((2 topK + 1) rows of H fit the UB, or topK <= 10); otherwise the regbase template's kUbFactor."""
-    ts = 4 if np.dtype(grad_dtype) == _F32 else 2
-    ub = soc.ub_size_for_tiling
-    if top_k <= SPLIT_H_MAX_TOPK and tokens < soc.aiv_num and tokens < hidden // SPLIT_H_CACHE_LINE // ts:
-        return top_k
-    h_align = -(-hidden * ts // 32) * 32 // ts
-    if (2 * top_k + 1) * ts * h_align <= ub or top_k <= FULL_LOAD_MAX_TOPK:
-        return top_k
-    if (2 * ts + ts + 4) * h_align <= ub:
-        return max(1, min((ub - (ts + 4) * h_align) // (2 * ts * h_align), UINT16_MAX))
-    return 1
+    """Slots one SequenceReduceSum pass covers on Ascend 950, as l0 MoeInitRoutingV2Grad's tiling decides for the
+    shapes aclnnMoeTokenPermuteGrad hands it: kUbFactor of the regbase template, topK for the others."""
+    dt = np.dtype(grad_dtype)
+    r = _l0_tiling(TensorDesc((max(tokens * top_k, 1), hidden), dt), TensorDesc((tokens * top_k,), np.int32), top_k,
+                   0, max(tokens * top_k, 1), grad_x_out=TensorDesc((tokens, hidden), dt), soc=soc)
+    return r.fields["k_ub_factor"] if r.tiling_key // 100000 * 100000 == KEY_REGBASE else top_k
 
 
 def _ub_advice(result) -> str:
@@ -169,16 +158,11 @@ def _check_pieces(result, n: int, h: int) -> None:
                           "the output. " + _ub_advice(result))
 
 
-def _executor(result, g, s, out_array, tensors, arch35_chunk=None) -> Executor:
+def _executor(result, g, s, out_array, tensors) -> Executor:
     td = MoeTokenPermuteGradTilingData(*result.fields.values())
     gm = GmTensors(gm_tensor(g, 0), gm_tensor(s, 1, np.int32), gm_tensor(out_array, 2))
-    fp32 = g.dtype == _F32
-    if arch35_chunk is None:
-        kernel = KERNELS[fp32]
-        tmpl = gather_template(dt_of(g.dtype), None, skip_negative=False, used_core_num=result.block_dim)
-    else:
-        kernel = ARCH35_KERNELS[fp32]
-        tmpl = Arch35Template(dt_of(g.dtype), arch35_chunk, result.block_dim)
+    kernel = KERNELS[g.dtype == _F32]
+    tmpl = gather_template(dt_of(g.dtype), None, skip_negative=False, used_core_num=result.block_dim)
     links = (IndexLink("sorted_indices", "permuted_output_grad", g.shape[1], g.shape[0]),)
     return Executor(OP, result, kernel, (td, gm, tmpl), GM_NAMES, api=API, tensors=tensors, index_links=links,
                     ub_advice=_ub_advice(result), writes=(out_array,))
@@ -218,15 +202,14 @@ def get_workspace_size(permuted_output_grad, sorted_indices, num_topk, padded_mo
     if o.size == 0:      # l0 MoeInitRoutingV2Grad launches nothing for an empty output
         return 0, Composite(OP, None, [], api=API, tensors=tensors)
     _check_950(g, s, o, k)
-    result = _tiling(g, s, k, padded_mode, soc=soc)
-    _check_pieces(result, o.shape[0], o.shape[1])
     grad_x = np.empty(o.shape, dtype=o.dtype)       # the l0 op's own output, copied into out by ViewCopy
-    n, h = o.shape
-    chunk = arch35_k_chunk(h, k, n, g.dtype, soc)
-    executor = _executor(result, g, s, grad_x, tensors, arch35_chunk=chunk)
+    try:
+        workspace, executor = _l0.get_workspace_size(g, s, top_k=k, drop_pad_mode=0, active_num=g.shape[0],
+                                                     grad_x_out=grad_x, soc=soc)
+    except TilingError as e:
+        raise InnerNullptrError(f"l0op::{L0_950} returns nullptr: {e.message}") from None
     steps = [KernelStep(f"l0op::{L0_950}", executor), view_copy_step(grad_x, o)]
-    return result.workspace_size, Composite(OP, result, steps, api=API, tensors=tensors,
-                                            workspace_size=result.workspace_size)
+    return workspace, Composite(OP, executor.tiling, steps, api=API, tensors=tensors, workspace_size=workspace)
 
 
 def run(workspace, workspace_size, executor, stream=None, check=None) -> None:

@@ -5,6 +5,7 @@ import argparse
 
 import numpy as np
 
+from tiling import moe_init_routing_v2_grad as l0_tiling_op
 from tiling import moe_token_permute_grad as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
@@ -19,6 +20,16 @@ def _descs(a: argparse.Namespace) -> dict:
     k = index_topk(a, NAME)
     return dict(permuted_output_grad=TensorDesc((kept_rows(a, a.tokens * k), a.hidden), as_dtype(a.dtype)),
                 sorted_indices=TensorDesc((a.tokens * k,), np.int32), num_topk=k, padded_mode=False)
+
+
+def _tiling(args: dict, soc):
+    """The tiling a launch runs: T-G on 910B / 910_93; on 950 the l0 MoeInitRoutingV2Grad's, with the arguments
+    the aclnn hands it (topK = num_topk, dropPadMode 0, activeNum = rows of the gradient)."""
+    if not soc.is_regbase:
+        return tiling_op(*args.values(), soc=soc)
+    g, s, k = args["permuted_output_grad"], args["sorted_indices"], int(args["num_topk"])
+    out = TensorDesc((s.shape[0] // k if k > 0 else 0, g.shape[-1]), g.dtype)
+    return l0_tiling_op(g, s, k, 0, g.shape[0], grad_x_out=out, soc=soc)
 
 
 def _inputs(a: argparse.Namespace) -> dict:
@@ -54,7 +65,7 @@ SPEC = OpSpec(
     order=70,
     descs=_descs,
     make_inputs=_inputs,
-    tiling=lambda args, soc: tiling_op(*args.values(), soc=soc),
+    tiling=_tiling,
     get_workspace_size=lambda args, outs, soc: get_workspace_size(*args.values(), *outs, soc=soc),
     run=run,
     outputs=lambda args, soc: (allocate_outputs(args["permuted_output_grad"], args["sorted_indices"],
