@@ -21,9 +21,10 @@ On the 950 MoeTokenPermute has no kernel of its own: the aclnn builds an executo
 Status codes: the aclnn's own checks give 161001 / 161002 (see ops/permute/__init__.py); a failing l0
 tiling or Slice makes the l0 call return nullptr, which the aclnn reports as 561103.
 
-The intermediates are filled with the simulator's poison pattern (layout.POISON: NaN in every float format,
-a huge int32) before each run, so rows the kernels do not write -- the slots of expert ids outside
-[0, 10240), which MoeInitRoutingV3 drops -- show up in the sliced outputs instead of passing for data.
+The intermediate rows the kernels do not write -- past the expert total count, as many as the slots of expert
+ids outside [0, 10240), which MoeInitRoutingV3 drops -- get the simulator's poison pattern (layout.POISON: NaN in
+every float format) after the launch, so they show up in the sliced outputs instead of passing for data. When a
+Slice would take a whole intermediate, the caller's array stands for it (the copy onto itself is skipped).
 """
 from __future__ import annotations
 
@@ -54,12 +55,25 @@ def _poison(arr: np.ndarray) -> None:
     raw.view(np.uint16)[:] = POISON_PAIR
 
 
-def _poison_step(arrays) -> HostStep:
-    """Stands for the executor's AllocTensor of the intermediates: device memory holds whatever was there."""
+def _intermediate(shape: tuple, caller: np.ndarray, dtype=None) -> np.ndarray:
+    """An intermediate tensor of the chain. When the Slice of it would be the whole tensor and the caller's array
+    has its shape and dtype, the caller's array itself stands for it: Slice + ViewCopy then copy every byte onto
+    itself, so the simulator skips them (the result is the same, without a second pass over the output)."""
+    dtype = np.dtype(dtype if dtype is not None else caller.dtype)
+    if caller.shape == tuple(shape) and caller.dtype == dtype:
+        return caller
+    return np.empty(shape, dtype=dtype)
+
+
+def _poison_unwritten_step(counts: np.ndarray, arrays) -> HostStep:
+    """The intermediates' rows MoeInitRoutingV3 does not write (its gather stops at the expert total count, the
+    sum of `counts`): device memory there holds whatever was left, here the poison pattern."""
     def run():
+        kept = int(counts.sum())
         for a in arrays:
-            _poison(a)
-    return HostStep("AllocIntermediateTensors", run)
+            if a.ndim and a.shape[0] > kept:
+                _poison(a[kept:])
+    return HostStep("unwritten rows of the intermediates", run)
 
 
 def _slice_copy(api: str, name: str, src: np.ndarray, dst: np.ndarray) -> HostStep:
@@ -67,6 +81,8 @@ def _slice_copy(api: str, name: str, src: np.ndarray, dst: np.ndarray) -> HostSt
     if dst.ndim != src.ndim or any(d > s for d, s in zip(dst.shape, src.shape)):
         _l0_fail(api, "Slice", f"{name} has shape {dst.shape}, which is not a leading slice of the "
                                f"MoeInitRoutingV3 result of shape {src.shape}")
+    if src is dst:
+        return HostStep(f"l0op::Slice + l0op::ViewCopy ({name})", lambda: None)
     region = src[tuple(slice(0, d) for d in dst.shape)]
     return HostStep(f"l0op::Slice + l0op::ViewCopy ({name})", lambda: np.copyto(dst, region))
 
@@ -92,8 +108,8 @@ def v3_chain(api: str, op: str, tokens, indices, permute_out, sorted_out, scale_
     if permute_out.ndim < 1:
         _l0_fail(api, "MoeInitRoutingV3", f"permute_tokens_out must have at least one dimension, got shape "
                                           f"{permute_out.shape}")
-    x_full = np.empty((full,) + permute_out.shape[1:], dtype=permute_out.dtype)
-    row_full = np.empty((full,), dtype=_I32)
+    x_full = _intermediate((full,) + permute_out.shape[1:], permute_out)
+    row_full = _intermediate((full,), sorted_out, _I32)
     counts = np.empty((V3_EXPERT_NUM,), dtype=_I64)
     if quant_mode == -1:
         scale_full = np.empty((full,), dtype=np.float32)
@@ -101,7 +117,7 @@ def v3_chain(api: str, op: str, tokens, indices, permute_out, sorted_out, scale_
         if scale_out.ndim < 1:
             _l0_fail(api, "MoeInitRoutingV3", f"expanded_scale_out must have at least one dimension, got shape "
                                               f"{scale_out.shape}")
-        scale_full = np.empty((full,) + scale_out.shape[1:], dtype=scale_out.dtype)
+        scale_full = _intermediate((full,) + scale_out.shape[1:], scale_out)
     try:
         workspace, l0_exec = v3.get_workspace_size(
             tokens, idx, None, None, active_num=full, expert_capacity=0, expert_num=V3_EXPERT_NUM, drop_pad_mode=0,
@@ -111,8 +127,8 @@ def v3_chain(api: str, op: str, tokens, indices, permute_out, sorted_out, scale_
             soc=soc, mx_scale_rule=mx_scale_rule)
     except AclnnError as e:
         _l0_fail(api, "MoeInitRoutingV3", e.message)
-    steps.append(_poison_step((x_full, row_full, scale_full)))
     steps.append(KernelStep("l0op::MoeInitRoutingV3", l0_exec))
+    steps.append(_poison_unwritten_step(counts, (x_full, scale_full)))
     steps.append(_slice_copy(api, "permute_tokens_out", x_full, permute_out))
     steps.append(_slice_copy(api, "sorted_indices_out", row_full, sorted_out))
     if quant_mode != -1:
