@@ -37,3 +37,4 @@ from .regbase import (CMP_EQ as R_CMP_EQ, CMP_GE as R_CMP_GE, CMP_GT as R_CMP_GT
                       vec_scope_begin, vec_scope_end, vgather_mask, vinterleave, vmask_and, vmax, vmin, vmul, vmuls,
                       vreduce_max, vreduce_min, vreduce_sum, vreg_f32, vreg_i16, vreg_i32, vreg_i8, vreg_u16,
                       vreg_u32, vreg_u8, vselect, vsub)   # MicroAPI (arch35 __VEC_SCOPE__ register instructions)
+from .regbase import reg_load_align, vcast_b16_to_f32, vunpack_u16_to_u32  # noqa: F401,E402   (MoeFinalizeRoutingV2 VFs)
