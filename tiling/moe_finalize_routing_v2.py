@@ -167,7 +167,11 @@ def ub_plan(key: int, f: dict, s: _Shape) -> tuple[UbBuffer, ...]:
         kh = _round_up(rf * k * h, t) * t
         idx = _round_up(rf * k, 4) * 4
         if k == 1:
-            rows += [que("expandedXQue", kh), que("expandedRowIdxQue", idx)]
+            # Deviation: InitBuffer gives RoundUp<T>(rowFactor * h) elements, but ProcessYWithInputK1 puts the rows
+            # hAligned apart and so writes up to rowFactor * (hAligned - h) elements past it (into the queue's other
+            # buffer or the index queue, whose live part it does not reach); the simulated buffer holds what is
+            # written.
+            rows += [que("expandedXQue", max(kh, rf * f["h_aligned"] * t)), que("expandedRowIdxQue", idx)]
         else:
             rows.append(que("expandedXQue", k * f["h_aligned"] * t))
         rows.append(y(rf * h))
