@@ -1,8 +1,11 @@
 """MoeFinalizeRoutingV2RowKHFullLoad (arch35/moe_finalize_routing_v2_row_k_h_full_load.h), keys 30020 / 30021 /
 30022.
 
-The whole expanded_x (row * k * h elements in the dropless modes, as the kernel copies it: the first row * k rows
-whatever expanded_x's own length) is copied into UB once; per loop rowFactor tokens of y are made, each valid slot
+The whole expanded_x is copied into UB once: the kernel copies row * k * h elements (dropless modes) whatever
+expanded_x's own length. Deviation: where expanded_x has fewer rows (activeNum < row * k) the hardware reads unrelated
+GM past its end into rows no valid index reaches (they are >= activeNum); the model copies only activeNum rows. Where
+it has more, a valid index >= row * k points past the UB copy (an OutOfBoundsError here, unrelated UB on the chip).
+Then per loop rowFactor tokens of y are made, each valid slot
 added by one VF straight from that copy (unaligned row starts), its scale read from UB by the scalar unit.
 """
 from __future__ import annotations
@@ -23,7 +26,7 @@ BUFFERS_SCALES = BUFFERS + ("scalesQue",)
 def row_k_h_full_load_stage(c, td, gm, tmpl):
     """Process()."""
     x_local = asc.alloc_tensor(c, X_QUE, asc.ub_like(c, gm.expanded_x))
-    copy_in(c, x_local, asc.gm_at(gm.expanded_x, 0), td.row * td.k * td.h)
+    copy_in(c, x_local, asc.gm_at(gm.expanded_x, 0), min(td.row * td.k, td.active_num) * td.h)
     asc.en_que(c, X_QUE, x_local)
     x_local = asc.de_que(c, X_QUE, asc.ub_like(c, gm.expanded_x))
     last = c.block_idx == c.block_num - 1
