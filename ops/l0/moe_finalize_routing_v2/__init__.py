@@ -20,7 +20,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from ascend_sim.dtypes import DT_FLOAT, dt_of
+from ascend_sim.datacopy import GlobalTensor
+from ascend_sim.dtypes import DT_FLOAT, dt_of, gm_view
 from tiling import get_soc
 from tiling.moe_finalize_routing_v2 import FIELDS, moe_finalize_routing_v2 as _tiling
 
@@ -30,7 +31,7 @@ from .kernel import GmTensors, Template, kernel_for
 
 OP = "MoeFinalizeRoutingV2"
 API = "l0op::MoeFinalizeRoutingV2"
-GM_NAMES = ("expanded_x", "expanded_row_idx", "scales", "y")
+GM_NAMES = ("expanded_x", "expanded_row_idx", "scales", "y")   # by GM id (both scales views are id 2)
 # named after the C++ struct; the class must be importable under its own name for numba's disk cache
 MoeFinalizeRoutingV2RegbaseTilingData = namedtuple("MoeFinalizeRoutingV2RegbaseTilingData", FIELDS)
 
@@ -41,6 +42,13 @@ def _ub_advice(result) -> str:
     f = result.fields
     return (f"template {result.tiling_key // 10000 * 10000} holds rowFactor {f['row_factor']} tokens of "
             f"hFactor {f['h_factor']} elements; a larger ub_size in a custom profile gives more per loop")
+
+
+def _scales_views(sa):
+    """GM views of the scales' bytes as uint16 and as float32 (whole words; the view S does not have is unused)."""
+    raw = np.zeros(0, np.uint8) if sa is None else gm_view(sa).reshape(-1).view(np.uint8)
+    return (GlobalTensor(raw[: raw.size - raw.size % 2].view(np.uint16), 2, 0),
+            GlobalTensor(raw[: raw.size - raw.size % 4].view(np.float32), 2, 0))
 
 
 def get_workspace_size(expanded_x, expanded_row_idx, x1=None, x2=None, bias=None, scales=None, expert_idx=None, *,
@@ -68,8 +76,7 @@ def get_workspace_size(expanded_x, expanded_row_idx, x1=None, x2=None, bias=None
     f = result.fields
     kernel = kernel_for(result.tiling_key, sa is not None, f["k"])
     td = MoeFinalizeRoutingV2RegbaseTilingData(*f.values())
-    gm = GmTensors(gm_tensor(xa, 0), gm_tensor(idx, 1, np.int32),
-                   gm_tensor(sa, 2, np.float32), gm_tensor(y, 3))
+    gm = GmTensors(gm_tensor(xa, 0), gm_tensor(idx, 1, np.int32), *_scales_views(sa), gm_tensor(y, 3))
     tmpl = Template(dt_of(xa.dtype), DT_FLOAT if sa is None else dt_of(sa.dtype), int(sa is not None), mode)
     links = (IndexLink("expanded_row_idx", "expanded_x", f["h"], xa.shape[0]),)
     executor = Executor(OP, result, kernel, (td, gm, tmpl), GM_NAMES, api=API, tensors=tensors,

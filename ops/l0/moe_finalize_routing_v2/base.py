@@ -6,8 +6,9 @@ or per valid k, one 64-lane register at a time:
 
     y[i] = y[i] + x[i] * s        (Mul then Add, two roundings; y starts at +0.0)
 
-Tokens and scales arrive as carriers (uint16 bits for fp16 / bf16, float32); `x_t` / `s_t` are their ge dtype
-codes. Registers: expandedX 0, y 2, src 3, scaleReg 4, tmp (b16) 5, tmpUnPack 6; masks pregLoop 0, pregMain 1.
+Tokens arrive as carriers (uint16 bits for fp16 / bf16, float32); scales as two views of the same GM bytes
+(GmTensors.scales_u16 / scales_f32) so that a stage compiles once per token carrier whatever S is; `x_t` / `s_t`
+are the ge dtype codes. Registers: expandedX 0, y 2, src 3, scaleReg 4, tmp (b16) 5, tmpUnPack 6; masks pregLoop 0, pregMain 1.
 """
 from __future__ import annotations
 
@@ -63,14 +64,48 @@ def _load_input_unalign(c, dst, src, offset, x_t, mask, stride):
 
 
 @aicore
-def _load_with_brc(c, dst, src, offset, s_t, mask):
-    """LoadInputDataWithBrc<S>: one scale broadcast to every lane, b16 widened."""
+def _load_with_brc(c, dst, scales_local, offset, s_t, mask):
+    """LoadInputDataWithBrc<S>: one scale broadcast to every lane, b16 widened (scales_local: the uint16 view)."""
     if s_t == asc.DT_FLOAT:
-        asc.reg_load(c, dst, src, offset, asc.LOAD_BRC)
+        asc.reg_load(c, dst, asc.view_as(c, scales_local, asc.ub_f32(c)), offset, asc.LOAD_BRC)
     else:
         tmp = asc.vreg_u16(c, 5)
-        asc.reg_load(c, tmp, src, offset, asc.LOAD_BRC)
+        asc.reg_load(c, tmp, scales_local, offset, asc.LOAD_BRC)
         asc.vcast_b16_to_f32(c, dst, tmp, s_t, asc.LAYOUT_ZERO, mask)
+
+
+@aicore
+def scales_copy_in(c, gm, s_t, scales_local, first, n):
+    """CopyIn of n scales from scale `first` (scales_local: the uint16 view of the buffer)."""
+    if s_t == asc.DT_FLOAT:
+        copy_in(c, asc.view_as(c, scales_local, asc.ub_f32(c)), asc.gm_at(gm.scales_f32, first), n)
+    else:
+        copy_in(c, scales_local, asc.gm_at(gm.scales_u16, first), n)
+
+
+@aicore
+def get_scale(c, s_t, scales_local, i):
+    """scalesLocal.GetValue(i) as its carrier holds it (fp32 value or b16 bits), widened to a float64 scalar."""
+    if s_t == asc.DT_FLOAT:
+        return np.float64(asc.get_value(c, asc.view_as(c, scales_local, asc.ub_f32(c)), i))
+    return np.float64(asc.get_value(c, scales_local, i))
+
+
+@aicore
+def set_scale(c, s_t, scales_local, i, v):
+    """scalesLocal.SetValue(i, v) for a value from get_scale."""
+    if s_t == asc.DT_FLOAT:
+        asc.set_value(c, asc.view_as(c, scales_local, asc.ub_f32(c)), i, np.float32(v))
+    else:
+        asc.set_value(c, scales_local, i, np.uint16(v))
+
+
+@aicore
+def get_scale_gm(c, gm, s_t, i):
+    """scalesGm.GetValue(i), as get_scale."""
+    if s_t == asc.DT_FLOAT:
+        return np.float64(asc.get_value(c, gm.scales_f32, i))
+    return np.float64(asc.get_value(c, gm.scales_u16, i))
 
 
 @aicore

@@ -9,7 +9,8 @@ from __future__ import annotations
 import ascend_sim.kernel_api as asc
 from ascend_sim._jit import aicore, global_aicore
 
-from .base import copy_in, cast_y, process_expand_x_scale_optimized, skipped, store_y, zero_y
+from .base import (cast_y, copy_in, get_scale, process_expand_x_scale_optimized, scales_copy_in, set_scale, skipped,
+                   store_y, zero_y)
 
 X_QUE, Y_QUE, SCALES_QUE = 0, 1, 2
 BUFFERS = ("expandedXQue", "yQue")
@@ -26,7 +27,7 @@ def _copy_expanded_x_and_scales(c, td, gm, tmpl, x_local, scales_local, row_base
             continue
         copy_in(c, x_local[valid_k * td.h_aligned:], asc.gm_at(gm.expanded_x, idx * td.h), td.h)
         if tmpl.has_scales:
-            asc.set_value(c, scales_local, valid_k, asc.get_value(c, scales_local, k_inner))
+            set_scale(c, tmpl.s_t, scales_local, valid_k, get_scale(c, tmpl.s_t, scales_local, k_inner))
         valid_k += 1
     return valid_k
 
@@ -39,12 +40,12 @@ def _process_y_with_input(c, td, gm, tmpl, y_local, row_outer, row_inner_loop):
         for k_outer in range(td.k_loop):
             cur_k = td.tail_k_factor if k_outer == td.k_loop - 1 else td.k_factor
             row_base = (core_rows + row_inner) * td.k + k_outer * td.k_factor
-            scales_local = asc.ub_like(c, gm.scales)
+            scales_local = asc.ub_u16(c)
             if tmpl.has_scales:
-                scales_local = asc.alloc_tensor(c, SCALES_QUE, asc.ub_like(c, gm.scales))
-                copy_in(c, scales_local, asc.gm_at(gm.scales, row_base), cur_k)
+                scales_local = asc.alloc_tensor(c, SCALES_QUE, asc.ub_u16(c))
+                scales_copy_in(c, gm, tmpl.s_t, scales_local, row_base, cur_k)
                 asc.en_que(c, SCALES_QUE, scales_local)
-                scales_local = asc.de_que(c, SCALES_QUE, asc.ub_like(c, gm.scales))
+                scales_local = asc.de_que(c, SCALES_QUE, asc.ub_u16(c))
             x_local = asc.alloc_tensor(c, X_QUE, asc.ub_like(c, gm.expanded_x))
             valid_k = _copy_expanded_x_and_scales(c, td, gm, tmpl, x_local, scales_local, row_base, cur_k)
             asc.en_que(c, X_QUE, x_local)

@@ -5,12 +5,10 @@ row is copied in and added (times its scale, read from GM by the scalar unit) by
 """
 from __future__ import annotations
 
-import numpy as np
-
 import ascend_sim.kernel_api as asc
 from ascend_sim._jit import global_aicore
 
-from .base import copy_in, cast_y, process_expand_x_scale, skipped, store_y, zero_y
+from .base import cast_y, copy_in, get_scale_gm, process_expand_x_scale, skipped, store_y, zero_y
 
 X_QUE, Y_QUE = 0, 1
 BUFFERS = ("expandedXQue", "yQue")
@@ -36,9 +34,9 @@ def h_partial_load_stage(c, td, gm, tmpl):
                 x_local = asc.alloc_tensor(c, X_QUE, asc.ub_like(c, gm.expanded_x))
                 copy_in(c, x_local, asc.gm_at(gm.expanded_x, idx * td.h + h_idx * td.h_factor), h_factor)
                 asc.en_que(c, X_QUE, x_local)
-                scale = np.float32(0.0)
+                scale = 0.0
                 if tmpl.has_scales:
-                    scale = asc.get_value(c, gm.scales, offset)     # the scale offset is the index offset
+                    scale = get_scale_gm(c, gm, tmpl.s_t, offset)   # the scale offset is the index offset
                 x_local = asc.de_que(c, X_QUE, asc.ub_like(c, gm.expanded_x))
                 process_expand_x_scale(c, y_local, 0, x_local, 0, scale, tmpl.has_scales, tmpl.x_t, tmpl.s_t,
                                        h_factor)

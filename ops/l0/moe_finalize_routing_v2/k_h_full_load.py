@@ -11,7 +11,8 @@ from __future__ import annotations
 import ascend_sim.kernel_api as asc
 from ascend_sim._jit import aicore, global_aicore
 
-from .base import copy_in, cast_y, process_expand_x_scale_optimized, skipped, store_y, zero_y
+from .base import (cast_y, copy_in, get_scale, process_expand_x_scale_optimized, scales_copy_in, set_scale, skipped,
+                   store_y, zero_y)
 
 # queue indices per InitBuffer order: k == 1 has the index queue second
 X_QUE = 0
@@ -34,8 +35,8 @@ def _process_y_with_input(c, td, gm, tmpl, y_local, scales_local, first_row, row
                 continue
             copy_in(c, x_local[valid_k * td.h_aligned:], asc.gm_at(gm.expanded_x, idx * td.h), td.h)
             if tmpl.has_scales:
-                asc.set_value(c, scales_local, row_inner * td.k + valid_k,
-                              asc.get_value(c, scales_local, row_inner * td.k + k_idx))
+                set_scale(c, tmpl.s_t, scales_local, row_inner * td.k + valid_k,
+                          get_scale(c, tmpl.s_t, scales_local, row_inner * td.k + k_idx))
             valid_k += 1
         asc.en_que(c, X_QUE, x_local)
         x_local = asc.de_que(c, X_QUE, asc.ub_like(c, gm.expanded_x))
@@ -81,12 +82,12 @@ def k_h_full_load_stage(c, td, gm, tmpl):
     for row_outer in range(row_outer_loop):
         row_inner_loop = tail_row_factor if row_outer == row_outer_loop - 1 else td.row_factor
         first_row = c.block_idx * td.row_of_former_block + row_outer * td.row_factor
-        scales_local = asc.ub_like(c, gm.scales)
+        scales_local = asc.ub_u16(c)
         if tmpl.has_scales:
-            scales_local = asc.alloc_tensor(c, scales_que, asc.ub_like(c, gm.scales))
-            copy_in(c, scales_local, asc.gm_at(gm.scales, first_row * td.k), row_inner_loop * td.k)
+            scales_local = asc.alloc_tensor(c, scales_que, asc.ub_u16(c))
+            scales_copy_in(c, gm, tmpl.s_t, scales_local, first_row * td.k, row_inner_loop * td.k)
             asc.en_que(c, scales_que, scales_local)
-            scales_local = asc.de_que(c, scales_que, asc.ub_like(c, gm.scales))
+            scales_local = asc.de_que(c, scales_que, asc.ub_u16(c))
         idx_local = asc.ub_i32(c)
         if k1:
             idx_local = asc.alloc_tensor(c, idx_que, asc.ub_i32(c))

@@ -4,8 +4,8 @@ mode (tens digit) and the scales' type S (units: 0 fp32 or none, 1 fp16, 2 bf16)
 
 Each template is one TPipe whose InitBuffer calls depend on the inputs present (scales) and, for K-H full load, on
 k == 1: one Kernel per (template, scales present, k == 1) with the buffers of tiling.moe_finalize_routing_v2's
-ub_plan. The stages take (c, td, gm, tmpl); the tensors are carriers (uint16 for fp16 / bf16, float32), so a stage
-compiles once per (token carrier, scales carrier).
+ub_plan. The stages take (c, td, gm, tmpl); the tokens are carriers (uint16 for fp16 / bf16, float32) and the
+scales come as both views of their bytes, so a stage compiles once per token carrier.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ OP = "MoeFinalizeRoutingV2"
 GmTensors = namedtuple("GmTensors", [
     "expanded_x",           # (R * H) tokens, carrier of T
     "expanded_row_idx",     # (row * k) int32
-    "scales",               # (row * k) carrier of S; empty float32 when absent
+    "scales_u16",           # (row * k) scales as uint16 (the carrier of fp16 / bf16 S); empty when absent
+    "scales_f32",           # the same GM bytes as float32 (the carrier of fp32 S)
     "y",                    # (row * H) output, carrier of T
 ])
 

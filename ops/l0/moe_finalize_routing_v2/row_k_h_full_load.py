@@ -10,12 +10,10 @@ added by one VF straight from that copy (unaligned row starts), its scale read f
 """
 from __future__ import annotations
 
-import numpy as np
-
 import ascend_sim.kernel_api as asc
 from ascend_sim._jit import global_aicore
 
-from .base import copy_in, cast_y, process_expand_x_scale, skipped, store_y, zero_y
+from .base import cast_y, copy_in, get_scale, process_expand_x_scale, scales_copy_in, skipped, store_y, zero_y
 
 X_QUE, Y_QUE, SCALES_QUE = 0, 1, 2
 BUFFERS = ("expandedXQue", "yQue")
@@ -35,12 +33,12 @@ def row_k_h_full_load_stage(c, td, gm, tmpl):
     for row_outer in range(row_outer_loop):
         row_inner_loop = tail_row_factor if row_outer == row_outer_loop - 1 else td.row_factor
         first_row = c.block_idx * td.row_of_former_block + row_outer * td.row_factor
-        scales_local = asc.ub_like(c, gm.scales)
+        scales_local = asc.ub_u16(c)
         if tmpl.has_scales:
-            scales_local = asc.alloc_tensor(c, SCALES_QUE, asc.ub_like(c, gm.scales))
-            copy_in(c, scales_local, asc.gm_at(gm.scales, first_row * td.k), row_inner_loop * td.k)
+            scales_local = asc.alloc_tensor(c, SCALES_QUE, asc.ub_u16(c))
+            scales_copy_in(c, gm, tmpl.s_t, scales_local, first_row * td.k, row_inner_loop * td.k)
             asc.en_que(c, SCALES_QUE, scales_local)
-            scales_local = asc.de_que(c, SCALES_QUE, asc.ub_like(c, gm.scales))
+            scales_local = asc.de_que(c, SCALES_QUE, asc.ub_u16(c))
         y_local = asc.alloc_tensor(c, Y_QUE, asc.ub_f32(c))
         zero_y(c, y_local, row_inner_loop * td.h)
         # ProcessYWithInput
@@ -49,9 +47,9 @@ def row_k_h_full_load_stage(c, td, gm, tmpl):
                 idx = asc.get_value(c, gm.expanded_row_idx, (first_row + row_inner) * td.k + k_idx)
                 if skipped(idx, td.active_num, tmpl.drop_pad_mode):
                     continue
-                scale = np.float32(0.0)
+                scale = 0.0
                 if tmpl.has_scales:
-                    scale = asc.get_value(c, scales_local, row_inner * td.k + k_idx)
+                    scale = get_scale(c, tmpl.s_t, scales_local, row_inner * td.k + k_idx)
                 process_expand_x_scale(c, y_local, row_inner * td.h, x_local, idx * td.h, scale, tmpl.has_scales,
                                        tmpl.x_t, tmpl.s_t, td.h)
         cast_y(c, y_local, tmpl.x_t, row_inner_loop * td.h)
