@@ -47,8 +47,10 @@ def _ub_advice(result) -> str:
 def _scales_views(sa):
     """GM views of the scales' bytes as uint16 and as float32 (whole words; the view S does not have is unused)."""
     raw = np.zeros(0, np.uint8) if sa is None else gm_view(sa).reshape(-1).view(np.uint8)
-    return (GlobalTensor(raw[: raw.size - raw.size % 2].view(np.uint16), 2, 0),
-            GlobalTensor(raw[: raw.size - raw.size % 4].view(np.float32), 2, 0))
+    u16, f32 = raw[: raw.size - raw.size % 2].view(np.uint16), raw[: raw.size - raw.size % 4].view(np.float32)
+    for v in (u16, f32):
+        v.setflags(write=False)     # read-only like the launch's other inputs: one numba type with or without scales
+    return GlobalTensor(u16, 2, 0), GlobalTensor(f32, 2, 0)
 
 
 def get_workspace_size(expanded_x, expanded_row_idx, x1=None, x2=None, bias=None, scales=None, expert_idx=None, *,
