@@ -209,11 +209,13 @@ def moe_finalize_routing_v2(expanded_x, expanded_row_idx, x1=None, x2=None, bias
     (row*k,) int32; x1 / x2 (row, H) and bias (E, H) in expanded_x's dtype; scales (row, k) fp32 / fp16 / bf16;
     expert_idx (row, k) int32; y_out (row, H) in expanded_x's dtype (default: that shape). Anything with .shape
     and .dtype, or TensorDesc; None for an absent optional input. Raises TilingError (561002) exactly where the
-    real tiling returns GRAPH_FAILED. Sizes in elements, the workspace in bytes.
+    real tiling returns GRAPH_FAILED; NotImplementedError on an A2 / A3 profile. Sizes in elements, the workspace in
+    bytes.
     """
     soc = get_soc(soc)
     if not soc.is_regbase:
-        _fail(f"the arch35 tiling serves Ascend 950 only, not {soc.name} (the membase tiling is not modelled)")
+        # A2 / A3 run the membase template (another struct and keys), which is not modelled
+        raise NotImplementedError(f"{OP}: only the arch35 (Ascend 950) tiling is modelled, not {soc.name}'s")
     xd, idx = _desc(expanded_x), _desc(expanded_row_idx)
     x1d, x2d, bd, sd, ed = (_desc(t) for t in (x1, x2, bias, scales, expert_idx))
     if xd is None or idx is None:
