@@ -154,3 +154,21 @@ def test_unmodelled_inputs_are_refused_after_the_tiling():
         l0.get_workspace_size(x, s, x1=np.zeros((5, 64), F32), scales=probs, drop_pad_mode=2, y_out=y, soc=SMALL)
     with pytest.raises(NotImplementedError):
         l0.get_workspace_size(x, s, scales=probs, drop_pad_mode=0, y_out=y, soc=SMALL)
+
+
+ALL_PAIRS = [(t, p) for t in ("bf16", "fp16", "fp32") for p in ("bf16", "fp16", "fp32", None)]
+
+
+@pytest.mark.parametrize("tok,prob", ALL_PAIRS, ids=[f"{t}-{p or 'noprobs'}" for t, p in ALL_PAIRS])
+def test_every_dtype_pair_on_every_template(tok, prob):
+    """The twelve (tokens, probs) pairs, each on the four templates of the 16 KiB profile (topK 3 with probs)."""
+    top_k = 1 if prob is None else 3
+    keys = set()
+    first = [16]
+    for hi in (4000, 12000, 40000):            # the first hidden size of each following template
+        first.append(_cut(top_k, tok, prob, first[-1], hi) + 1)
+    for hidden in first:
+        x, s, probs = _inputs(10 * top_k, hidden, 10, top_k, tok, prob, seed=hidden + top_k,
+                              drop=0 if prob is None else 2, minus_one=0 if prob is None else 1)
+        keys.add(_check(x, s, probs, SMALL).tiling.tiling_key // 10000)
+    assert keys == {1, 2, 3, 4}
