@@ -1,9 +1,9 @@
 """l0op::MoeFinalizeRoutingV2 on Ascend 950: the arch35 kernels aclnnMoeTokenUnpermute launches (dropPadMode 2,
 scales = probs or none, no x1 / x2 / bias / expert_idx).
 
-    y[r] = sum over the valid slots j of token r, in slot order, of  expanded_x[expanded_row_idx[r*k + j]] * scales[r, j]
+    y[r] = sum over the valid slots j of token r, in slot order, of expanded_x[idx[r*k + j]] * scales[r, j]
 
-in fp32 from +0.0 (Mul then Add per slot; scales 1 and k 1 without scales), cast to T round-half-even. A slot is
+(idx = expanded_row_idx) in fp32 from +0.0 (Mul then Add per slot; scales 1 and k 1 without scales), cast to T round-half-even. A slot is
 valid unless its index is -1 or at / past activeNum = expanded_x.dim0 (the newest kernels' rule; other negative
 indices are read before expanded_x: OutOfBoundsError). Zero scales are multiplied, not skipped. Two quirks of the
 real templates are kept: K-H full load with k == 1 adds whatever its buffer holds for a skipped slot (undefined),

@@ -8,7 +8,8 @@ or per valid k, one 64-lane register at a time:
 
 Tokens arrive as carriers (uint16 bits for fp16 / bf16, float32); scales as two views of the same GM bytes
 (GmTensors.scales_u16 / scales_f32) so that a stage compiles once per token carrier whatever S is; `x_t` / `s_t`
-are the ge dtype codes. Registers: expandedX 0, y 2, src 3, scaleReg 4, tmp (b16) 5, tmpUnPack 6; masks pregLoop 0, pregMain 1.
+are the ge dtype codes. Registers: expandedX 0, y 2, src 3, scaleReg 4, tmp (b16) 5, tmpUnPack 6; masks
+pregLoop 0, pregMain 1.
 """
 from __future__ import annotations
 
