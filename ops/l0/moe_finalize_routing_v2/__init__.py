@@ -3,11 +3,16 @@ scales = probs or none, no x1 / x2 / bias / expert_idx).
 
     y[r] = sum over the valid slots j of token r, in slot order, of expanded_x[idx[r*k + j]] * scales[r, j]
 
-(idx = expanded_row_idx) in fp32 from +0.0 (Mul then Add per slot; scales 1 and k 1 without scales), cast to T round-half-even. A slot is
-valid unless its index is -1 or at / past activeNum = expanded_x.dim0 (the newest kernels' rule; other negative
-indices are read before expanded_x: OutOfBoundsError). Zero scales are multiplied, not skipped. Two quirks of the
-real templates are kept: K-H full load with k == 1 adds whatever its buffer holds for a skipped slot (undefined),
-and row-K-H full load copies row * k rows of expanded_x (rows past expanded_x's end are an OutOfBoundsError).
+(idx = expanded_row_idx) in fp32 from +0.0 (Mul then Add per slot; scales 1 and k 1 without scales), cast to T
+round-half-even. A slot is valid unless its index is -1 or at / past activeNum = expanded_x.dim0 (the newest
+kernels' rule; other negative indices are read before expanded_x: OutOfBoundsError). Zero scales are multiplied,
+not skipped. Quirks of the real templates that are kept or bounded (see their modules): K-H full load with k == 1
+adds whatever its buffer holds for a skipped slot (undefined) and lays its rows hAligned apart, past its
+InitBuffer size; row-K-H full load copies row * k rows of expanded_x whatever its length (the model copies the
+rows that exist; a valid index past row * k is an OutOfBoundsError).
+
+Sources: the Dec 2025 snapshot (cannmirror) for the tiling struct and the kernels' structure, the newest hicann
+kernels for the skip rule and the k == 1 MTE2 -> S event.
 
 Tiling: tiling.moe_finalize_routing_v2 (every check, all four drop-pad modes). The kernels model dropPadMode 2
 (READ_INDEX_BY_ROW, what the family passes) without x1 / x2 / bias / expert_idx; other inputs end in
