@@ -39,3 +39,4 @@ from .regbase import (CMP_EQ as R_CMP_EQ, CMP_GE as R_CMP_GE, CMP_GT as R_CMP_GT
                       vreg_u32, vreg_u8, vselect, vsub)   # MicroAPI (arch35 __VEC_SCOPE__ register instructions)
 from .regbase import (reg_load_unpack_b16, reg_store_pack_b32, vcast_f32_to_bf16,  # noqa: F401,E501
                       vcast_half_to_f32)   # MicroAPI: UNPACK_B16 load, PACK_B32 store, fp16 / bf16 <-> fp32 casts
+from .regbase import reg_load_align, vunpack_u16_to_u32  # noqa: F401,E402   (MoeFinalizeRoutingV2 VFs)

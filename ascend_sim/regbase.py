@@ -1501,3 +1501,51 @@ def reg_store_pack_b32(c, t, src, offset, mask):
             t[offset + i] = src[2 * i]
     note_ub_write(c, a + last * 2)
     return offset + HALF_LANES
+
+# --- MoeFinalizeRoutingV2 (arch35): the B16 load / unpack / widen of its VFs ---------------------------------------
+
+@aicore
+def reg_load_align(c, dst, t, offset, unpack):
+    """LoadAlign<T, DIST_NORM> (unpack False) or LoadAlign<b16, DIST_UNPACK_B16> (unpack True, dst and t 2-byte)
+    from the 32-byte aligned element `offset` of t. NORM fills every lane from VL bytes; UNPACK_B16 reads VL / 2
+    bytes (lanes / 2 elements) and puts element i in slot 2i, slot 2i + 1 zeroed (each in the low half of its
+    32-bit lane). The hardware reads the whole span whatever follows t in UB; here only the elements inside t are
+    read and the lanes past its end are zeroed (every VF that loads past a buffer's end masks those lanes off).
+    Returns offset + the elements of the span (POST_MODE_UPDATE)."""
+    lanes = dst.size
+    n = lanes // 2 if unpack else lanes
+    if not _instr(c, CALL_R_LOAD, KIND_LOAD):
+        return offset + n
+    if dst.itemsize != t.itemsize or (unpack and dst.itemsize != 2):
+        fault(c, F_ELEM_TYPE, CALL_R_LOAD, dst.itemsize, t.itemsize)
+        return offset + n
+    avail = t.size - offset
+    if avail > n:
+        avail = n
+    if avail < 1:
+        avail = 1           # the first element must lie in t (the fault names it)
+    a = _ub_span(c, CALL_R_LOAD, t, offset, avail * t.itemsize, 32)
+    if a < 0:
+        return offset + n
+    chk.ub(c, CALL_VF, PIPE_V, a, avail * t.itemsize, False)
+    for i in range(lanes):
+        dst[i] = 0
+    for i in range(avail):
+        if unpack:
+            dst[2 * i] = t[offset + i]
+        else:
+            dst[i] = t[offset + i]
+    return offset + n
+
+
+@aicore
+def vunpack_u16_to_u32(c, dst, src):
+    """MicroAPI::UnPack(RegTensor<uint32_t>& dst, RegTensor<uint16_t>& src) (lower half): uint16 element i of src
+    (i < 64) zero-extended into 32-bit lane i of dst (dst a vreg_u32)."""
+    if not _instr(c, CALL_R_CAST, KIND_CAST):
+        return
+    if src.itemsize != 2 or dst.itemsize != 4:
+        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+        return
+    for i in range(64):
+        dst[i] = src[i]

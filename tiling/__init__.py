@@ -19,3 +19,4 @@ from .moe_token_unpermute_grad import moe_token_unpermute_grad  # noqa: F401
 from .moe_token_unpermute_with_routing_map import moe_token_unpermute_with_routing_map  # noqa: F401
 from .moe_init_routing_v2 import moe_init_routing_v2  # noqa: F401
 from .moe_init_routing_v2_grad import moe_init_routing_v2_grad  # noqa: F401
+from .moe_finalize_routing_v2 import moe_finalize_routing_v2  # noqa: F401

@@ -15,8 +15,9 @@ Checks (InputParamCheck, GRAPH_FAILED -> 561002 through the inner aclnn), in the
 tokens not 2-D; probs not 2-D; L != probs dim 0 * dim 1; K > 512. (The 310P-only rules are not modelled:
 no 310P profile exists here.)
 
-Ascend 950 runs MoeFinalizeRoutingV2 instead (see ops.unpermute). On a 950 profile this function tiles
-the simulated kernel (T-G sized for the 950 cores and UB); its checks are those of the arch35
+Ascend 950 runs MoeFinalizeRoutingV2 instead (see ops.unpermute; its tiling is tiling.moe_finalize_routing_v2,
+which the 950 aclnn path uses). On a 950 profile this function still gives T-G sized for the 950 cores and UB
+(what this op's own tiling would say there; no 950 kernel uses it); its checks are those of the arch35
 MoeFinalizeRoutingV2 tiling that this call can reach (expanded_x 2-D with H > 0, scales 2-D with K > 0,
 expanded_row_idx 1-D with L // K > 0 rows and exactly rows * K entries, scales (rows, K)); there is no
 topK limit. The aclnn reports those failures as 561103 (the l0 operator returns nullptr).

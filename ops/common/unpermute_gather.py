@@ -43,19 +43,14 @@ permuted_tokens (R, H) input rows; sorted_indices (N*K) int32 (row of each slot)
 their own dtype, empty when the op has none (see gather_gm); unpermuted_tokens (N, H) output. gather_phase
 hands the stage the inputs read-only and probs as bytes."""
 
-GatherTemplate = namedtuple("GatherTemplate", ["token_t", "probs_t", "has_probs", "skip_negative", "used_core_num",
-                                               "arch35"])
+GatherTemplate = namedtuple("GatherTemplate", ["token_t", "probs_t", "has_probs", "skip_negative", "used_core_num"])
 """Template parameters of one instantiation:
 token_t: T1 as a ge dtype code (DT_BF16 / DT_FLOAT16 / DT_FLOAT);
 probs_t: T3 as a ge dtype code (equal to token_t when there are no probs);
 has_probs: the PROBS flag (0 / 1);
 skip_negative: 1 where the kernel also skips idx < 0 (PWRM-grad, UWRM [M26]), 0 otherwise;
 used_core_num: cores at or beyond it return at once (UWRM's gate: its block dim may exceed the cores the
-    gather uses); the other ops launch exactly this many cores;
-arch35: 1 gives the results of the Ascend 950 MoeFinalizeRoutingV2 kernels (arch35/, dropPadMode 2) that
-    MoeTokenUnpermute forwards to there: the accumulator starts from +0.0 and every kept slot is added (so
-    an all -0.0 sum is +0.0), a zero prob is not skipped (NaN * 0 = NaN reaches the sum), and the slot
-    value -1 (their INVALID_IDX) is skipped besides idx >= num_out_tokens."""
+    gather uses); the other ops launch exactly this many cores."""
 
 GatherTilingData = namedtuple("GatherTilingData", GATHER_FIELDS)
 """MoeTokenUnpermuteTilingData: the 12 fields every operator's struct carries (see tiling.unpermute_gather)."""
@@ -104,13 +99,10 @@ def _need_copy_in(c, td, tmpl, indices_local, probs_tensor, slot):
     valid = idx < td.num_out_tokens
     if tmpl.skip_negative and idx < 0:      # IsValidInputIndex / the "-1 sentinel" test
         valid = False
-    if tmpl.arch35 and idx == -1:           # INVALID_IDX of MoeFinalizeRoutingV2 (other negatives are read)
-        valid = False
     prob_value = np.float32(0.0)
     if tmpl.has_probs:
         prob_value = asc.get_value(c, probs_tensor, slot)
-        if not tmpl.arch35:                 # arch35 multiplies by a zero scale instead of skipping the row
-            valid = valid and prob_value != 0
+        valid = valid and prob_value != 0
     return valid, idx, prob_value
 
 
@@ -196,22 +188,15 @@ def _cal_part_out_token(c, td, gm, tmpl, out_gm, indices_local, probs_tensor, te
         token_tensor0 = asc.view_as(c, asc.alloc_tensor(c, OUTQUE, asc.ub_like(c, out_gm)), asc.ub_f32(c))
     else:
         token_tensor0 = temp0
-    first_added = start_token + 1
-    if tmpl.arch35:
-        # arch35: y := 0 (Duplicate), then y += x_k * s_k for every kept slot, slot 0 included
+    need_copy_in, token_idx, prob_value = _need_copy_in(c, td, tmpl, indices_local, probs_tensor, start_token)
+    if need_copy_in:
+        _copy_token_in(c, td, gm, token_idx, h_index, h_length)
+        asc.pipe_barrier(c, asc.PIPE_V)
+        _cal_first_token(c, gm, tmpl, token_tensor0, prob_value, h_length)
+    else:
         asc.pipe_barrier(c, asc.PIPE_V)
         asc.duplicate(c, token_tensor0, np.float32(0.0), h_length)
-        first_added = start_token
-    else:
-        need_copy_in, token_idx, prob_value = _need_copy_in(c, td, tmpl, indices_local, probs_tensor, start_token)
-        if need_copy_in:
-            _copy_token_in(c, td, gm, token_idx, h_index, h_length)
-            asc.pipe_barrier(c, asc.PIPE_V)
-            _cal_first_token(c, gm, tmpl, token_tensor0, prob_value, h_length)
-        else:
-            asc.pipe_barrier(c, asc.PIPE_V)
-            asc.duplicate(c, token_tensor0, np.float32(0.0), h_length)
-    for token_index in range(first_added, start_token + td.top_k):
+    for token_index in range(start_token + 1, start_token + td.top_k):
         need_copy_in, token_idx, prob_value = _need_copy_in(c, td, tmpl, indices_local, probs_tensor, token_index)
         if need_copy_in:
             _copy_token_in(c, td, gm, token_idx, h_index, h_length)
@@ -299,12 +284,12 @@ def gather_tiling_data(td) -> GatherTilingData:
     return GatherTilingData(*(int(get(name)) for name in GATHER_FIELDS))
 
 
-def gather_template(token_t: int, probs_t: int | None = None, *, skip_negative: bool, used_core_num: int,
-                    arch35: bool = False) -> GatherTemplate:
-    """GatherTemplate of one instantiation; probs_t None = no probs (PROBS false); arch35 see GatherTemplate."""
+def gather_template(token_t: int, probs_t: int | None = None, *, skip_negative: bool,
+                    used_core_num: int) -> GatherTemplate:
+    """GatherTemplate of one instantiation; probs_t None = no probs (PROBS false)."""
     has_probs = probs_t is not None
     return GatherTemplate(int(token_t), int(probs_t if has_probs else token_t), int(has_probs), int(skip_negative),
-                          int(used_core_num), int(arch35))
+                          int(used_core_num))
 
 
 def _read_only(g, as_bytes: bool = False):

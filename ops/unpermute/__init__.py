@@ -23,15 +23,15 @@ the simulator stops with OutOfBoundsError naming the index.
 Ascend 950 (IsRegbase): the hand-written path of the same aclnn. Checks in its order: padded_mode True ->
 161002; permuted_tokens, sorted_indices or out missing -> 161001; dtypes (tokens, probs and out bf16 / fp16 /
 fp32, out equal to the tokens, sorted_indices int32; each checked only when non-empty) -> 161002. Then the l0
-MoeFinalizeRoutingV2 (dropPadMode 2 "read index by row", k 1): empty out -> no launch; otherwise its tiling
-checks (expanded_x 2-D with H > 0; probs 2-D with K > 0; sorted_indices 1-D with L = N*K, N > 0; probs
-(N, K); out (N, H)) -> 561103, as the l0 returns nullptr. There is no topK limit. Steps:
-l0op::MoeFinalizeRoutingV2 [simulated kernel] then l0op::ViewCopy [host; moves nothing, the l0 wrote out].
-The simulated kernel is kernel G tiled by T-G for the 950 profile, with its `arch35` flag, which gives the
-real arch35 kernel's results (see GatherTemplate.arch35): slots equal to -1 are skipped,
-zero probs are multiplied (not skipped), the fp32 sum starts from +0.0. A topK so large that T-G cannot hold
-one token's indices (or a UB too small for one hidden piece) ends in UBOverflowError: the real kernel would
-run, the simulated one cannot.
+MoeFinalizeRoutingV2 (expandedX = permuted_tokens, expandedRowIdx = sorted_indices, scales = probs, dropPadMode 2
+"read index by row"): empty out -> no launch; otherwise its tiling checks (tiling.moe_finalize_routing_v2:
+expanded_x 2-D with H > 0; probs 2-D with K > 0; sorted_indices 1-D with L = N*K, N > 0; probs (N, K); out (N, H))
+-> 561103, as the l0 returns nullptr. There is no topK limit. Steps: l0op::MoeFinalizeRoutingV2 [simulated
+kernel: the arch35 templates of ops.l0.moe_finalize_routing_v2] then l0op::ViewCopy [host; moves nothing, the l0
+wrote out]. Its rules: slots equal to -1 or >= R are skipped, zero probs are multiplied (not skipped), the fp32 sum
+starts from +0.0. Two quirks of the real templates carry over (see that module): without probs (k 1) on the K-H
+full-load template a skipped slot adds stale UB, and the row-K-H full-load template copies N*K rows of
+permuted_tokens (R < N*K there is an OutOfBoundsError).
 """
 from __future__ import annotations
 
@@ -40,7 +40,6 @@ from collections import namedtuple
 import ml_dtypes
 import numpy as np
 
-from ascend_sim import UBOverflowError
 from ascend_sim.dtypes import dt_of
 from tiling import get_soc
 from tiling.moe_token_unpermute import FIELDS, L0_950, moe_token_unpermute as _tiling
@@ -51,6 +50,7 @@ from .._framework import (Composite, Executor, IndexLink, KernelStep, gm_tensor,
 from .._host import view_copy_step
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
 from ..common.unpermute_gather import gather_template
+from ..l0 import moe_finalize_routing_v2 as _l0_finalize
 from .kernel import GmTensors, kernel_for
 
 OP = "MoeTokenUnpermute"
@@ -65,6 +65,7 @@ FLOAT_DTYPES = (_F16, _BF16, _F32)
 # OpDef columns (permuted_tokens, sorted_indices, probs, unpermuted_tokens) for ascend910b / ascend910_93
 DTYPE_COLUMNS = [(t, _I32, p, t) for t in (_BF16, _F16, _F32) for p in (_BF16, _F16, _F32)]
 GM_NAMES = ("permuted_tokens", "sorted_indices", "probs", "unpermuted_tokens")
+DROP_PAD_MODE_ROW = 2     # dropPadMode "READ_INDEX_BY_ROW" the 950 path passes
 
 
 def _tokens_of(s, pr) -> int:
@@ -106,31 +107,16 @@ def _ub_advice(result) -> str:
             "custom profile (tiling.get_soc(..., ub_size=...)) gives longer pieces and chunks.")
 
 
-def _executor(result, p, s, pr, out, tensors, arch35: bool, api: str) -> Executor:
+def _executor(result, p, s, pr, out, tensors, api: str) -> Executor:
     """The launch of kernel G for this op (no kernel when nothing is to be written)."""
     tmpl = gather_template(dt_of(p.dtype), None if pr is None else dt_of(pr.dtype), skip_negative=False,
-                           used_core_num=result.block_dim, arch35=arch35)
+                           used_core_num=result.block_dim)
     gm = GmTensors(gm_tensor(p, 0), gm_tensor(s, 1, np.int32), None if pr is None else gm_tensor(pr, 2),
                    gm_tensor(out, 3))
     kernel = kernel_for(p.dtype == _F32, pr is not None, pr is not None and pr.dtype == _F32)
     links = (IndexLink("sorted_indices", "permuted_tokens", p.shape[1], p.shape[0]),)
     return Executor(OP, result, kernel, (TilingData(*result.fields.values()), gm, tmpl), GM_NAMES, api=api,
                     tensors=tensors, ub_advice=_ub_advice(result), index_links=links, writes=(out,))
-
-
-def _check_simulated_950_kernel_fits(result) -> None:
-    """T-G budgets UB for topK <= 512; the real 950 kernel has no such limit. Where T-G leaves no room for one
-    hidden piece or one token's slots the stand-in would write nothing: refuse instead of a wrong result."""
-    f = result.fields
-    if f["tokens_core_length"] + f["tokens_core_remain"] > 0 and (
-            f["hidden_splited_length"] <= 0 or (f["tokens_splited_length"] <= 0 and f["tokens_core_length"] > 0)):
-        soc = result.soc
-        raise UBOverflowError(
-            f"the simulated Ascend 950 kernel (kernel G tiled for {soc.ub_size} bytes of UB) cannot hold one hidden "
-            f"piece or the {f['top_k']} indices / probs of one token (hidden piece {f['hidden_splited_length']}, "
-            f"token chunk {f['tokens_splited_length']}); the real MoeFinalizeRoutingV2 kernel would run. Use a "
-            "larger ub_size in a custom profile (tiling.get_soc('ascend950', ub_size=...)) or a smaller topK / "
-            "hidden size", op=OP, tiling_key=result.tiling_key, capacity_bytes=soc.ub_size)
 
 
 def get_workspace_size(permuted_tokens, sorted_indices, probs=None, padded_mode=False, restore_shape=None,
@@ -166,7 +152,7 @@ def get_workspace_size(permuted_tokens, sorted_indices, probs=None, padded_mode=
         # past their zero-length UB buffers (the real kernel would read whatever is there)
         raise TilingError(f"{OP}: probs has 0 columns (topK 0) for {out.shape[0]} tokens: kernel G reads every "
                           "token's first slot unconditionally, which topK 0 leaves outside its index buffer")
-    executor = _executor(result, p, s, pr, out, tensors, arch35=False, api=API)
+    executor = _executor(result, p, s, pr, out, tensors, api=API)
     return result.workspace_size, executor
 
 
@@ -177,12 +163,11 @@ def _regbase(p, s, pr, out, soc, tensors):
     result = None
     if out.size:        # the l0 allocates y like out and launches nothing for an empty y
         try:
-            result = _tiling(p, s, pr, False, None, soc=soc)
-            _check_out_shape(out, p, s, pr, TilingError)
+            _, executor = _l0_finalize.get_workspace_size(p, s, scales=pr, drop_pad_mode=DROP_PAD_MODE_ROW, y_out=out,
+                                                          soc=soc)
         except TilingError as e:
             raise InnerNullptrError(f"l0op::{L0_950} returns nullptr: {e.message}") from None
-        _check_simulated_950_kernel_fits(result)
-        executor = _executor(result, p, s, pr, out, tensors, arch35=True, api=API)
+        result = executor.tiling
         steps.append(KernelStep(f"l0op::{L0_950}", executor))
     steps.append(view_copy_step(out, out))
     workspace = result.workspace_size if result is not None else 0

@@ -9,7 +9,8 @@ slot 0's term initialises it (+0.0 when slot 0 is not kept), every later kept te
 reads before the tensor).
 Ascend 950 (MoeFinalizeRoutingV2, dropPadMode 2): kept = S != -1 and S < R (zero probs are multiplied, so
 a NaN / Inf row under a zero prob gives NaN); the fp32 sum starts from +0.0. Other negative indices are
-outside the domain.
+outside the domain, and so is a skipped slot without probs where the tiling picks the K-H full-load template
+(that kernel adds whatever its buffer holds for it: see ops.l0.moe_finalize_routing_v2).
 Products are fp32 products of the widened operands; the cast is round half to even.
 """
 from __future__ import annotations

@@ -7,8 +7,8 @@ Every key is the same class: T1 = the tokens' dtype (bits 1-2 of the key), PROBS
 dtype (bits 3-4, or T1). Negative indices are not skipped (the kernel reads before the tensor: an
 OutOfBoundsError here); indices >= rows of permuted_tokens and, with probs, zero probs are skipped.
 
-On Ascend 950 the aclnn calls MoeFinalizeRoutingV2 (arch35 kernels, dropPadMode 2) instead; the simulator
-runs kernel G with the `arch35` template flag, which gives that kernel's results (see GatherTemplate).
+On Ascend 950 the aclnn calls MoeFinalizeRoutingV2 (arch35 kernels, dropPadMode 2) instead: see
+ops.l0.moe_finalize_routing_v2.
 
 Kernel G compiles once for 2-byte tokens and once for fp32 tokens; the probs dtype and the flags are template
 values, so this op adds no compilation to the ones PWRM-grad and UWRM already make.

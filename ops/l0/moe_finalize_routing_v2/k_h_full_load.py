@@ -1,0 +1,110 @@
+"""MoeFinalizeRoutingV2KHFullLoad (arch35/moe_finalize_routing_v2_k_h_full_load.h), keys 40020 / 40021 / 40022.
+
+Per loop rowFactor tokens: their scales (and, for k == 1, their indices) are copied in at once.
+* k > 1: per token the valid slots' rows are copied side by side and one VF adds them in slot order.
+* k == 1: the rows of all the loop's tokens go side by side into one buffer and one VF per token adds its row with
+  validK 1 whatever the index said: a skipped slot (-1, or past activeNum) adds whatever that part of the buffer
+  holds from before (the real kernel's behaviour; results for such slots are not defined).
+"""
+from __future__ import annotations
+
+import ascend_sim.kernel_api as asc
+from ascend_sim._jit import aicore, global_aicore
+
+from .base import (cast_y, copy_in, get_scale, process_expand_x_scale_optimized, scales_copy_in, set_scale, skipped,
+                   store_y, zero_y)
+
+# queue indices per InitBuffer order: k == 1 has the index queue second
+X_QUE = 0
+BUFFERS = ("expandedXQue", "yQue")
+BUFFERS_SCALES = BUFFERS + ("scalesQue",)
+BUFFERS_K1 = ("expandedXQue", "expandedRowIdxQue", "yQue")
+BUFFERS_K1_SCALES = BUFFERS_K1 + ("scalesQue",)
+
+
+@aicore
+def _process_y_with_input(c, td, gm, tmpl, y_local, scales_local, first_row, row_inner_loop):
+    """ProcessYWithInput (k > 1)."""
+    for row_inner in range(row_inner_loop):
+        x_local = asc.alloc_tensor(c, X_QUE, asc.ub_like(c, gm.expanded_x))
+        # ProcessExpandedXBiasAndScale
+        valid_k = 0
+        for k_idx in range(td.k):
+            idx = asc.get_value(c, gm.expanded_row_idx, (first_row + row_inner) * td.k + k_idx)
+            if skipped(idx, td.active_num, tmpl.drop_pad_mode):
+                continue
+            copy_in(c, x_local[valid_k * td.h_aligned:], asc.gm_at(gm.expanded_x, idx * td.h), td.h)
+            if tmpl.has_scales:
+                set_scale(c, tmpl.s_t, scales_local, row_inner * td.k + valid_k,
+                          get_scale(c, tmpl.s_t, scales_local, row_inner * td.k + k_idx))
+            valid_k += 1
+        asc.en_que(c, X_QUE, x_local)
+        x_local = asc.de_que(c, X_QUE, asc.ub_like(c, gm.expanded_x))
+        if tmpl.has_scales:
+            asc.sync_pipes(c, asc.S_V)
+        process_expand_x_scale_optimized(c, y_local, row_inner * td.h, x_local, 0, scales_local, row_inner * td.k,
+                                         valid_k, tmpl.has_scales, tmpl.x_t, tmpl.s_t, td.h)
+        asc.free_tensor(c, X_QUE, x_local)
+    cast_y(c, y_local, tmpl.x_t, row_inner_loop * td.h)
+
+
+@aicore
+def _process_y_with_input_k1(c, td, gm, tmpl, y_local, scales_local, idx_local, row_inner_loop):
+    """ProcessYWithInputK1: one buffer for the loop's rows, EnQue / DeQue and one VF per token."""
+    x_local = asc.alloc_tensor(c, X_QUE, asc.ub_like(c, gm.expanded_x))
+    asc.sync_pipes(c, asc.MTE2_S)       # the indices are read by the scalar unit (newest kernel)
+    h_offset = 0
+    kh_offset = 0
+    for row_inner in range(row_inner_loop):
+        idx = asc.get_value(c, idx_local, row_inner)
+        if not skipped(idx, td.active_num, tmpl.drop_pad_mode):
+            copy_in(c, x_local[kh_offset:], asc.gm_at(gm.expanded_x, idx * td.h), td.h)
+        asc.en_que(c, X_QUE, x_local)
+        x_local = asc.de_que(c, X_QUE, asc.ub_like(c, gm.expanded_x))
+        process_expand_x_scale_optimized(c, y_local, h_offset, x_local, kh_offset, scales_local, row_inner, 1,
+                                         tmpl.has_scales, tmpl.x_t, tmpl.s_t, td.h)
+        h_offset += td.h
+        kh_offset += td.h_aligned           # khAligned = k * hAligned with k == 1
+    asc.free_tensor(c, X_QUE, x_local)
+    cast_y(c, y_local, tmpl.x_t, row_inner_loop * td.h)
+
+
+@global_aicore
+def k_h_full_load_stage(c, td, gm, tmpl):
+    """Process()."""
+    k1 = td.k == 1
+    idx_que = 1
+    y_que = 2 if k1 else 1
+    scales_que = y_que + 1
+    last = c.block_idx == c.block_num - 1
+    row_outer_loop = td.row_loop_of_tail_block if last else td.row_loop_of_former_block
+    tail_row_factor = td.tail_row_factor_of_tail_block if last else td.tail_row_factor_of_former_block
+    for row_outer in range(row_outer_loop):
+        row_inner_loop = tail_row_factor if row_outer == row_outer_loop - 1 else td.row_factor
+        first_row = c.block_idx * td.row_of_former_block + row_outer * td.row_factor
+        scales_local = asc.ub_u16(c)
+        if tmpl.has_scales:
+            scales_local = asc.alloc_tensor(c, scales_que, asc.ub_u16(c))
+            scales_copy_in(c, gm, tmpl.s_t, scales_local, first_row * td.k, row_inner_loop * td.k)
+            asc.en_que(c, scales_que, scales_local)
+            scales_local = asc.de_que(c, scales_que, asc.ub_u16(c))
+        idx_local = asc.ub_i32(c)
+        if k1:
+            idx_local = asc.alloc_tensor(c, idx_que, asc.ub_i32(c))
+            copy_in(c, idx_local, asc.gm_at(gm.expanded_row_idx, first_row), row_inner_loop)
+            asc.en_que(c, idx_que, idx_local)
+            idx_local = asc.de_que(c, idx_que, asc.ub_i32(c))
+        y_local = asc.alloc_tensor(c, y_que, asc.ub_f32(c))
+        zero_y(c, y_local, row_inner_loop * td.h)
+        if k1:
+            _process_y_with_input_k1(c, td, gm, tmpl, y_local, scales_local, idx_local, row_inner_loop)
+        else:
+            _process_y_with_input(c, td, gm, tmpl, y_local, scales_local, first_row, row_inner_loop)
+        asc.en_que(c, y_que, y_local)
+        if tmpl.has_scales:
+            asc.free_tensor(c, scales_que, scales_local)
+        if k1:
+            asc.free_tensor(c, idx_que, idx_local)
+        y_local = asc.de_que(c, y_que, asc.ub_f32(c))
+        store_y(c, gm.y, y_local, first_row * td.h, row_inner_loop * td.h)
+        asc.free_tensor(c, y_que, y_local)
