@@ -15,15 +15,16 @@ Checks (InputParamCheck, GRAPH_FAILED -> 561002 through the inner aclnn), in the
 tokens not 2-D; probs not 2-D; L != probs dim 0 * dim 1; K > 512. (The 310P-only rules are not modelled:
 no 310P profile exists here.)
 
-Ascend 950 runs MoeFinalizeRoutingV2 instead (see ops.unpermute; its tiling is tiling.moe_finalize_routing_v2,
-which the 950 aclnn path uses). On a 950 profile this function still gives T-G sized for the 950 cores and UB
-(what this op's own tiling would say there; no 950 kernel uses it); its checks are those of the arch35
-MoeFinalizeRoutingV2 tiling that this call can reach (expanded_x 2-D with H > 0, scales 2-D with K > 0,
-expanded_row_idx 1-D with L // K > 0 rows and exactly rows * K entries, scales (rows, K)); there is no
-topK limit. The aclnn reports those failures as 561103 (the l0 operator returns nullptr).
+Ascend 950 has no MoeTokenUnpermute kernel: its aclnn launches the l0 MoeFinalizeRoutingV2 (dropPadMode 2,
+scales = probs; see ops.unpermute). On a 950 profile this function therefore returns that launch's tiling
+(tiling.moe_finalize_routing_v2: arch35 keys, fields, UB plan), as `tiling.moe_token_permute` returns the
+MoeInitRoutingV3 launch's. Its checks are the ones of that tiling the call can reach (expanded_x 2-D with
+H > 0, scales 2-D with K > 0, expanded_row_idx 1-D with L // K > 0 rows and exactly rows * K entries, scales
+(rows, K)); there is no topK limit. The aclnn reports those failures as 561103 (the l0 returns nullptr).
 """
 from __future__ import annotations
 
+from .moe_finalize_routing_v2 import moe_finalize_routing_v2
 from .common import TensorDesc, TilingResult, memoised_tiling, as_dtype, length_by_type, struct_fields, tdiv
 from .platform import get_soc
 from .status import TilingError
@@ -31,6 +32,7 @@ from .unpermute_gather import GATHER_FIELDS, gather_tiling, gather_ub_plan
 
 OP = "MoeTokenUnpermute"
 L0_950 = "MoeFinalizeRoutingV2"
+DROP_PAD_MODE_ROW = 2               # "read index by row": what the 950 aclnn passes MoeFinalizeRoutingV2
 
 FIELDS = GATHER_FIELDS
 """MoeTokenUnpermuteTilingData: exactly the 12 fields of T-G, in declaration order."""
@@ -109,6 +111,15 @@ def _finalize_routing_check(p: TensorDesc, s: TensorDesc, pr: TensorDesc | None)
                   f"got {pr.shape}")
 
 
+def _finalize_routing_v2_launch(p: TensorDesc, s: TensorDesc, pr: TensorDesc | None, soc) -> TilingResult:
+    """The tiling of the l0 MoeFinalizeRoutingV2 launch of the 950 aclnn, after the checks it can reach (their
+    messages name MoeTokenUnpermute's arguments)."""
+    _finalize_routing_check(p, s, pr)
+    rows = pr.dim(0) if pr is not None else s.dim(0)
+    return moe_finalize_routing_v2(p, s, scales=pr, drop_pad_mode=DROP_PAD_MODE_ROW,
+                                   y_out=TensorDesc((rows, p.dim(1)), p.dtype), soc=soc)
+
+
 @memoised_tiling
 def moe_token_unpermute(permuted_tokens, sorted_indices, probs=None, padded_mode=False, restore_shape=None, *,
                         soc="ascend910b") -> TilingResult:
@@ -120,7 +131,8 @@ def moe_token_unpermute(permuted_tokens, sorted_indices, probs=None, padded_mode
         probs: (N, K) bf16 / fp16 / fp32, or None (then K = 1).
         padded_mode, restore_shape: attributes the tiling does not read.
 
-    Returns the TilingResult (12 fields, key, block dim min(N, cores), 16 MiB workspace, kernel G's UB plan).
+    Returns the TilingResult (12 fields, key, block dim min(N, cores), 16 MiB workspace, kernel G's UB plan);
+    on Ascend 950 the MoeFinalizeRoutingV2 launch's (see the module docstring).
     Raises TilingError where the real tiling fails (see the module docstring).
     """
     del padded_mode, restore_shape      # attributes of the OpDef that TilingCompute never reads
@@ -131,9 +143,8 @@ def moe_token_unpermute(permuted_tokens, sorted_indices, probs=None, padded_mode
     if s.ndim == 0:
         _fail(f"sorted_indices must have a dim 0 (1-D, one index per slot), got shape {s.shape}")
     if soc.is_regbase:
-        _finalize_routing_check(p, s, pr)
-    else:
-        _input_param_check(p, s, pr)
+        return _finalize_routing_v2_launch(p, s, pr, soc)
+    _input_param_check(p, s, pr)
 
     rows, hidden, total = p.dim(0), p.dim(1), s.dim(0)
     if pr is not None:

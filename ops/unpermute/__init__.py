@@ -42,7 +42,7 @@ import numpy as np
 
 from ascend_sim.dtypes import dt_of
 from tiling import get_soc
-from tiling.moe_token_unpermute import FIELDS, L0_950, moe_token_unpermute as _tiling
+from tiling.moe_token_unpermute import DROP_PAD_MODE_ROW, FIELDS, L0_950, moe_token_unpermute as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, TilingError
 
 from .._framework import (Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor,
@@ -65,7 +65,6 @@ FLOAT_DTYPES = (_F16, _BF16, _F32)
 # OpDef columns (permuted_tokens, sorted_indices, probs, unpermuted_tokens) for ascend910b / ascend910_93
 DTYPE_COLUMNS = [(t, _I32, p, t) for t in (_BF16, _F16, _F32) for p in (_BF16, _F16, _F32)]
 GM_NAMES = ("permuted_tokens", "sorted_indices", "probs", "unpermuted_tokens")
-DROP_PAD_MODE_ROW = 2     # dropPadMode "READ_INDEX_BY_ROW" the 950 path passes
 
 
 def _tokens_of(s, pr) -> int:

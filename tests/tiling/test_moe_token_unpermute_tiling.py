@@ -7,6 +7,7 @@ import pytest
 
 from tiling import TensorDesc as D
 from tiling import get_soc
+from tiling.moe_finalize_routing_v2 import moe_finalize_routing_v2 as tiling_v2
 from tiling.moe_token_unpermute import FIELDS, KEYS_910B, moe_token_unpermute as tiling, tiling_key
 from tiling.status import TilingError
 
@@ -100,12 +101,21 @@ def test_attributes_are_not_read():
     assert a.data() == b.data() and a.tiling_key == b.tiling_key
 
 
-# --- Ascend 950: the simulated kernel's tiling for the 950 profile, MoeFinalizeRoutingV2's checks ---------------
-def test_950_has_no_topk_limit_and_uses_its_cores():
-    r = tiling(D((600, 16), "fp32"), D((600,), "int32"), D((1, 600), "fp32"), soc="950")
-    assert r.fields["top_k"] == 600 and r.block_dim == 1 and r.ub_fits
-    r = tiling(D((100, 16), "bf16"), D((100,), "int32"), soc="950")
-    assert r.block_dim == 64
+# --- Ascend 950: the tiling of the MoeFinalizeRoutingV2 launch, with the checks it can reach ------------------------
+@pytest.mark.parametrize("tokens,indices,probs", [
+    (D((600, 16), "fp32"), D((600,), "int32"), D((1, 600), "fp32")),
+    (D((100, 16), "bf16"), D((100,), "int32"), None),
+    (D((64, 7168), "bf16"), D((64,), "int32"), D((8, 8), "fp32")),
+], ids=["fp32-topk600", "bf16-noprobs", "bf16-h7168-fp32probs"])
+def test_950_is_the_finalize_routing_v2_launch(tokens, indices, probs):
+    """No topK limit; scales = probs, dropPadMode 2 (read index by row), y of (tokens, H) in the tokens' dtype."""
+    r = tiling(tokens, indices, probs, soc="950")
+    tokens_n = probs.shape[0] if probs is not None else indices.shape[0]
+    want = tiling_v2(tokens, indices, scales=probs, drop_pad_mode=2,
+                     y_out=D((tokens_n, tokens.shape[1]), tokens.dtype), soc="950")
+    assert (r.tiling_key, r.block_dim, r.workspace_size, r.data()) == (want.tiling_key, want.block_dim,
+                                                                        want.workspace_size, want.data())
+    assert r.fields["row"] == tokens_n and r.fields["k"] == (1 if probs is None else probs.shape[1]) and r.ub_fits
 
 
 @pytest.mark.parametrize("args,fragment", [
