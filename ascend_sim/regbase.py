@@ -164,9 +164,10 @@ def mreg(c, m):
 
 @aicore
 def _set_lanes(mask, elem_bytes, n):
-    lanes = VL // elem_bytes
-    for i in range(VL):
-        mask[i] = 1 if i // elem_bytes < n and i // elem_bytes < lanes else 0
+    """The first min(n, lanes) lanes of elem_bytes set (every byte of each), the rest clear."""
+    nbytes = max(0, min(n, VL // elem_bytes)) * elem_bytes
+    mask[:nbytes] = 1
+    mask[nbytes:] = 0
 
 
 @aicore
@@ -350,23 +351,81 @@ def _binary(c, op, dst, a, b, mask, mode):
         return
     if not _same_type(c, CALL_R_ARITH, dst, a) or not _same_type(c, CALL_R_ARITH, dst, b):
         return
+    # one loop per operation (the operation is loop-invariant: no per-lane dispatch)
+    if op == OP_ADD:
+        _add_lanes(dst, a, b, mask, mode)
+    elif op == OP_SUB:
+        _sub_lanes(dst, a, b, mask, mode)
+    elif op == OP_MUL:
+        _mul_lanes(dst, a, b, mask, mode)
+    elif op == OP_DIV:
+        _div_lanes(dst, a, b, mask, mode)
+    elif op == OP_MAX:
+        _max_lanes(dst, a, b, mask, mode)
+    else:
+        _min_lanes(dst, a, b, mask, mode)
+
+
+@aicore
+def _add_lanes(dst, a, b, mask, mode):
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = a[i] + b[i]
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _sub_lanes(dst, a, b, mask, mode):
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = a[i] - b[i]
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _mul_lanes(dst, a, b, mask, mode):
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = a[i] * b[i]
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _div_lanes(dst, a, b, mask, mode):
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = a[i] / b[i]
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _max_lanes(dst, a, b, mask, mode):
     isz = dst.itemsize
     for i in range(dst.size):
         if mask[i * isz] != 0:
             x = a[i]
             y = b[i]
-            if op == OP_ADD:
-                dst[i] = x + y
-            elif op == OP_SUB:
-                dst[i] = x - y
-            elif op == OP_MUL:
-                dst[i] = x * y
-            elif op == OP_DIV:
-                dst[i] = x / y
-            elif op == OP_MAX:
-                dst[i] = x if x >= y or x != x else y
-            else:
-                dst[i] = x if x <= y or x != x else y
+            dst[i] = x if x >= y or x != x else y
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _min_lanes(dst, a, b, mask, mode):
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            x = a[i]
+            y = b[i]
+            dst[i] = x if x <= y or x != x else y
         elif mode == ZEROING:
             dst[i] = 0
 
@@ -797,7 +856,8 @@ def vcast_i32_to_u8(c, dst, src, sat, mask, mode=ZEROING):
 # sources through the scratch at layout.VTMP_BASE first.
 from ._memory import data_address, ub_view  # noqa: E402
 from .dtypes import (DT_BF16, DT_FLOAT4_E2M1, DT_FLOAT8_E4M3FN, DT_FLOAT8_E5M2, bf16_bits_to_f32_bits,  # noqa: E402
-                     f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_mini_float_bits, f32_from_bits,
+                     f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_bf16_bits_rint,
+                     f32_bits_to_mini_float_bits, f32_from_bits,
                      view_f32_as_u32)
 from .layout import N_UREGS, UREG_BASE, UREG_WORDS, VTMP_BASE  # noqa: E402
 
@@ -1082,12 +1142,21 @@ def vmask_deinterleave(c, dst0, dst1, a, b, elem_bytes):
     for i in range(lanes):
         tmp[i] = a[i * elem_bytes]
         tmp[lanes + i] = b[i * elem_bytes]
-    for j in range(lanes):
-        p0 = tmp[2 * j]
-        p1 = tmp[2 * j + 1]
-        for k in range(elem_bytes):
-            dst0[j * elem_bytes + k] = p0
-            dst1[j * elem_bytes + k] = p1
+    # a lane's predicate goes to each of its bytes: one store per lane through a view of the lane width
+    if elem_bytes == 1:
+        for j in range(lanes):
+            dst0[j] = tmp[2 * j]
+            dst1[j] = tmp[2 * j + 1]
+    elif elem_bytes == 2:
+        d0, d1 = dst0.view(np.uint16), dst1.view(np.uint16)
+        for j in range(lanes):
+            d0[j] = np.uint16(tmp[2 * j]) * np.uint16(0x0101)
+            d1[j] = np.uint16(tmp[2 * j + 1]) * np.uint16(0x0101)
+    else:
+        d0, d1 = dst0.view(np.uint32), dst1.view(np.uint32)
+        for j in range(lanes):
+            d0[j] = np.uint32(tmp[2 * j]) * np.uint32(0x01010101)
+            d1[j] = np.uint32(tmp[2 * j + 1]) * np.uint32(0x01010101)
 
 
 @aicore
@@ -1206,20 +1275,27 @@ def vinterleave_inplace(c, a, b):
     if data_address(a) == data_address(b):
         fault(c, F_PARAM, CALL_R_INTERLEAVE, P_MASK, 0, 1, 1)
         return
-    tmp = _vtmp_u8(c)
-    a8 = a.view(np.uint8)
-    b8 = b.view(np.uint8)
-    for i in range(VL):
-        tmp[i] = a8[i]
-        tmp[VL + i] = b8[i]
-    isz = a.itemsize
-    h = a.size // 2
+    # whole elements (not bytes) through the scratch pair: one typed copy per lane
+    if a.itemsize == 4:
+        _interleave_words(_vtmp_u8(c).view(np.uint32), a.view(np.uint32), b.view(np.uint32))
+    elif a.itemsize == 2:
+        _interleave_words(_vtmp_u8(c).view(np.uint16), a.view(np.uint16), b.view(np.uint16))
+    else:
+        _interleave_words(_vtmp_u8(c), a.view(np.uint8), b.view(np.uint8))
+
+
+@aicore
+def _interleave_words(tmp, a, b):
+    """a, b = the first / second half of a0 b0 a1 b1 ... (tmp: scratch of 2 registers of the same element type)."""
+    n = a.size
+    tmp[:n] = a
+    tmp[n:2 * n] = b
+    h = n // 2
     for i in range(h):
-        for k in range(isz):
-            a8[(2 * i) * isz + k] = tmp[i * isz + k]
-            a8[(2 * i + 1) * isz + k] = tmp[VL + i * isz + k]
-            b8[(2 * i) * isz + k] = tmp[(h + i) * isz + k]
-            b8[(2 * i + 1) * isz + k] = tmp[VL + (h + i) * isz + k]
+        a[2 * i] = tmp[i]
+        a[2 * i + 1] = tmp[n + i]
+        b[2 * i] = tmp[h + i]
+        b[2 * i + 1] = tmp[n + h + i]
 
 
 @aicore
@@ -1264,7 +1340,14 @@ def vtruncate(c, dst, src, rnd, mask, mode=ZEROING):
 @aicore
 def _bf16_mul_bits(x, y):
     """bf16 bit patterns x * y, rounded half to even once (IEEE, subnormals kept, overflow to Inf)."""
-    p = np.float64(f32_from_bits(bf16_bits_to_f32_bits(x))) * np.float64(f32_from_bits(bf16_bits_to_f32_bits(y)))
+    fx = f32_from_bits(bf16_bits_to_f32_bits(x))
+    fy = f32_from_bits(bf16_bits_to_f32_bits(y))
+    p32 = fx * fy
+    if p32 == p32 and abs(p32) >= np.float32(2.0 ** -126):
+        # at most 16 significant bits: the fp32 product is exact in fp32's normal range, and one that overflows
+        # fp32 lies past bf16's rounding boundary too (Inf either way)
+        return f32_bits_to_bf16_bits_rint(view_f32_as_u32(p32))
+    p = np.float64(fx) * np.float64(fy)
     if p != p:
         return np.uint16(0x7FC0)
     neg = p < 0.0 or (p == 0.0 and np.copysign(1.0, p) < 0.0)
@@ -1380,9 +1463,27 @@ def vcast_f32_to_fp8(c, dst, src, dt, rnd, sat, mask, mode=ZEROING):
         fault(c, F_CAST_PAIR, CALL_R_CAST, dt, DT_FLOAT, rnd)
         return
     bits = src.view(np.uint32)
+    e4m3 = dt == DT_FLOAT8_E4M3FN
+    bias = 7 if e4m3 else 15
+    mbits = 3 if e4m3 else 2
+    max_code = np.uint32(0x7E if e4m3 else 0x7B)
+    # lanes that are normal in the FP8 format round by integer addition on the rebased pattern (the carry walks
+    # into the exponent; anything past the largest finite code saturates to it); the rest take the general path
+    min_normal = np.uint32((128 - bias) << 23)
+    rebase = np.uint32((127 - bias) << 23)
+    shift = np.uint32(23 - mbits)
+    half_m1 = np.uint32((1 << (22 - mbits)) - 1)
     for i in range(64):
         if mask[i * 4] != 0:
-            dst[4 * i] = f32_bits_to_mini_float_bits(bits[i], dt, 0)
+            x = bits[i]
+            mag = x & np.uint32(0x7FFFFFFF)
+            if mag >= min_normal and mag < np.uint32(0x7F800000):
+                r = np.uint32(mag - rebase)
+                r = np.uint32(np.uint32(r + half_m1 + ((r >> shift) & np.uint32(1))) >> shift)
+                code = r if r < max_code else max_code
+                dst[4 * i] = np.uint8(code | ((x >> np.uint32(24)) & np.uint32(0x80)))
+            else:
+                dst[4 * i] = f32_bits_to_mini_float_bits(x, dt, 0)
             dst[4 * i + 1] = 0
             dst[4 * i + 2] = 0
             dst[4 * i + 3] = 0
