@@ -477,9 +477,21 @@ def _token_simd_args(td, gm, tmpl):
     return gather_td(td), simd_gather_gm(gm.tokens, gm.sorted_indices, gm.permute_tokens)
 
 
+# ArithProgressionSupportInt32 (moe_sort_base.h) writes a count of at most 8 with SetValue alone and returns
+# without the S -> V event it sets for longer counts; MoeSortMultiLastDimCore then sorts those indices (rows of
+# N <= 8 tokens). The gathers need no waiver: each UB hand-over in gather_v2_simd_two_dim.h has its event.
+# and the sort's later copy-in (the merge) overwrites those bytes with no S -> MTE2 event either.
+SHORT_INDEX_ROW_RACES = (
+    RaceWaiver("S", "LocalTensor::SetValue", "V", "Sort",
+               "ArithProgressionSupportInt32 (moe_sort_base.h) fills up to 8 indices with SetValue and no S -> V "
+               "event before the last-dim sort's Sort reads them"),
+    RaceWaiver("S", "LocalTensor::SetValue", "MTE2", "DataCopy(GM->UB)",
+               "ArithProgressionSupportInt32 (moe_sort_base.h): no event after its SetValue fill of up to 8 indices "
+               "before the last-dim sort copies into the same buffer"))
+
+
 def pad_kernel_arch35(has_prob: bool, simd: bool) -> Kernel:
-    """Key 9 (simd) / 19 of ascend950: the pad sort, [SyncAll, SIMT prob gather,] SyncAll, token gather. No race
-    waiver: every UB hand-over of the SIMD gather has its event in the original."""
+    """Key 9 (simd) / 19 of ascend950: the pad sort, [SyncAll, SIMT prob gather,] SyncAll, token gather."""
     k = ("pad950", bool(has_prob), bool(simd))
     if k not in _KERNELS:
         phases = (last_dim_sort_phase(_pad_sort_args, "sortPipe2"),)
@@ -493,5 +505,5 @@ def pad_kernel_arch35(has_prob: bool, simd: bool) -> Kernel:
         else:
             phases += (PipePhase(NO_TPIPE_TOKENS, (), (SYNC_ALL, (gather_simt_stage, SIMT_TOKEN)), _token_simt_args),)
             name += " + SyncAll + Gatherv2SimtTwoDim::Process"
-        _KERNELS[k] = Kernel(OP, name, phases)
+        _KERNELS[k] = Kernel(OP, name, phases, SHORT_INDEX_ROW_RACES)
     return _KERNELS[k]
