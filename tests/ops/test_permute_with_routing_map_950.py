@@ -205,3 +205,17 @@ def test_copy_count_needs_aligned_operands():
         run_stages([_copy_count_kernel], [tbuf("ub", 96)], np.array((65, 0, 5), np.int64),
                    asc.GlobalTensor(np.arange(64, dtype=np.uint8), 0, 0), asc.GlobalTensor(np.zeros(96, np.uint8), 1, 0),
                    chip=get_soc("ascend950"))
+
+
+@pytest.mark.parametrize("hidden,num_out", [(8, 3), (0, 12)], ids=["capacity0-extra3", "hidden0-cap3"])
+def test_pad_950_degenerate(hidden, num_out):
+    """Capacity 0 (numOutTokens 3 < E = 4): no slot, nothing launched. Hidden size 0: the kernel still runs
+    (key 19: no SIMD row to move) and writes sortedIndices and permuteProbs."""
+    tokens, rm, probs = _inputs(6, hidden, 4, 0, "fp16", "fp16", seed=5)
+    outs = allocate_outputs(tokens, rm, probs, num_out, True)
+    size, ex = get_workspace_size(tokens, rm, probs, num_out, True, *outs, soc="ascend950")
+    run(np.empty(size, np.uint8), size, ex)
+    _, gp, gs, rows = permute_with_routing_map_golden(tokens, rm, probs, num_out, True)
+    assert outs[0].shape == (rows, hidden) and np.array_equal(outs[2], gs) and np.array_equal(_bits(outs[1]), _bits(gp))
+    launched = ex.report.steps[-1].run is not None
+    assert launched == (rows > 0) and (not launched or ex.tiling.tiling_key == 19)
