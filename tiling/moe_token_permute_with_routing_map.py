@@ -8,7 +8,8 @@ Non-pad (drop_and_pad false): topK = numOutTokens div N, totalLength = N * topK.
 masked-select tiling over the E x N map, a sort tiling for sort #2 over totalLength int32 keys (one core
 -> key 1, multi core -> key 2) and the MoeTokenPermute index-copy tiling with K = topK (split-D adds 2).
 Pad (drop_and_pad true): key 9, a per-expert "last-dim" sort tiling (one task = one expert row of N
-elements); on ascend950 also the gather tilings of the in-kernel GatherV2 (key 19 = SIMT gather).
+elements); on ascend950 also the gather tilings of the in-kernel GatherV2 (key 19 = SIMT gather). The 950
+pad UB plan: the sort, the SIMD gather's two buffers (key 9) and the SIMT data cache (gather_arch35_ub_plan).
 
 Block dim = the member aivNum: the largest need of the steps (it starts at 0, so the sort loop length
 is computed with no per-core reservation). Workspace: see `workspace_bytes`.

@@ -203,8 +203,8 @@ def test_copy_count_by_hand():
 def test_copy_count_needs_aligned_operands():
     with pytest.raises(AlignmentError):
         run_stages([_copy_count_kernel], [tbuf("ub", 96)], np.array((65, 0, 5), np.int64),
-                   asc.GlobalTensor(np.arange(64, dtype=np.uint8), 0, 0), asc.GlobalTensor(np.zeros(96, np.uint8), 1, 0),
-                   chip=get_soc("ascend950"))
+                   asc.GlobalTensor(np.arange(64, dtype=np.uint8), 0, 0),
+                   asc.GlobalTensor(np.zeros(96, np.uint8), 1, 0), chip=get_soc("ascend950"))
 
 
 @pytest.mark.parametrize("hidden,num_out", [(8, 3), (0, 12)], ids=["capacity0-extra3", "hidden0-cap3"])
