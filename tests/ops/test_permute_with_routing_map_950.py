@@ -6,7 +6,9 @@ probs absent / fp16 / bf16 / fp32 and fp32 probs with bf16 tokens; capacity 1 (a
 in a row: the SIMD gather's UB-to-UB Copy), capacity N, capacities past an expert's routed tokens, empty
 experts, numOutTokens not a multiple of E; the stock profile and a small UB / two-core profile on which the
 SIMD gather loops, refills its 2048-index window and splits a row wider than its buffer. Also the step list,
-the kernel name, the UB plan, checked mode, and the count form of Copy the SIMD gather uses.
+the kernel name, the UB plan, checked mode, and the count form of Copy the SIMD gather uses. The SIMD gather
+also runs alone on hand-chosen indices, its GM / UB traffic counted: rows repeated within the last three
+copied come from UB, loops of whole rows, rows split into pieces.
 """
 from __future__ import annotations
 
@@ -29,10 +31,11 @@ SMALL_950 = get_soc("ascend950", ub_size=180224, aiv_num=2)
 DTYPES = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32}
 
 
-def _inputs(n, h, e, cap, dtype, probs_dtype, seed, empty_experts=(), head_token=None):
+def _inputs(n, h, e, cap, dtype, probs_dtype, seed, empty_experts=(), head_token=None, shared=0):
     """Tokens with distinct bit patterns, a random routing map (about half the entries set) with the given
     experts empty, probs of `probs_dtype`. head_token: a token routed to every expert (capacity 1 then
-    gathers it E times in a row)."""
+    gathers it E times in a row). shared: only tokens 0 .. shared-1 are routed, each to every expert (capacity
+    `shared` then gathers 0, 1, .., shared-1 per expert: a token repeats `shared` rows later)."""
     rng = np.random.default_rng(seed)
     tokens = rng.standard_normal((n, h)).astype(DTYPES[dtype])
     rm = rng.random((n, e)) < 0.5
@@ -40,6 +43,9 @@ def _inputs(n, h, e, cap, dtype, probs_dtype, seed, empty_experts=(), head_token
     if head_token is not None:
         rm[: head_token + 1, :] = False
         rm[head_token, :] = True
+    if shared:
+        rm[:] = False
+        rm[:shared, :] = True
     probs = None if probs_dtype is None else rng.random((n, e)).astype(DTYPES[probs_dtype])
     return tokens, rm, probs
 
@@ -64,6 +70,12 @@ CASES = {
     "k9-fp32-fp32probs-empty-expert": (16, 1000, 4, 16, 0, "fp32", "fp32", "ascend950", 9,
                                        dict(empty_experts=(0,))),
     "k9-bf16-bf16probs-odd-row-bytes": (6, 621, 3, 3, 0, "bf16", "bf16", "ascend950", 9, {}),
+    # two cores: each core's rows repeat a token 1, 2, 3 rows back (the UB Copy from the last three copied
+    # rows) or 4 back (copied in again)
+    "k9-small-ub-repeat1": (8, 700, 6, 1, 0, "bf16", "fp32", SMALL_950, 9, dict(head_token=2)),
+    "k9-small-ub-repeat2": (8, 640, 6, 2, 0, "fp16", None, SMALL_950, 9, dict(shared=2)),
+    "k9-small-ub-repeat3": (8, 620, 6, 3, 0, "fp32", "fp32", SMALL_950, 9, dict(shared=3)),
+    "k9-small-ub-repeat4": (8, 648, 6, 4, 0, "bf16", "bf16", SMALL_950, 9, dict(shared=4)),
     "k9-small-ub-loops": (40, 640, 8, 20, 0, "fp16", "fp16", SMALL_950, 9, {}),
     "k9-small-ub-index-window": (700, 640, 6, 700, 0, "fp16", None, SMALL_950, 9, {}),
     "k9-small-ub-split-row": (6, 16384, 3, 2, 0, "fp32", "fp32", SMALL_950, 9, {}),
@@ -219,3 +231,53 @@ def test_pad_950_degenerate(hidden, num_out):
     assert outs[0].shape == (rows, hidden) and np.array_equal(outs[2], gs) and np.array_equal(_bits(outs[1]), _bits(gp))
     launched = ex.report.steps[-1].run is not None
     assert launched == (rows > 0) and (not launched or ex.tiling.tiling_key == 19)
+
+
+# --- Gatherv2SimdTwoDim alone, on hand-chosen indices -------------------------------------------------------------
+def _simd_gather(indices, tokens, *, cores, token_ub_units, soc="ascend950"):
+    """Launch only the SIMD token gather on `cores` cores with the tiling's split rule (coreCalcNum rows each,
+    the first tailCoreNum one more) and a buffer of token_ub_units units; returns (out, RunReport)."""
+    from ascend_sim import Kernel, PipePhase, UbBuffer, launch
+    from ops.permute_with_routing_map.gather_arch35 import (SIMD_BUFFERS, GatherTilingData, gather_simd_stage,
+                                                            simd_gather_gm)
+    rows = indices.size
+    unit = 8 if tokens.shape[1] * tokens.itemsize % 8 == 0 else tokens.itemsize
+    td = GatherTilingData(n=tokens.shape[0], capacity=0, need_core_num=cores, front_core_num=0,
+                          tail_core_num=rows % cores, core_calc_num=rows // cores, one_token_btype_size=unit,
+                          once_ub_token_nums=tokens.shape[1] * tokens.itemsize // unit, once_indices_token_nums=0,
+                          once_indices=2048, front_core_loop=0, tail_core_loop=0, token_ub=token_ub_units)
+    out = np.zeros((rows, tokens.shape[1]), tokens.dtype)
+    gm = simd_gather_gm(asc.GlobalTensor(tokens.reshape(-1), 0, 0), asc.GlobalTensor(indices, 1, 0),
+                        asc.GlobalTensor(out.reshape(-1), 2, 0))
+    plan = (UbBuffer("inQueue", token_ub_units * unit, 2, "TQueBind", "VECIN->VECOUT", 2, "MoeindexCopyPipe"),
+            UbBuffer("indexBuf", 2048 * 4, pipe="MoeindexCopyPipe"))
+    kernel = Kernel("MoeTokenPermuteWithRoutingMap", "Gatherv2SimdTwoDim",
+                    (PipePhase("MoeindexCopyPipe", SIMD_BUFFERS, (gather_simd_stage,)),))
+    report = launch(kernel, block_dim=cores, plan=plan, args=(td, gm), chip=get_soc(soc), tiling_key=9,
+                    check="race")
+    return out, report
+
+
+def test_simd_gather_copies_a_token_seen_in_the_last_three_rows_from_ub():
+    """One core, rows 5 5 7 5 9 8 7 5 of 64-byte fp32 rows: 5 (in), 5 (Copy from row 0), 7 (in), 5 (Copy: 5 is
+    the last-but-one copied), 9 (in), 8 (in), 7 (Copy: the last three copied are 8 9 7), 5 (in: 5 dropped out
+    of them). So 5 rows of 64 bytes and 32 index bytes come from GM, 3 x 64 bytes move by Copy, and one
+    8-row DataCopyPad leaves."""
+    tokens = np.arange(10 * 16, dtype=np.float32).reshape(10, 16)
+    idx = np.array([5, 5, 7, 5, 9, 8, 7, 5], np.int32)
+    out, report = _simd_gather(idx, tokens, cores=1, token_ub_units=64)
+    assert np.array_equal(out, tokens[idx])
+    core = report.cores[0]
+    assert (core.mte2_bytes, core.vec_elem_ops, core.mte3_bytes, core.mte3_instr) == (5 * 64 + 32, 3 * 64, 8 * 64, 1)
+
+
+def test_simd_gather_loops_and_splits_rows():
+    """Two cores, 7 rows (4 + 3) of 80-byte fp16 rows (10 8-byte units, aligned to 96 bytes in UB): a 24-unit
+    buffer (192 bytes) holds 2 rows, so core 0 loops twice, core 1 twice (2 + 1); a 4-unit buffer (32 bytes)
+    is narrower than a row: each row goes in pieces of 4, 4, 2 units."""
+    tokens = np.arange(6 * 40, dtype=np.float16).reshape(6, 40)
+    idx = np.array([3, 0, 5, 1, 2, 4, 0], np.int32)
+    out, report = _simd_gather(idx, tokens, cores=2, token_ub_units=24)
+    assert np.array_equal(out, tokens[idx]) and [c.mte3_instr for c in report.cores] == [2, 2]
+    out, report = _simd_gather(idx, tokens, cores=2, token_ub_units=4)
+    assert np.array_equal(out, tokens[idx]) and [c.mte3_instr for c in report.cores] == [4 * 3, 3 * 3]
