@@ -16,7 +16,7 @@ from .events import (MTE2_MTE3, MTE2_S, MTE2_V, MTE3_MTE2, MTE3_S, MTE3_V, PIPE_
 from .local import ub_f32, ub_i8, ub_i16, ub_u8, ub_i32, ub_i64, ub_like, ub_offset, ub_u16, ub_u32, view_as  # noqa: F401
 from .queue import alloc_tensor, de_que, en_que, free_tensor, tbuf_get, tbuf_get_with_offset  # noqa: F401
 from .scalar import get_value, members, scalar_load, scalar_store, set_value, to_float  # noqa: F401
-from .vector import (CopyRepeatParams, add, adds, as_elem, block_reduce_sum, cast, copy, duplicate,  # noqa: F401
+from .vector import (CopyRepeatParams, add, adds, as_elem, block_reduce_sum, cast, copy, copy_count, duplicate,  # noqa: F401
                      mul, muls, whole_reduce_sum)
 from .sort import arith_progression, concat, duplicate_mask, extract, mrg_sort, sort  # noqa: F401
 from .vf import vf_call, vf_operand  # noqa: F401

@@ -338,6 +338,23 @@ def _repeat_extent(c, call, t, mask, repeat, rep_stride, blk_stride):
 
 
 @outline
+def copy_count(c, dst, src, count):
+    """Copy(dst, src, count), the count form of the UB -> UB Copy (Ascend 950): dst[i] = src[i] for i < count,
+    both operands 32-byte aligned and of one element type."""
+    if not _begin(c, CALL_COPY, count, dst.itemsize):
+        return
+    d = _operand(c, CALL_COPY, dst, count)
+    s = _operand(c, CALL_COPY, src, count)
+    if d < 0 or s < 0:
+        return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_COPY, d, count * dst.itemsize, s, count * src.itemsize, -1, 0)
+    for i in range(count):
+        dst[i] = src[i]
+    note_ub_write(c, d + count * dst.itemsize)
+
+
+@outline
 def copy(c, dst, src, mask, repeat, params):
     """Copy(dst, src, mask, repeatTime, CopyRepeatParams): UB -> UB, repeat by repeat."""
     if not issue(c, CALL_COPY) or not _repeat_ok(c, CALL_COPY, dst.itemsize, mask, repeat):

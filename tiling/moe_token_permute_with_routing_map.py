@@ -8,7 +8,8 @@ Non-pad (drop_and_pad false): topK = numOutTokens div N, totalLength = N * topK.
 masked-select tiling over the E x N map, a sort tiling for sort #2 over totalLength int32 keys (one core
 -> key 1, multi core -> key 2) and the MoeTokenPermute index-copy tiling with K = topK (split-D adds 2).
 Pad (drop_and_pad true): key 9, a per-expert "last-dim" sort tiling (one task = one expert row of N
-elements); on ascend950 also the gather tilings of the in-kernel GatherV2 (key 19 = SIMT gather).
+elements); on ascend950 also the gather tilings of the in-kernel GatherV2 (key 19 = SIMT gather). The 950
+pad UB plan: the sort, the SIMD gather's two buffers (key 9) and the SIMT data cache (gather_arch35_ub_plan).
 
 Block dim = the member aivNum: the largest need of the steps (it starts at 0, so the sort loop length
 is computed with no per-core reservation). Workspace: see `workspace_bytes`.
@@ -211,6 +212,25 @@ def scatter_ub_plan(per_loop_rows: int, pipe: str = "scatterPipe") -> tuple[UbBu
             UbBuffer("assistBuffer", ASSIST_NUM * 4, pipe=pipe))
 
 
+GATHER_PIPE = "MoeindexCopyPipe"       # the TPipe GATHER_IMPL builds for Gatherv2SimdTwoDim
+SIMT_PIPE = "SIMT"                     # not a TPipe: the data cache the SIMT calls take off the top of the UB
+SIMD_GATHER_BUFFER_NUM = 2             # BUFFER_NUM_SIMD_TWO_DIM
+
+
+def gather_arch35_ub_plan(f: dict, simd: bool) -> tuple[UbBuffer, ...]:
+    """UB of the ascend950 pad kernel after its sort: Gatherv2SimdTwoDim::Init's two InitBuffer calls when the
+    token gather is SIMD (key 9): inQueue (TQueBind VECIN->VECOUT, 2 x tokenUB * oneTokenBtypeSize bytes) and
+    indexBuf (onceIndices int32); the SIMT gathers (probs always, tokens under key 19) build no TPipe. The last
+    row is the SIMT data cache (SIMT_UB_SIZE_BYTE), which SetLocalMemorySize keeps away from every TPipe."""
+    plan: tuple[UbBuffer, ...] = ()
+    if simd:
+        g = "index_copy_"
+        plan = (UbBuffer("inQueue", f[g + "token_ub"] * f[g + "one_token_btype_size"], SIMD_GATHER_BUFFER_NUM,
+                         "TQueBind", "VECIN->VECOUT", SIMD_GATHER_BUFFER_NUM, GATHER_PIPE),
+                UbBuffer("indexBuf", f[g + "once_indices"] * 4, pipe=GATHER_PIPE))
+    return plan + (UbBuffer("simtDataCache", SIMT_UB_SIZE_BYTE, pipe=SIMT_PIPE),)
+
+
 def _ub_plan(f: dict, key: int, ms_elem_bytes: int, has_prob: bool, block_dim: int) -> tuple[UbBuffer, ...]:
     """Non-pad keys: every TPipe of both branch arms (the scatter sized for actualOutTokens = N * topK, its
     upper bound; the real Init sizes it from the run-time count)."""
@@ -339,7 +359,9 @@ def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_
                 key += SIMT_KEY
                 aiv = _gather_simt(f, False, cols * out_tokens, aiv, real_core)
         plan = last_dim_sort_ub_plan("sortPipe2", f["vbs_per_core_per_loop_elements"])
-        if has_prob:
+        if regbase:
+            plan += gather_arch35_ub_plan(f, simd)
+        elif has_prob:
             plan += permute_prob_ub_plan("sortPipe", np.dtype(p.dtype).itemsize)
     workspace = workspace_bytes(f, drop_and_pad, aiv, total)
     return TilingResult(tiling_key=key, block_dim=aiv, workspace_size=workspace, fields=f, ub_plan=plan,

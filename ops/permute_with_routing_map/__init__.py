@@ -8,9 +8,10 @@ Steps, in the real aclnn's order:
    aclnn are then identities and are not listed).
 3. dropAndPad on ascend910b / 910_93: l0op::GatherV2 of the tokens by sortedIndices (host step). The pad kernel
    (key 9) is MoeSortMultiLastDimCore<uint8_t> + SyncAll + MoePermuteProb (kernel.pad_kernel). On ascend950
-   the real keys 9 / 19 run no MoePermuteProb: after the sort they gather the probs (arch35 SIMT GatherV2)
-   and the tokens (SIMD for key 9, SIMT for 19) in-kernel. The simulator runs the 910B structure under those
-   keys for now, pad_kernel and the host gather (same results; the 950 tiling figures are the real ones).
+   the real keys 9 / 19 run no MoePermuteProb and need no GatherV2: after the sort (and a SyncAll) they
+   gather the probs with the arch35 SIMT Gatherv2SimtTwoDim, then (after another SyncAll) the tokens, with
+   Gatherv2SimdTwoDim (key 9) or Gatherv2SimtTwoDim (key 19), straight into permuteTokens
+   (kernel.pad_kernel_arch35, gather_arch35.py).
 
 Checks (facts §7.c): 161001 for a missing tokens / routing_map / permute_tokens_out / sorted_indices_out, or
 probs without permute_probs_out; 161002 for dtypes (tokens = permute_tokens_out in {fp16, fp32, bf16};
@@ -39,7 +40,8 @@ import numpy as np
 from ascend_sim.dtypes import DT_FLOAT16, dt_of, gm_view
 from ascend_sim.datacopy import GlobalTensor
 from tiling import get_soc
-from tiling.moe_token_permute_with_routing_map import FIELDS, LIB_API_WORKSPACE, SORT_LIMIT_LENGTH, l0_num_out_tokens
+from tiling.moe_token_permute_with_routing_map import (FIELDS, LIB_API_WORKSPACE, PAD_KEY, SORT_LIMIT_LENGTH,
+                                                       l0_num_out_tokens)
 from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_routing_map as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError
 
@@ -47,7 +49,7 @@ from .._host import gather_rows, transpose_step
 from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
                           validate_check)
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
-from .kernel import SCATTER_ASSIST, GmTensors, Template, kernel_for, pad_kernel
+from .kernel import SCATTER_ASSIST, GmTensors, Template, kernel_for, pad_kernel, pad_kernel_arch35
 
 OP = "MoeTokenPermuteWithRoutingMap"
 API = "aclnnMoeTokenPermuteWithRoutingMap"
@@ -158,8 +160,9 @@ def get_workspace_size(tokens, routing_map, probs=None, num_out_tokens=0, drop_a
         _view_copy_check("permute_probs_out", out_p, (rows,))
     _view_copy_check("permute_tokens_out", out_t, (rows, x.shape[1]))
     # the simulated kernel writes the caller's arrays (the ViewCopy steps then move nothing and are not listed);
-    # in pad mode it writes no tokens (GatherV2 does)
-    kernel_tokens_out = np.zeros((0, 0), dtype=x.dtype) if drop_and_pad else out_t
+    # in pad mode off ascend950 it writes no tokens (GatherV2 does)
+    gathers_in_kernel = not drop_and_pad or soc.is_regbase
+    kernel_tokens_out = out_t if gathers_in_kernel else np.zeros((0, 0), dtype=x.dtype)
     rm_t = np.empty((e, n), dtype=np.uint8)
     p_t = np.empty((e, n), dtype=p.dtype) if p is not None else None
     steps = [transpose_step(rm.view(np.uint8), rm_t)]
@@ -172,7 +175,9 @@ def get_workspace_size(tokens, routing_map, probs=None, num_out_tokens=0, drop_a
                    None, None, GlobalTensor(assist, 8, 0))
     tmpl = Template(dt_of(x.dtype), dt_of(p.dtype) if p is not None else DT_FLOAT16, int(p is not None))
     plan = None
-    if drop_and_pad:
+    if drop_and_pad and soc.is_regbase:
+        kernel = pad_kernel_arch35(p is not None, result.tiling_key == PAD_KEY)
+    elif drop_and_pad:
         kernel = pad_kernel(p is not None)
     else:
         # hidden size 0: no row bytes to move, sortedIndices and permuteProbs still come out (as in MoeTokenPermute)
@@ -186,7 +191,7 @@ def get_workspace_size(tokens, routing_map, probs=None, num_out_tokens=0, drop_a
                         index_links=(IndexLink("sorted_indices_out", "permute_tokens", td.cols, out_t.shape[0]),),
                         ub_plan=plan, writes=(kernel_tokens_out, out_p, out_s))
     steps.append(KernelStep(f"l0op::{OP}", executor))
-    if drop_and_pad:
+    if not gathers_in_kernel:
         steps.append(HostStep("l0op::GatherV2", lambda: gather_rows(x, out_s, out_t)))
     return result.workspace_size, Composite(OP, result, steps, api=API, tensors=tensors,
                                             workspace_size=result.workspace_size)

@@ -20,10 +20,12 @@ User workspace (int32 elements, non-aligned path): [0, msNeedCoreNum) per-core c
 msNeed x N rank partial sums; then sortPosition (E x N); then the value stream. The aligned path's sort uses
 the same bytes as its two float ping-pong areas.
 
-Pad key 9 (and 19 on ascend950), GENERAL_PAD_OP_IMPL: MoeSortMultiLastDimCore<uint8_t> (TPipe sortPipe2) sorts
+Pad key 9 on ascend910b / 910_93, GENERAL_PAD_OP_IMPL: MoeSortMultiLastDimCore<uint8_t> (TPipe sortPipe2) sorts
 each expert row of routingMap^T and keeps its first `capacity` token ids in sortedIndices; with probs, a new
 TPipe (sortPipe), SyncAll, and MoePermuteProb gathers permuteProbs[p] = probsT[e, sortedIndices[p]]. The
 tokens are gathered afterwards by the host l0op::GatherV2 (see pad_kernel()).
+Pad keys 9 / 19 on ascend950, GENERAL_PAD_OP_IMPL_3510: the same sort; with probs a SyncAll and the SIMT prob
+gather; then a SyncAll and the token gather, SIMD (key 9) or SIMT (key 19) (gather_arch35.py, pad_kernel_arch35()).
 
 Stages reuse the shared building blocks: ops/common/masked_select.py, moe_sort.py (handed a
 MoeTokenPermuteTilingData view of the struct, so MoeTokenPermute's compiled sort stages serve here too) and
@@ -47,6 +49,8 @@ from ops.common.masked_select import M_ACTUAL_OUT_TOKENS, masked_select_gm, mask
 from ops.common.moe_index_copy import IndexCopyGm, IndexCopyTemplate, index_copy, index_copy_split_d, index_copy_td
 from ops.common.moe_sort import arith_progression_support_int32
 from ops.common.moe_sort_last_dim import last_dim_sort_gm, last_dim_sort_phase
+from ops.permute_with_routing_map.gather_arch35 import (SIMD_BUFFERS, SIMT_PROB, SIMT_TOKEN, gather_simd_stage,
+                                                        gather_simt_stage, gather_td, simd_gather_gm, simt_gather_gm)
 from ops.permute_with_routing_map.permute_prob import permute_prob_gm, permute_prob_phase
 from tiling.moe_token_permute import FIELDS as PERMUTE_FIELDS
 from tiling.moe_token_permute_with_routing_map import (ASSIST_INDEX_NUM, ASSIST_NUM, RANK_MAX_TOKEN_TILE_LENGTH,
@@ -450,4 +454,56 @@ def pad_kernel(has_prob: bool) -> Kernel:
             phases += (permute_prob_phase(_pad_prob_args, "sortPipe"),)     # starts with the SyncAll
             name += " + SyncAll + MoePermuteProb"
         _KERNELS[k] = Kernel(OP, name, phases, PERMUTE_PROB_RACES if has_prob else ())
+    return _KERNELS[k]
+
+
+# --- the kernel: GENERAL_PAD_OP_IMPL_3510 + the token gather (ascend950) ----------------------------------------
+NO_TPIPE_PROBS = "none (SIMT prob gather)"      # the SIMT calls build no TPipe: phases with no buffers
+NO_TPIPE_TOKENS = "none (SIMT token gather)"
+
+
+def _prob_gather_args(td, gm, tmpl):
+    """Gatherv2SimtTwoDim<DTYPE_PERMUTE_PROBS>: probsT gathered by sortedIndices into permuteProbs."""
+    return gather_td(td), simt_gather_gm(gm.probs_t, gm.sorted_indices, gm.permute_probs)
+
+
+def _token_simt_args(td, gm, tmpl):
+    """Gatherv2SimtTwoDim<DTYPE_TOKENS>: tokens gathered element-wise into permuteTokens."""
+    return gather_td(td), simt_gather_gm(gm.tokens, gm.sorted_indices, gm.permute_tokens)
+
+
+def _token_simd_args(td, gm, tmpl):
+    """Gatherv2SimdTwoDim<int32_t>: token rows gathered as bytes into permuteTokens."""
+    return gather_td(td), simd_gather_gm(gm.tokens, gm.sorted_indices, gm.permute_tokens)
+
+
+# ArithProgressionSupportInt32 (moe_sort_base.h) writes a count of at most 8 with SetValue alone and returns
+# without the S -> V event it sets for longer counts; MoeSortMultiLastDimCore then sorts those indices (rows of
+# N <= 8 tokens). The gathers need no waiver: each UB hand-over in gather_v2_simd_two_dim.h has its event.
+# and the sort's later copy-in (the merge) overwrites those bytes with no S -> MTE2 event either.
+SHORT_INDEX_ROW_RACES = (
+    RaceWaiver("S", "LocalTensor::SetValue", "V", "Sort",
+               "ArithProgressionSupportInt32 (moe_sort_base.h) fills up to 8 indices with SetValue and no S -> V "
+               "event before the last-dim sort's Sort reads them"),
+    RaceWaiver("S", "LocalTensor::SetValue", "MTE2", "DataCopy(GM->UB)",
+               "ArithProgressionSupportInt32 (moe_sort_base.h): no event after its SetValue fill of up to 8 indices "
+               "before the last-dim sort copies into the same buffer"))
+
+
+def pad_kernel_arch35(has_prob: bool, simd: bool) -> Kernel:
+    """Key 9 (simd) / 19 of ascend950: the pad sort, [SyncAll, SIMT prob gather,] SyncAll, token gather."""
+    k = ("pad950", bool(has_prob), bool(simd))
+    if k not in _KERNELS:
+        phases = (last_dim_sort_phase(_pad_sort_args, "sortPipe2"),)
+        name = "MoeSortMultiLastDimCore<uint8_t>"
+        if has_prob:
+            phases += (PipePhase(NO_TPIPE_PROBS, (), (SYNC_ALL, (gather_simt_stage, SIMT_PROB)), _prob_gather_args),)
+            name += " + SyncAll + Gatherv2SimtTwoDim::ProbProcess"
+        if simd:
+            phases += (PipePhase("MoeindexCopyPipe", SIMD_BUFFERS, (SYNC_ALL, gather_simd_stage), _token_simd_args),)
+            name += " + SyncAll + Gatherv2SimdTwoDim"
+        else:
+            phases += (PipePhase(NO_TPIPE_TOKENS, (), (SYNC_ALL, (gather_simt_stage, SIMT_TOKEN)), _token_simt_args),)
+            name += " + SyncAll + Gatherv2SimtTwoDim::Process"
+        _KERNELS[k] = Kernel(OP, name, phases, SHORT_INDEX_ROW_RACES)
     return _KERNELS[k]

@@ -40,7 +40,9 @@ def test_ut_figures(n, e, cols, num_out, key, ws, data):
     (64, 8, 7168, F16, 64, UT_950, 9),               # drop_and_pad_regbase_simd
     (64, 8, 5, F32, 512, UT_950, 19),                # drop_and_pad_regbase_simt_small_cols
     (64, 8, 5, F32, 512, UT, 9),                     # pad on 910B
-], ids=["multi_core_large", "many_experts", "pad_950_simt", "pad_950_simd", "pad_950_small_cols", "pad_910b"])
+    (128, 8, 5, F32, 8 * 1024, UT_950, 19),          # drop_and_pad_regbase_large_prob (capacity 1024 > N)
+], ids=["multi_core_large", "many_experts", "pad_950_simt", "pad_950_simd", "pad_950_small_cols", "pad_910b",
+        "pad_950_large_prob"])
 def test_ut_keys(n, e, cols, dt, num_out, soc, key):
     pad = key in (9, 19)
     assert tile(D((n, cols), dt), D((n, e), I8), None, num_out, pad, soc=soc).tiling_key == key
@@ -128,3 +130,26 @@ def test_pad_probs_of_any_width_tile(probs):
 def test_top_k_is_read_from_the_l0_rounded_num_out_tokens(n, e, num_out, pad, top_k, capacity):
     r = tile(D((n, 16), F32), D((n, e), I8), None, num_out, pad, soc="ascend910b")
     assert (r.fields["top_k"], r.fields["capacity"]) == (top_k, capacity)
+
+
+GATHER_FIELDS = ("need_core_num", "front_core_num", "tail_core_num", "core_calc_num", "one_token_btype_size",
+                 "once_ub_token_nums", "once_indices_token_nums", "once_indices", "front_core_loop", "tail_core_loop",
+                 "token_ub")
+
+
+@pytest.mark.parametrize("n,e,cols,dt,num_out,key,block_dim,ws,gather", [
+    # UT drop_and_pad_regbase: 3 experts -> sort on 3 cores; probs: 6 slots, threads 2048 halved to 128 (6 div
+    # threads < 3 div 2), one core; tokens (SIMT): 30 elements, 128 threads, one core
+    (2, 3, 5, F32, 6, 19, 3, 3 * 2 * 16 + 3 * 64 + 2 ** 24, (1, 1, 30, 30, 0, 5, 128, 128, 6, 6, 0)),
+    # UT drop_and_pad_regbase_simd: 8 experts -> 8 cores; probs: 64 slots, 128 threads, then onceIndices = 2048 of
+    # the SIMD gather (sic: the prob call reads it too); tokens (SIMD): 64 rows on 40 cores, 1 each, the first 24
+    # one more; fp16 rows of 14336 bytes move as 1792 8-byte units; tokenUB = (253696 - 40960 - 8192) div 8 div 2
+    (64, 8, 7168, F16, 64, 9, 40, 40 * 64 * 16 + 40 * 64 + 2 ** 24, (40, 1, 24, 1, 8, 1792, 0, 2048, 64, 64, 12784)),
+], ids=["drop_and_pad_regbase", "drop_and_pad_regbase_simd"])
+def test_950_gather_fields_by_hand(n, e, cols, dt, num_out, key, block_dim, ws, gather):
+    r = tile(D((n, cols), dt), D((n, e), I8), None, num_out, True, soc=UT_950)
+    assert (r.tiling_key, r.block_dim, r.workspace_size) == (key, block_dim, ws)
+    assert tuple(r.fields["index_copy_" + k] for k in GATHER_FIELDS) == gather
+    simd = [(b.name, b.bytes, b.count, b.pipe) for b in r.ub_plan if b.pipe != "sortPipe2"]
+    assert simd == ([("inQueue", 12784 * 8, 2, "MoeindexCopyPipe"), ("indexBuf", 8192, 1, "MoeindexCopyPipe")]
+                    if key == 9 else []) + [("simtDataCache", 40960, 1, "SIMT")]
