@@ -49,6 +49,7 @@ from .._host import (index_add_rows_step, masked_scatter_rows, nonzero_mask, sor
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from ..common.unpermute_gather import gather_template
+from ..l0.moe_inplace_index_add import aicore_step
 from .kernel import KERNELS, GmTensors
 
 OP = "MoeTokenPermuteWithRoutingMapGrad"
@@ -272,8 +273,10 @@ def get_workspace_size(permuted_token_output_grad, permuted_probs_output_grad=No
             add = index_add_with_sorted_executor(tokens_zeros, values, order, g, soc=soc, deterministic=deterministic)
             steps.append(KernelStep("l0op::MoeInplaceIndexAddWithSorted", add))
         else:
-            steps.append(index_add_rows_step(tokens_zeros, s, g, lambda k, v: ParamInvalidError(
-                f"InplaceIndexAdd: sorted_indices[{k}] = {v} is not a token id in [0, {tokens_zeros.shape[0]})")))
+            host = index_add_rows_step(tokens_zeros, s, g, lambda k, v: ParamInvalidError(
+                f"InplaceIndexAdd: sorted_indices[{k}] = {v} is not a token id in [0, {tokens_zeros.shape[0]})"))
+            step = aicore_step(tokens_zeros, s, g, host, soc=soc, deterministic=deterministic)
+            steps.append(step)
         steps.append(view_copy_step(tokens_zeros, out))
 
     workspace = max((st.executor.workspace_size for st in steps if isinstance(st, KernelStep)), default=0)

@@ -21,7 +21,7 @@ from ascend_sim.dtypes import dt_of
 from tiling import get_soc
 from tiling.moe_inplace_index_add import (KEY_SIMD, SIMD_FIELDS, SIMT_FIELDS, TEMPLATE_SIMD, TEMPLATE_SIMT,
                                           moe_inplace_index_add as _tiling, select_template)
-from tiling.status import TilingError
+from tiling.status import InnerNullptrError, TilingError
 
 from ..._framework import Executor, IndexLink, gm_tensor, run_executor
 from ..._validate import as_input, as_output, check_no_alias, flag, require
@@ -96,3 +96,17 @@ def get_workspace_size(var, indices, updates, alpha=None, axis=0, *, var_out=Non
 def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
     """Launch the l0 kernel of an executor from get_workspace_size; var is updated in place."""
     run_executor(API, workspace, workspace_size, executor, stream, check)
+
+
+def aicore_step(var, indices, updates, host_step, *, soc, deterministic=False):
+    """The chains' l0op::MoeInplaceIndexAddAiCore(var, 0, indices, updates, nullptr) step: a simulated launch on
+    ascend950 where `modelled` says so, else `host_step` (910B / 910_93: InplaceIndexAdd of another CANN library;
+    950: a template not modelled). var, indices and updates may be filled by earlier steps at run time."""
+    from ..._framework import KernelStep
+    try:
+        if not modelled(var, indices, updates, soc=soc, deterministic=deterministic):
+            return host_step
+        _, executor = get_workspace_size(var, indices, updates, soc=soc, deterministic=deterministic)
+    except TilingError as e:     # the launch fails: the l0 call returns nullptr, the aclnn 561103
+        raise InnerNullptrError(f"{API} returned nullptr: {e.message}") from None
+    return KernelStep(API, executor)
