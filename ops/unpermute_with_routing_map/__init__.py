@@ -19,11 +19,12 @@ Steps of one run (`executor.report` lists them), in the real aclnn's order:
   with FP32 probs); Sort of S viewed as FP32 bits (ascending, stable) -> permute_token_id (values) and
   out_index (positions); MoeInplaceIndexAddWithSorted (a simulated kernel) when the chip is 910B / 910_93 /
   950, the token count is below 2139095040 and the accumulator is BF16 / FP16 or the deterministic switch
-  is on (910B / 910_93 only); otherwise InplaceIndexAdd on AiCore (another CANN library: a host step here,
-  fp32 adds in slot order); then ViewCopy of permute_probs, out_index, permute_token_id, the Cast back to
+  is on (910B / 910_93 only); otherwise l0op::MoeInplaceIndexAddAiCore: on 950 MoeInplaceIndexAdd's arch35
+  SIMT / SIMD kernel (ops.l0.moe_inplace_index_add; its sort and deterministic templates stay host steps), on
+  910B / 910_93 InplaceIndexAdd of another CANN library (a host step, fp32 adds in slot order); then ViewCopy of permute_probs, out_index, permute_token_id, the Cast back to
   BF16, and ViewCopy of unpermuted_tokens.
 
-Host steps (NumPy): ZerosLike, Cast, Mul, Sort, InplaceIndexAdd (AiCore), ViewCopy. Where an l0 result has the
+Host steps (NumPy): ZerosLike, Cast, Mul, Sort, InplaceIndexAdd (AiCore, where not simulated), ViewCopy. Where an l0 result has the
 caller's shape and the caller's output is C-contiguous (always, see ops._validate.as_output), the simulator
 lets the l0 operator write the caller's array and the ViewCopy step moves nothing.
 """

@@ -1,6 +1,7 @@
 """MoeInplaceIndexAddSimd (op_kernel/arch35/moe_inplace_index_add_simd.h): key 400000, the ProcessAfter branch
-(isSplitAfterAxis: afterAxis * sizeof(var) >= 128 bytes per core, always the case when the template is chosen on
-the routing-map chains' dim-0 adds), no alpha, int32 indices.
+(isSplitAfterAxis: afterAxis * sizeof(var) >= 128 bytes per core), no alpha, int32 indices. It is the only branch
+the selection lets this template reach: SIMD without sort needs afterAxis >= cores * 128 elements, hence at least
+128 * cores bytes, so the tiling's ProcessPre / ProcessIndices branches are dead code.
 
 Every core owns a slice of eachCoreAfterAxisCount columns. For each window of ubIndexFactor indices and each
 piece of afterAxisFactor columns of its slice it copies the indices in, then per pre row the window's update rows
@@ -9,8 +10,7 @@ atomic DataCopyPad (SetAtomicAdd<T>), i ascending. No two cores touch one column
 come in index order: the result is the slot-order sum, rounded to T after every add (fp32 RNE; fp16 / bf16
 rounded once per add), the same bits on every run.
 
-The ProcessPre / ProcessIndices branches (a pre axis, or rows too short for the column split) and alpha are not
-reached by the chains and not modelled.
+Alpha (never passed by the chains) is not modelled.
 """
 from __future__ import annotations
 
