@@ -14,8 +14,8 @@ when the probs gradient is computed; without dropAndPad M // (M // tokens_num) =
 map with more ones than gp has values (MaskedScatter would read past gp).
 
 Steps, in the aclnn's order ("kernel" = simulated launch, "host" = NumPy standing in for an l0 op: another
-library's, or MaskedScatter / the AiCore index add, which the open-source build takes from moe/3rd/ as
-arch35 kernels registered for ascend950 only and the simulator does not model yet):
+library's, or MaskedScatter, which the open-source build takes from moe/3rd/ as arch35 kernels registered
+for ascend950 only and the simulator does not model yet):
 * always: ZerosLike(tokensGradOut) [host]; ZerosLike(probsGradOut) [host] when gp and probsGradOut are given.
 * no dropAndPad: MoeTokenPermuteWithRoutingMapGrad key 0 [kernel G] into the zeros; ViewCopy [host]; with
   probs gradients: Cast(routing map -> bool), Transpose(zeros), Transpose(mask), MaskedScatter, Transpose,
@@ -23,8 +23,10 @@ arch35 kernels registered for ascend950 only and the simulator does not model ye
 * dropAndPad: with probs gradients, MoeTokenPermuteWithRoutingMapGrad key 1000 [kernel] into the probs zeros,
   ViewCopy [host]; then the tokens gradient: Sort(sortedIndices viewed as fp32, ascending, stable) [host] +
   MoeInplaceIndexAddWithSorted [kernel] when tokens_num < 2139095040 and Gp is bf16 / fp16 or the
-  deterministic switch is on; otherwise InplaceIndexAdd (AiCore) [host: fp32 adds in slot order]; ViewCopy
-  [host]. Every profile (910B, 910_93, 950) takes the sorted path under that condition, as the real aclnn does.
+  deterministic switch is on; otherwise l0op::MoeInplaceIndexAddAiCore: on 950 MoeInplaceIndexAdd's arch35
+  SIMT / SIMD kernel [kernel, ops.l0.moe_inplace_index_add; its sort templates, taken when the ids repeat five
+  times or more on average, are host steps], on 910B / 910_93 InplaceIndexAdd of another library [host: fp32
+  adds in slot order]; ViewCopy [host]. Every profile (910B, 910_93, 950) takes the sorted path under that condition, as the real aclnn does.
 
 Ascend 950 runs the same l0 kernel (the op has no arch35 variant); the simulator uses the same code with the
 950 profile's core count and UB.
@@ -49,6 +51,7 @@ from .._host import (index_add_rows_step, masked_scatter_rows, nonzero_mask, sor
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from ..common.unpermute_gather import gather_template
+from ..l0.moe_inplace_index_add import aicore_step
 from .kernel import KERNELS, GmTensors
 
 OP = "MoeTokenPermuteWithRoutingMapGrad"
@@ -272,8 +275,10 @@ def get_workspace_size(permuted_token_output_grad, permuted_probs_output_grad=No
             add = index_add_with_sorted_executor(tokens_zeros, values, order, g, soc=soc, deterministic=deterministic)
             steps.append(KernelStep("l0op::MoeInplaceIndexAddWithSorted", add))
         else:
-            steps.append(index_add_rows_step(tokens_zeros, s, g, lambda k, v: ParamInvalidError(
-                f"InplaceIndexAdd: sorted_indices[{k}] = {v} is not a token id in [0, {tokens_zeros.shape[0]})")))
+            host = index_add_rows_step(tokens_zeros, s, g, lambda k, v: ParamInvalidError(
+                f"InplaceIndexAdd: sorted_indices[{k}] = {v} is not a token id in [0, {tokens_zeros.shape[0]})"))
+            step = aicore_step(tokens_zeros, s, g, host, soc=soc, deterministic=deterministic)
+            steps.append(step)
         steps.append(view_copy_step(tokens_zeros, out))
 
     workspace = max((st.executor.workspace_size for st in steps if isinstance(st, KernelStep)), default=0)

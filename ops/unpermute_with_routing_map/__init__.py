@@ -19,11 +19,12 @@ Steps of one run (`executor.report` lists them), in the real aclnn's order:
   with FP32 probs); Sort of S viewed as FP32 bits (ascending, stable) -> permute_token_id (values) and
   out_index (positions); MoeInplaceIndexAddWithSorted (a simulated kernel) when the chip is 910B / 910_93 /
   950, the token count is below 2139095040 and the accumulator is BF16 / FP16 or the deterministic switch
-  is on (910B / 910_93 only); otherwise InplaceIndexAdd on AiCore (another CANN library: a host step here,
-  fp32 adds in slot order); then ViewCopy of permute_probs, out_index, permute_token_id, the Cast back to
+  is on (910B / 910_93 only); otherwise l0op::MoeInplaceIndexAddAiCore: on 950 MoeInplaceIndexAdd's arch35
+  SIMT / SIMD kernel (ops.l0.moe_inplace_index_add; its sort and deterministic templates stay host steps), on
+  910B / 910_93 InplaceIndexAdd of another CANN library (a host step, fp32 adds in slot order); then ViewCopy of permute_probs, out_index, permute_token_id, the Cast back to
   BF16, and ViewCopy of unpermuted_tokens.
 
-Host steps (NumPy): ZerosLike, Cast, Mul, Sort, InplaceIndexAdd (AiCore), ViewCopy. Where an l0 result has the
+Host steps (NumPy): ZerosLike, Cast, Mul, Sort, InplaceIndexAdd (AiCore, where not simulated), ViewCopy. Where an l0 result has the
 caller's shape and the caller's output is C-contiguous (always, see ops._validate.as_output), the simulator
 lets the l0 operator write the caller's array and the ViewCopy step moves nothing.
 """
@@ -47,6 +48,7 @@ from .._host import (index_add_rows_step, mul_rows, round_to_half, sort_ids_as_f
                      zeros_like_step)
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
+from ..l0.moe_inplace_index_add import aicore_step
 from .kernel import GmTensors, Template, kernel_for
 
 OP = "MoeTokenUnpermuteWithRoutingMap"
@@ -263,9 +265,13 @@ def _padded(p, s, pr, out, oi, tid, opp, l0, mixed, soc, deterministic, tensors)
                          f"rows ({source.shape[1]}) differ in length")
             if source.shape[0] < s.shape[0]:
                 _l0_fail(f"l0op::MoeInplaceIndexAddAiCore: {s.shape[0]} indices for {source.shape[0]} source rows")
-            steps.append(index_add_rows_step(var, s, source, lambda k, v: OutOfBoundsError(
+            host = index_add_rows_step(var, s, source, lambda k, v: OutOfBoundsError(
                 f"InplaceIndexAdd (host step): sorted_indices[{k}] = {v} addresses no row of unpermuted_tokens "
-                f"(rows 0 .. {var.shape[0] - 1})", op=OP)))
+                f"(rows 0 .. {var.shape[0] - 1})", op=OP))
+            add = aicore_step(var, s, source, host, soc=soc, deterministic=deterministic)
+            steps.append(add)
+            if isinstance(add, KernelStep):
+                workspace = max(workspace, add.executor.workspace_size)
     if l0 is not None:
         steps.append(view_copy_step(l0.permute_probs, _view_copy_target("permute_probs", opp, s.shape)))
     steps.append(view_copy_step(positions, _view_copy_target("out_index", oi, s.shape)))

@@ -1,0 +1,112 @@
+"""l0op::MoeInplaceIndexAddAiCore on Ascend 950: MoeInplaceIndexAdd's arch35 kernels (moe/3rd/moe_inplace_index_add,
+[M26]), launched by aclnnMoeTokenPermuteWithRoutingMapGrad (drop-and-pad tokens gradient) and
+aclnnMoeTokenUnpermuteWithRoutingMap (padded mode) where they do not take the sorted index add.
+
+    var[pre, indices[j], after] += updates[pre, j, after]        (axis 0 and no alpha on those chains)
+
+The tiling (tiling.moe_inplace_index_add) chooses one of five templates; the simulated kernels are SIMT
+(keys 1000xx / 1001xx, atomic adds in an order that depends on timing) and SIMD's column split (key 400000,
+deterministic: slot order per element), for float32 / float16 / bfloat16 var and int32 indices. The SIMT-sort,
+SIMD-sort and deterministic templates (their tiling needs AscendC's radix-sort buffer size) and the other
+dtypes / branches raise NotImplementedError; `modelled(...)` tells a chain beforehand.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import ml_dtypes
+import numpy as np
+
+from ascend_sim.dtypes import dt_of
+from tiling import get_soc
+from tiling.moe_inplace_index_add import (KEY_SIMD, SIMD_FIELDS, SIMT_FIELDS, TEMPLATE_SIMD, TEMPLATE_SIMT,
+                                          moe_inplace_index_add as _tiling, select_template)
+from tiling.status import InnerNullptrError, TilingError
+
+from ..._framework import Executor, IndexLink, gm_tensor, run_executor
+from ..._validate import as_input, as_output, check_no_alias, flag, require
+from .kernel import SIMD_KERNEL, SIMT_KERNEL, GmTensors, Template
+
+OP = "MoeInplaceIndexAdd"
+API = "l0op::MoeInplaceIndexAddAiCore"
+GM_NAMES = ("var", "indices", "updates")
+# named after the C++ structs; the classes must be importable under their own names for numba's disk cache
+MoeInplaceIndexAddSimtTilingData = namedtuple("MoeInplaceIndexAddSimtTilingData", SIMT_FIELDS)
+MoeInplaceIndexAddSimdTilingData = namedtuple("MoeInplaceIndexAddSimdTilingData", SIMD_FIELDS)
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+_I32 = np.dtype(np.int32)
+
+
+def modelled(var, indices, updates, *, soc="ascend950", deterministic=False) -> bool:
+    """True if the l0 call (axis 0, no alpha) runs a simulated kernel: ascend950, float var, int32 indices, and
+    the SIMT template or SIMD's column split. TilingError where the real tiling fails."""
+    soc = get_soc(soc)
+    if not soc.is_regbase or var.dtype not in _FLOATS or indices.dtype != _I32:
+        return False
+    template = select_template(var, indices, updates, None, 0, soc=soc, deterministic=deterministic)
+    if template == TEMPLATE_SIMT:
+        return True
+    return template == TEMPLATE_SIMD and _tiling(var, indices, updates, None, 0, soc=soc).fields[
+        "is_split_after_axis"] == 1
+
+
+def get_workspace_size(var, indices, updates, alpha=None, axis=0, *, var_out=None, soc="ascend950",
+                       deterministic=False):
+    """l0op::MoeInplaceIndexAddAiCore -> (workspace_size, Executor); the run adds into var in place.
+
+    var: (..., N, ...) float32 / float16 / bfloat16, writeable and C-contiguous; indices: (K,) int32 rows of var
+    along `axis`; updates: var's shape with K along the axis, var's dtype. var_out is var (the op's output is its
+    input); passing another array is refused. Tiling failures raise TilingError (561002); templates, dtypes and
+    branches not modelled raise NotImplementedError after the tiling has run. Indices outside the var end in
+    OutOfBoundsError naming the bad element.
+    """
+    soc = get_soc(soc)
+    for name, t in (("var", var), ("indices", indices), ("updates", updates)):
+        require(name, t)
+    v = as_output("var", var)
+    i, u = as_input("indices", indices), as_input("updates", updates)
+    if var_out is not None and var_out is not var:
+        raise TilingError(f"{OP}: var_out must be var itself (the op adds in place)")
+    tensors = dict(var=v, indices=i, updates=u)
+    check_no_alias({"indices": i, "updates": u}, {"var": v})
+    result = _tiling(v, i, u, alpha, axis, soc=soc, deterministic=flag("deterministic", deterministic))
+    if alpha is not None:
+        raise NotImplementedError(f"{OP}: the alpha input is not modelled (the chains pass none)")
+    if v.dtype not in _FLOATS or i.dtype != _I32:
+        raise NotImplementedError(f"{OP}: only float32 / float16 / bfloat16 var with int32 indices is modelled, "
+                                  f"got {v.dtype} / {i.dtype}")
+    if result.tiling_key == KEY_SIMD:
+        if result.fields["is_split_after_axis"] != 1:
+            raise NotImplementedError(f"{OP}: only the SIMD template's column split (ProcessAfter) is modelled")
+        td, kernel = MoeInplaceIndexAddSimdTilingData(*result.fields.values()), SIMD_KERNEL
+    else:
+        td, kernel = MoeInplaceIndexAddSimtTilingData(*result.fields.values()), SIMT_KERNEL
+    gm = GmTensors(gm_tensor(v, 0), gm_tensor(i, 1, np.int32), gm_tensor(u, 2))
+    tmpl = Template(dt_of(v.dtype), result.tiling_key // 100 % 10 if result.tiling_key != KEY_SIMD else 0)
+    after = result.fields["after_axis"]
+    links = (IndexLink("indices", "var", after, result.fields["var_in_axis"]),)
+    executor = Executor(OP, result, kernel, (td, gm, tmpl), GM_NAMES, api=API, tensors=tensors,
+                        index_links=links, writes=(v,),
+                        ub_advice="the SIMD template's index window and column piece shrink with the UB; a custom "
+                                  "profile (tiling.get_soc('ascend950', ub_size=...)) changes them")
+    return result.workspace_size, executor
+
+
+def run(workspace, workspace_size, executor, stream=None, check=None) -> None:
+    """Launch the l0 kernel of an executor from get_workspace_size; var is updated in place."""
+    run_executor(API, workspace, workspace_size, executor, stream, check)
+
+
+def aicore_step(var, indices, updates, host_step, *, soc, deterministic=False):
+    """The chains' l0op::MoeInplaceIndexAddAiCore(var, 0, indices, updates, nullptr) step: a simulated launch on
+    ascend950 where `modelled` says so, else `host_step` (910B / 910_93: InplaceIndexAdd of another CANN library;
+    950: a template not modelled). var, indices and updates may be filled by earlier steps at run time."""
+    from ..._framework import KernelStep
+    try:
+        if not modelled(var, indices, updates, soc=soc, deterministic=deterministic):
+            return host_step
+        _, executor = get_workspace_size(var, indices, updates, soc=soc, deterministic=deterministic)
+    except TilingError as e:     # the launch fails: the l0 call returns nullptr, the aclnn 561103
+        raise InnerNullptrError(f"{API} returned nullptr: {e.message}") from None
+    return KernelStep(API, executor)

@@ -1,0 +1,125 @@
+"""The two chains that launch l0op::MoeInplaceIndexAddAiCore: on ascend950 the simulated MoeInplaceIndexAdd kernel
+(SIMT / SIMD templates), on 910B the host step standing in for InplaceIndexAdd of another CANN library; on 950 the
+sort and deterministic templates (not modelled) stay host steps under the same name.
+
+Goldens: the chains' own goldens add the rows of a token in slot order in fp32 (ops/*/golden.py). SIMD adds in that
+order (bit-exact); SIMT's atomics land in an order that depends on the cores (within ((1+u)^k - 1) * sum |terms|
+of the exact sum, u = 2**-24).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ops.unpermute_with_routing_map as uwrm
+from ops.permute_with_routing_map_grad import allocate_outputs, get_workspace_size, run
+from ops.permute_with_routing_map_grad.examples import make_inputs as grad_inputs
+from ops.permute_with_routing_map_grad.golden import golden as grad_golden
+from ops.unpermute_with_routing_map.examples import make_inputs as unpermute_inputs
+from ops.unpermute_with_routing_map.golden import golden as unpermute_golden
+
+STEP = "l0op::MoeInplaceIndexAddAiCore"
+
+
+def _index_add(report):
+    (step,) = [s for s in report.steps if s.name == STEP]
+    return step
+
+
+def _within_order_bound(got, want, terms_abs):
+    """got vs want (both sums of the same fp32 terms per element, want in slot order); terms_abs: (N, H) sum of
+    |terms|, k the adds per element (the bound holds for the error of each against the exact sum)."""
+    k, magnitude = terms_abs
+    bound = 2 * ((1 + 2.0 ** -24) ** k[:, None] - 1) * magnitude
+    assert np.all(np.abs(got.astype(np.float64) - want.astype(np.float64)) <= bound)
+
+
+def _grad(tokens, hidden, experts, capacity, soc, check=None, deterministic=False):
+    a = grad_inputs(tokens, hidden, experts, capacity=capacity, dtype="fp32", drop_and_pad=True, seed=7)
+    outs = allocate_outputs(a["permuted_token_output_grad"], a["permuted_probs_output_grad"], experts, tokens)
+    size, ex = get_workspace_size(*a.values(), *outs, soc=soc, deterministic=deterministic)
+    run(np.empty(size, np.uint8), size, ex, check=check)
+    return a, outs, ex
+
+
+def _grad_terms(a, tokens):
+    s, g = a["sorted_indices"], a["permuted_token_output_grad"].astype(np.float64)
+    k, mag = np.zeros(tokens), np.zeros((tokens, g.shape[1]))
+    np.add.at(k, s, 1)
+    np.add.at(mag, s, np.abs(g))
+    return k, mag
+
+
+# tokens, hidden, experts, capacity -> the template MoeInplaceIndexAdd takes (capacity * experts div tokens < 5)
+GRAD_CASES = {
+    "simt-1core": (8, 40, 3, 4, 100000),
+    "simt-5cores": (64, 300, 4, 8, 100000),
+    "simd-64cores": (8, 8192, 2, 4, 400000),
+}
+
+
+@pytest.mark.parametrize("case", list(GRAD_CASES))
+def test_permute_grad_fp32_on_950_runs_the_kernel(case):
+    tokens, hidden, experts, capacity, key = GRAD_CASES[case]
+    a, outs, ex = _grad(tokens, hidden, experts, capacity, "ascend950")
+    step = _index_add(ex.report)
+    assert step.kind == "kernel" and step.run.tiling_key == key
+    want = grad_golden(**a)
+    if key == 400000:
+        assert np.array_equal(outs[0].view(np.uint32), want[0].view(np.uint32))
+    else:
+        _within_order_bound(outs[0], want[0], _grad_terms(a, tokens))
+    assert np.array_equal(outs[1].view(np.uint32), want[1].view(np.uint32))
+
+
+def test_permute_grad_on_950_checked_mode_is_clean():
+    _, _, ex = _grad(64, 300, 4, 8, "ascend950", check="race")
+    assert _index_add(ex.report).kind == "kernel"
+
+
+@pytest.mark.parametrize("soc,tokens,experts,capacity,kind", [
+    ("ascend910b", 8, 3, 4, "host"),             # InplaceIndexAdd of another library
+    ("ascend950", 6, 8, 5, "host"),              # 40 slots for 6 tokens: the SIMD-sort template, not modelled
+], ids=["910b", "950-sort-template"])
+def test_permute_grad_host_step_where_not_simulated(soc, tokens, experts, capacity, kind):
+    a, outs, ex = _grad(tokens, 64, experts, capacity, soc)
+    assert _index_add(ex.report).kind == kind
+    assert np.array_equal(outs[0].view(np.uint32), grad_golden(**a)[0].view(np.uint32))
+
+
+# --- UnpermuteWithRoutingMap, padded ---------------------------------------------------------------------------
+def _unpermute(tokens, hidden, experts, capacity, dtype, probs_dtype, soc, deterministic=False, check=None):
+    a = unpermute_inputs(tokens, hidden, experts, capacity=capacity, dtype=dtype, probs_dtype=probs_dtype,
+                         drop_and_pad=True, seed=9)
+    outs = uwrm.allocate_outputs(*a.values())
+    size, ex = uwrm.get_workspace_size(*a.values(), *outs, soc=soc, deterministic=deterministic)
+    uwrm.run(np.empty(size, np.uint8), size, ex, check=check)
+    return a, outs, ex
+
+
+@pytest.mark.parametrize("dtype,probs_dtype", [("fp32", "fp32"), ("bf16", "fp32")], ids=["fp32", "bf16-fp32probs"])
+@pytest.mark.parametrize("tokens,hidden,experts,capacity,key", [(23, 40, 5, 7, 100000), (9, 8192, 2, 4, 400000)],
+                         ids=["simt", "simd"])
+def test_unpermute_padded_fp32_accumulator_on_950_runs_the_kernel(tokens, hidden, experts, capacity, key, dtype,
+                                                                 probs_dtype):
+    a, outs, ex = _unpermute(tokens, hidden, experts, capacity, dtype, probs_dtype, "ascend950")
+    step = _index_add(ex.report)
+    assert step.kind == "kernel" and step.run.tiling_key == key
+    want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
+    # one core adds in slot order here (SIMT: 35 * 40 elements fit one core's 2048 threads)
+    assert np.array_equal(outs[0].view(np.uint8), want[0].view(np.uint8))
+    assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])
+
+
+def test_unpermute_on_950_checked_mode_is_clean():
+    _, _, ex = _unpermute(23, 40, 5, 7, "fp32", "fp32", "ascend950", check="race")
+    assert _index_add(ex.report).kind == "kernel"
+
+
+@pytest.mark.parametrize("soc,deterministic", [("ascend910b", False), ("ascend950", True)],
+                         ids=["910b", "950-deterministic-template"])
+def test_unpermute_host_step_where_not_simulated(soc, deterministic):
+    a, outs, ex = _unpermute(23, 40, 5, 7, "fp32", "fp32", soc, deterministic=deterministic)
+    assert _index_add(ex.report).kind == "host"
+    want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
+    assert np.array_equal(outs[0].view(np.uint8), want[0].view(np.uint8))

@@ -1,0 +1,188 @@
+"""tiling.moe_inplace_index_add: the arch35 template selection, the SIMT and SIMD tilings, the checks.
+
+Neither ops-transformer snapshot has a unit test of this tiling (moe/3rd/moe_inplace_index_add has no tests/ dir in
+the Dec 2025 branch or in master of 2026-07-24), so the figures below are worked by hand from
+op_host/arch35/moe_inplace_index_add_{base,simt,simd}_tiling.cpp (master); each case says how.
+"""
+from __future__ import annotations
+
+import pytest
+
+import tiling
+from tiling import TensorDesc as T
+from tiling.moe_inplace_index_add import (SIMD_FIELDS, SIMT_FIELDS, TEMPLATE_DETERMINISTIC, TEMPLATE_SIMD,
+                                          TEMPLATE_SIMD_SORT, TEMPLATE_SIMT, TEMPLATE_SIMT_SORT, select_template)
+from tiling.status import TilingError
+
+SOC = "ascend950"        # 64 vector cores, GetCoreMemSize 253696: every template starts from 253696 - 32768
+
+
+def _args(n, m, h, dtype="float32", index="int32"):
+    return T((n, h), dtype), T((m,), index), T((m, h), dtype)
+
+
+# --- selection: both sides of every threshold ------------------------------------------------------------------
+@pytest.mark.parametrize("n,m,h,dtype,deterministic,want", [
+    # useSort = m div n >= 5
+    (10, 49, 4096, "float32", False, TEMPLATE_SIMT),          # 4 repeats: no sort, 4096 < 64 * 128 columns
+    (10, 50, 4096, "float32", False, TEMPLATE_SIMD_SORT),     # 5 repeats: sort, 4096 * 4 >= 128 bytes
+    # no sort: SIMD from afterAxis >= cores * 128 = 8192 elements
+    (10, 20, 8191, "float32", False, TEMPLATE_SIMT),
+    (10, 20, 8192, "float32", False, TEMPLATE_SIMD),
+    (10, 20, 8192, "bfloat16", False, TEMPLATE_SIMD),
+    (10, 20, 8192, "int64", False, TEMPLATE_SIMT),            # int64 is no SIMD dtype
+    # sort: SIMD from afterAxis * sizeof >= 128 bytes, else SIMT sort up to 1024 columns
+    (4, 20, 31, "float32", False, TEMPLATE_SIMT_SORT),
+    (4, 20, 32, "float32", False, TEMPLATE_SIMD_SORT),
+    (4, 20, 63, "float16", False, TEMPLATE_SIMT_SORT),
+    (4, 20, 64, "float16", False, TEMPLATE_SIMD_SORT),
+    (4, 20, 1024, "int64", False, TEMPLATE_SIMT_SORT),        # not SIMD: SIMT sort while afterAxis <= 1024
+    (4, 20, 1025, "int64", False, TEMPLATE_SIMT),
+    (4, 20, 8, "uint8", False, TEMPLATE_SIMT),                # uint8 is no SIMT-sort dtype
+    # the deterministic switch wins for float dtypes only
+    (10, 20, 16, "float32", True, TEMPLATE_DETERMINISTIC),
+    (10, 20, 16, "bfloat16", True, TEMPLATE_DETERMINISTIC),
+    (10, 20, 16, "int32", True, TEMPLATE_SIMT),
+], ids=lambda v: str(v))
+def test_template_selection(n, m, h, dtype, deterministic, want):
+    assert select_template(*_args(n, m, h, dtype), soc=SOC, deterministic=deterministic) == want
+
+
+def test_simd_threshold_follows_the_core_count():
+    soc = tiling.get_soc(SOC, aiv_num=8)            # 8 * 128 = 1024 columns
+    assert select_template(*_args(10, 20, 1023), soc=soc) == TEMPLATE_SIMT
+    assert select_template(*_args(10, 20, 1024), soc=soc) == TEMPLATE_SIMD
+
+
+# --- SIMT ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n,m,h,dtype,key,block_dim,workspace,fields", [
+    # blockDim = min(ceil(m * h / 1024), 64); float dtypes: ubFactor 0, no UB buffer, 16 MiB
+    (16, 32, 100, "float32", 100000, 4, 16777216, [1, 16, 32, 100, 0, 0, 1, 1]),
+    (16, 32, 4096, "float32", 100000, 64, 16777216, [1, 16, 32, 4096, 0, 0, 1, 1]),
+    (7, 3, 5, "float16", 100001, 1, 16777216, [1, 7, 3, 5, 0, 0, 1, 1]),
+    (7, 3, 5, "bfloat16", 100027, 1, 16777216, [1, 7, 3, 5, 0, 0, 1, 1]),
+    (7, 3, 5, "int32", 100003, 1, 16777216, [1, 7, 3, 5, 0, 0, 1, 1]),
+    # int8: local UB min(220928, 65536) = 65536; 65536 div (4 + 1) = 13107 floored to 32 -> 13088;
+    # workspace 16 MiB + CeilAlign(16 * 7 * 4, 512) = 512
+    (16, 32, 7, "int8", 100002, 1, 16777216 + 512, [1, 16, 32, 7, 13088, 0, 1, 1]),
+    # bool: fp16 copy: 65536 div (2 + 1) = 21845 -> 21824; CeilAlign(16 * 7 * 2, 512) = 512
+    (16, 32, 7, "bool", 100012, 1, 16777216 + 512, [1, 16, 32, 7, 21824, 0, 1, 1]),
+], ids=lambda v: str(v))
+def test_simt_tiling(n, m, h, dtype, key, block_dim, workspace, fields):
+    r = tiling.moe_inplace_index_add(*_args(n, m, h, dtype), soc=SOC)
+    assert (r.tiling_key, r.block_dim, r.workspace_size, r.schedule_mode) == (key, block_dim, workspace, 1)
+    assert list(r.fields) == list(SIMT_FIELDS)
+    assert r.data() == fields
+
+
+def test_simt_key_digits_for_alpha_and_wide_offsets():
+    big = tiling.moe_inplace_index_add(T((2 ** 20, 4096), "float32"), T((2,), "int32"), T((2, 4096), "float32"),
+                                       soc=SOC)
+    assert big.tiling_key == 100100              # var has 2**32 elements > INT32_MAX: uint64 offsets
+    alpha = tiling.moe_inplace_index_add(*_args(4, 3, 5, "bfloat16"), T((1,), "bfloat16"), soc=SOC)
+    assert alpha.tiling_key == 101027
+
+
+# --- SIMD (key 400000, column split) ------------------------------------------------------------------------------
+def _simd_fields(**set_):
+    f = dict.fromkeys(SIMD_FIELDS, 0)
+    f.update(set_)
+    return list(f.values())
+
+
+@pytest.mark.parametrize("soc,n,m,h,dtype,fields,plan", [
+    # stock: UB 253696 - 32768 = 220928, half (220928 - 128) / 2 = 110400; 8192 / 64 = 128 columns per core;
+    # 128 * 8 <= 110400 - 8192: afterAxisFactor 128, ubIndexFactor 110400 div (128 * 8 + 4) = 107
+    ({}, 16, 32, 8192, "float32",
+     dict(pre_axis=1, var_in_axis=16, updates_in_axis=32, after_axis=8192, used_core_num_before=64,
+          ub_index_factor=107, after_axis_factor=128, each_core_pre_axis_count=1, tail_core_pre_axis_count=1,
+          update_loop_size=1, update_tail_num=128, indices_loop_size=1, indice_axis_tail_num=32,
+          each_core_after_axis_count=128, tail_core_after_axis_count=128, tail_update_loop_size=1,
+          tail_update_axis_num=128, is_split_after_axis=1, indices_stride=1),
+     [("updatesQue_", 107 * 128 * 4, 2), ("indicesQue_", 107 * 4, 2)]),
+    # bf16: 110400 div (128 * 6 + 4) = 143
+    ({}, 16, 32, 8192, "bfloat16",
+     dict(pre_axis=1, var_in_axis=16, updates_in_axis=32, after_axis=8192, used_core_num_before=64,
+          ub_index_factor=143, after_axis_factor=128, each_core_pre_axis_count=1, tail_core_pre_axis_count=1,
+          update_loop_size=1, update_tail_num=128, indices_loop_size=1, indice_axis_tail_num=32,
+          each_core_after_axis_count=128, tail_core_after_axis_count=128, tail_update_loop_size=1,
+          tail_update_axis_num=128, is_split_after_axis=1, indices_stride=1),
+     [("updatesQue_", 143 * 128 * 2, 2), ("indicesQue_", 143 * 4, 2)]),
+    # UB 65536: 65280 - 32768 = 32512, half 16192; ubIndexFactor 16192 div 1028 = 15: 3 windows, the last of 2
+    (dict(ub_size=65536), 16, 32, 8192, "float32",
+     dict(pre_axis=1, var_in_axis=16, updates_in_axis=32, after_axis=8192, used_core_num_before=64,
+          ub_index_factor=15, after_axis_factor=128, each_core_pre_axis_count=1, tail_core_pre_axis_count=1,
+          update_loop_size=1, update_tail_num=128, indices_loop_size=3, indice_axis_tail_num=2,
+          each_core_after_axis_count=128, tail_core_after_axis_count=128, tail_update_loop_size=1,
+          tail_update_axis_num=128, is_split_after_axis=1, indices_stride=1),
+     [("updatesQue_", 15 * 128 * 4, 2), ("indicesQue_", 15 * 4, 2)]),
+    # UB 65536 on 2 cores, 4100 columns: 2050 per core, 2050 * 8 > 16192 - 8192: ubIndexFactor
+    # CeilAlign(min(8192, 32 * 4), 32) / 4 = 32, afterAxisFactor FloorAlign((16192 - 128) div (32 * 8), 8) = 56;
+    # 2050 = 36 * 56 + 34 columns per core; the last core's 2050 likewise
+    (dict(ub_size=65536, aiv_num=2), 16, 32, 4100, "float32",
+     dict(pre_axis=1, var_in_axis=16, updates_in_axis=32, after_axis=4100, used_core_num_before=2,
+          ub_index_factor=32, after_axis_factor=56, each_core_pre_axis_count=1, tail_core_pre_axis_count=1,
+          update_loop_size=37, update_tail_num=34, indices_loop_size=1, indice_axis_tail_num=32,
+          each_core_after_axis_count=2050, tail_core_after_axis_count=2050, tail_update_loop_size=37,
+          tail_update_axis_num=34, is_split_after_axis=1, indices_stride=1),
+     [("updatesQue_", 32 * 56 * 4, 2), ("indicesQue_", 32 * 4, 2)]),
+    # 3 cores, 1000 columns: 334 + 334 + 332; CeilAlign(334, 8) = 336, 110400 div (336 * 8 + 4) = 41
+    (dict(aiv_num=3), 5, 9, 1000, "float32",
+     dict(pre_axis=1, var_in_axis=5, updates_in_axis=9, after_axis=1000, used_core_num_before=3,
+          ub_index_factor=41, after_axis_factor=336, each_core_pre_axis_count=1, tail_core_pre_axis_count=1,
+          update_loop_size=1, update_tail_num=334, indices_loop_size=1, indice_axis_tail_num=9,
+          each_core_after_axis_count=334, tail_core_after_axis_count=332, tail_update_loop_size=1,
+          tail_update_axis_num=332, is_split_after_axis=1, indices_stride=1),
+     [("updatesQue_", 41 * 336 * 4, 2), ("indicesQue_", 41 * 4, 2)]),
+], ids=["stock-fp32", "stock-bf16", "ub64k-index-windows", "ub64k-2cores-column-pieces", "3cores-tail-core"])
+def test_simd_tiling(soc, n, m, h, dtype, fields, plan):
+    r = tiling.moe_inplace_index_add(*_args(n, m, h, dtype), soc=tiling.get_soc(SOC, **soc))
+    assert (r.tiling_key, r.block_dim, r.workspace_size, r.schedule_mode) == (400000, r.soc.aiv_num, 16777216, 1)
+    assert list(r.fields) == list(SIMD_FIELDS)
+    assert r.data() == _simd_fields(**fields)
+    assert [tuple(b[:3]) for b in r.ub_plan] == plan
+
+
+# --- checks ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args,kwargs,words", [
+    (_args(4, 3, 5), dict(axis=2), "axis"),
+    (_args(4, 3, 5), dict(axis=-3), "axis"),
+    ((T((4, 5), "float64"), T((3,), "int32"), T((3, 5), "float64")), {}, "var dtype"),
+    ((T((4, 5), "float32"), T((3,), "int16"), T((3, 5), "float32")), {}, "indices dtype"),
+    ((T((4, 5), "float32"), T((3,), "int32"), T((3, 5), "float16")), {}, "same dtype"),
+    ((T((4, 5), "float32"), T((3, 1), "int32"), T((3, 5), "float32")), {}, "vector"),
+    ((T((4, 5), "float32"), T((3,), "int32"), T((3, 5, 1), "float32")), {}, "number of dimensions"),
+    ((T((4, 5), "float32"), T((2,), "int32"), T((3, 5), "float32")), {}, "number of indices"),
+    ((T((4, 5), "float32"), T((3,), "int32"), T((3, 6), "float32")), {}, "must match var shape"),
+    ((T((0, 5), "float32"), T((3,), "int32"), T((3, 5), "float32")), {}, "varInAxis 0"),
+], ids=["axis-high", "axis-low", "var-fp64", "indices-int16", "updates-dtype", "indices-2d", "updates-rank",
+        "indices-count", "updates-shape", "var-empty-axis"])
+def test_failing_tilings(args, kwargs, words):
+    with pytest.raises(TilingError) as e:
+        tiling.moe_inplace_index_add(*args, soc=SOC, **kwargs)
+    assert e.value.status == 561002 and words in e.value.message
+
+
+def test_alpha_must_hold_one_element():
+    with pytest.raises(TilingError, match="alpha size must be 1"):
+        tiling.moe_inplace_index_add(*_args(4, 3, 5), T((2,), "float32"), soc=SOC)
+
+
+def test_other_axis_folds_the_shape():
+    r = tiling.moe_inplace_index_add(T((3, 4, 5), "float32"), T((6,), "int32"), T((3, 6, 5), "float32"), axis=-2,
+                                     soc=SOC)
+    assert r.data()[:4] == [3, 4, 6, 5] and r.tiling_key == 100000 and r.block_dim == 1
+
+
+@pytest.mark.parametrize("args,deterministic", [(_args(4, 20, 64), False), (_args(4, 20, 16), False),
+                                                (_args(10, 20, 16), True)],
+                         ids=["simd-sort", "simt-sort", "deterministic"])
+def test_sort_templates_are_not_modelled(args, deterministic):
+    with pytest.raises(NotImplementedError, match="GetSortMaxMinTmpSize"):
+        tiling.moe_inplace_index_add(*args, soc=SOC, deterministic=deterministic)
+
+
+@pytest.mark.parametrize("soc", ["ascend910b", "ascend910_93"])
+def test_membase_chips_have_no_such_tiling(soc):
+    with pytest.raises(NotImplementedError, match="ascend950 only"):
+        tiling.moe_inplace_index_add(*_args(4, 3, 5), soc=soc)
