@@ -6,7 +6,7 @@ here changes. `SPEC.order` places it in the demo and in the help's operator list
 """
 from __future__ import annotations
 
-import importlib.util
+import os
 import pkgutil
 from importlib import import_module
 
@@ -16,8 +16,9 @@ from ..common.cli_spec import CliError, OpSpec
 
 
 def _specs() -> list[OpSpec]:
+    # look for cli.py on disk: find_spec would import the package, and ops.torch needs the optional torch
     found = [info.name for info in pkgutil.iter_modules(ops.__path__)
-             if info.ispkg and importlib.util.find_spec(f"ops.{info.name}.cli") is not None]
+             if info.ispkg and os.path.exists(os.path.join(info.module_finder.path, info.name, "cli.py"))]
     specs = [(import_module(f"ops.{name}.cli").SPEC, name) for name in found]
     return sorted(specs, key=lambda spec_name: spec_name[0].order)
 
