@@ -40,3 +40,4 @@ from .regbase import (CMP_EQ as R_CMP_EQ, CMP_GE as R_CMP_GE, CMP_GT as R_CMP_GT
 from .regbase import (reg_load_unpack_b16, reg_store_pack_b32, vcast_f32_to_bf16,  # noqa: F401,E501
                       vcast_half_to_f32)   # MicroAPI: UNPACK_B16 load, PACK_B32 store, fp16 / bf16 <-> fp32 casts
 from .regbase import reg_load_align, vunpack_u16_to_u32  # noqa: F401,E402   (MoeFinalizeRoutingV2 VFs)
+from .regbase import reg_gather, reg_load_unpack4_b8, vcopy, vduplicate_reg  # noqa: F401,E402   (MoeMaskedScatter VF)

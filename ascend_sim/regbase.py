@@ -1650,3 +1650,87 @@ def vunpack_u16_to_u32(c, dst, src):
         return
     for i in range(64):
         dst[i] = src[i]
+
+
+# --- MoeMaskedScatter's prefix-count VF: DIST_UNPACK4_B8 load, DataCopyGather, register Duplicate, Copy -----------
+@aicore
+def reg_load_unpack4_b8(c, dst, t, offset):
+    """DataCopy<uint8_t, POST_MODE_UPDATE, LoadDist::DIST_UNPACK4_B8>(dst, addr, VL / 4): VL / 4 = 64 bytes of t
+    (uint8) from a 32-byte aligned address, byte i into the low byte of 32-bit lane i, the other three bytes 0
+    (dst: a vreg_u8 view; read it back as vreg_i32 / vreg_u32). Returns offset + 64."""
+    n = VL // 4
+    if not _instr(c, CALL_R_LOAD, KIND_LOAD):
+        return offset + n
+    if dst.itemsize != 1 or t.itemsize != 1:
+        fault(c, F_ELEM_TYPE, CALL_R_LOAD, dst.itemsize, t.itemsize)
+        return offset + n
+    a = _ub_span(c, CALL_R_LOAD, t, offset, n, 32)
+    if a < 0:
+        return offset + n
+    chk.ub(c, CALL_VF, PIPE_V, a, n, False)
+    for i in range(n):
+        dst[4 * i] = t[offset + i]
+        dst[4 * i + 1] = 0
+        dst[4 * i + 2] = 0
+        dst[4 * i + 3] = 0
+    return offset + n
+
+
+@aicore
+def reg_gather(c, dst, t, index, mask):
+    """MicroAPI::DataCopyGather(dst, ubAddr, index, mask): active lane i reads element index[i] of t (element
+    indices of t's type, every one checked to lie in t); inactive lanes are zeroed."""
+    if not _instr(c, CALL_R_LOAD, KIND_LOAD):
+        return
+    if dst.itemsize != t.itemsize or index.itemsize != dst.itemsize:
+        fault(c, F_ELEM_TYPE, CALL_R_LOAD, dst.itemsize, t.itemsize)
+        return
+    base = ub_offset(c, t, CALL_R_LOAD)
+    if base < 0:
+        return
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            k = np.int64(index[i])
+            if k < 0 or k >= t.size:
+                fault(c, F_UB_OOB, CALL_R_LOAD, base, k * isz + isz, t.nbytes)
+                return
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            k = np.int64(index[i])
+            chk.ub(c, CALL_VF, PIPE_V, base + k * isz, isz, False)
+            dst[i] = t[k]
+        else:
+            dst[i] = 0
+
+
+@aicore
+def vduplicate_reg(c, dst, src, mask, mode=ZEROING):
+    """MicroAPI::Duplicate(dst, srcReg, mask): lane 0 of src in every active lane of dst."""
+    if not _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
+        return
+    if not _same_type(c, CALL_R_DUPLICATE, dst, src):
+        return
+    isz = dst.itemsize
+    v = src[0]
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = v
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def vcopy(c, dst, src, mask, mode=ZEROING):
+    """MicroAPI::Copy<T, mode>(dst, src, mask): the active lanes of src into dst; the others zeroed (ZEROING) or
+    kept (MERGING)."""
+    if not _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
+        return
+    if not _same_type(c, CALL_R_DUPLICATE, dst, src):
+        return
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = src[i]
+        elif mode == ZEROING:
+            dst[i] = 0

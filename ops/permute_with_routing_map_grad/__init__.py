@@ -14,12 +14,13 @@ when the probs gradient is computed; without dropAndPad M // (M // tokens_num) =
 map with more ones than gp has values (MaskedScatter would read past gp).
 
 Steps, in the aclnn's order ("kernel" = simulated launch, "host" = NumPy standing in for an l0 op: another
-library's, or MaskedScatter, which the open-source build takes from moe/3rd/ as arch35 kernels registered
-for ascend950 only and the simulator does not model yet):
+library's; on ascend950 the open-source build takes MoeMaskedScatter and MoeInplaceIndexAddAiCore from moe/3rd/
+as arch35 kernels, simulated here, while 910B / 910_93 take MaskedScatter / InplaceIndexAdd from another library):
 * always: ZerosLike(tokensGradOut) [host]; ZerosLike(probsGradOut) [host] when gp and probsGradOut are given.
 * no dropAndPad: MoeTokenPermuteWithRoutingMapGrad key 0 [kernel G] into the zeros; ViewCopy [host]; with
-  probs gradients: Cast(routing map -> bool), Transpose(zeros), Transpose(mask), MaskedScatter, Transpose,
-  ViewCopy [host].
+  probs gradients: Cast(routing map -> bool), Transpose(zeros), Transpose(mask) [host]; MoeMaskedScatter
+  [kernel: its arch35 kernel, ops.l0.moe_masked_scatter] on 950, MaskedScatter [host] on 910B / 910_93;
+  Transpose, ViewCopy [host].
 * dropAndPad: with probs gradients, MoeTokenPermuteWithRoutingMapGrad key 1000 [kernel] into the probs zeros,
   ViewCopy [host]; then the tokens gradient: Sort(sortedIndices viewed as fp32, ascending, stable) [host] +
   MoeInplaceIndexAddWithSorted [kernel] when tokens_num < 2139095040 and Gp is bf16 / fp16 or the
@@ -52,6 +53,7 @@ from .._validate import as_input, as_output, check_no_alias, flag, int_attr, out
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from ..common.unpermute_gather import gather_template
 from ..l0.moe_inplace_index_add import aicore_step
+from ..l0.moe_masked_scatter import get_workspace_size as masked_scatter_executor
 from .kernel import KERNELS, GmTensors
 
 OP = "MoeTokenPermuteWithRoutingMapGrad"
@@ -183,13 +185,22 @@ def _ub_advice(result) -> str:
             "(tiling.get_soc(..., ub_size=...)) gives longer pieces.")
 
 
-def _masked_scatter_steps(mask_src, gp, probs_zeros, probs_out) -> list:
-    """Cast, Transpose, Transpose, MaskedScatter, Transpose, ViewCopy of the non-pad probs gradient (host)."""
+def _masked_scatter_steps(mask_src, gp, probs_zeros, probs_out, soc) -> list:
+    """Cast, Transpose, Transpose, MaskedScatter, Transpose, ViewCopy of the non-pad probs gradient. The scatter is
+    l0op::MoeMaskedScatter: on Ascend 950 its arch35 kernel [kernel], elsewhere CANN's MaskedScatter [host]."""
     n, e = probs_zeros.shape
     mask = np.empty((n, e), dtype=bool)
     zeros_t = np.empty((e, n), dtype=probs_zeros.dtype)
     mask_t = np.empty((e, n), dtype=bool)
     back = np.empty((n, e), dtype=probs_zeros.dtype)
+    steps = [HostStep("l0op::Cast", lambda: nonzero_mask(mask_src, mask)),
+             transpose_step(probs_zeros, zeros_t),
+             transpose_step(mask, mask_t)]
+    if soc.is_regbase:
+        scattered = np.empty((e, n), dtype=probs_zeros.dtype)     # the l0 op's AllocTensor
+        _, scatter = masked_scatter_executor(zeros_t, mask_t, gp, y_out=scattered, soc=soc)
+        return steps + [KernelStep("l0op::MoeMaskedScatter", scatter), transpose_step(scattered, back),
+                        view_copy_step(back, probs_out)]
 
     def masked_scatter():
         ones = int(np.count_nonzero(mask_t))
@@ -198,12 +209,9 @@ def _masked_scatter_steps(mask_src, gp, probs_zeros, probs_out) -> list:
                          "values")
         masked_scatter_rows(zeros_t, mask_t, gp[:ones])     # row-major over (E, N): expert-major order
 
-    return [HostStep("l0op::Cast", lambda: nonzero_mask(mask_src, mask)),
-            transpose_step(probs_zeros, zeros_t),
-            transpose_step(mask, mask_t),
-            HostStep("l0op::MaskedScatter", masked_scatter),
-            transpose_step(zeros_t, back),
-            view_copy_step(back, probs_out)]
+    return steps + [HostStep("l0op::MaskedScatter", masked_scatter),
+                    transpose_step(zeros_t, back),
+                    view_copy_step(back, probs_out)]
 
 
 def get_workspace_size(permuted_token_output_grad, permuted_probs_output_grad=None, sorted_indices=None,
@@ -259,7 +267,7 @@ def get_workspace_size(permuted_token_output_grad, permuted_probs_output_grad=No
         steps.append(KernelStep(f"l0op::{OP}", _kernel_executor(result, kernel, gm, tmpl, tensors, links)))
         steps.append(view_copy_step(tokens_zeros, out))
         if probs_wanted:
-            steps += _masked_scatter_steps(rm, gp, probs_zeros, probs_out)
+            steps += _masked_scatter_steps(rm, gp, probs_zeros, probs_out, soc)
     else:
         if probs_wanted:
             gm = GmTensors(gm_tensor(None, 0, np.uint16), gm_tensor(gp, 1), gm_tensor(s, 2, np.int32),

@@ -52,6 +52,10 @@ CASES = {
     "nonpad-topk1-910_93": dict(tokens=7, hidden=16, experts=3, topk=1, soc="ascend910_93"),
     "nonpad-topk512": dict(tokens=2, hidden=8, experts=512, topk=512, dtype="fp32"),
     "nonpad-fp16-950": dict(tokens=10, hidden=48, experts=5, topk=2, dtype="fp16", soc="ascend950"),
+    "nonpad-bf16-fp32probs-int8map-950": dict(tokens=12, hidden=24, experts=7, topk=3, probs_dtype="fp32",
+                                              routing_map_dtype="int8", full_topk=False, soc="ascend950"),
+    # 1200 tokens x 8 experts: MoeMaskedScatter's 9600 mask bytes over ceil(9600 / 1024) = 10 cores
+    "nonpad-bf16-multicore-scatter-950": dict(tokens=1200, hidden=8, experts=8, topk=2, soc="ascend950"),
     "pad-bf16-probs": dict(tokens=10, hidden=40, experts=4, topk=2, drop_and_pad=True),
     "pad-fp16-int8map-capacity1": dict(tokens=10, hidden=20, experts=4, capacity=1, dtype="fp16", drop_and_pad=True,
                                        routing_map_dtype="int8"),
@@ -115,17 +119,25 @@ def test_pad_steps_follow_the_aclnn_and_the_deterministic_switch(dtype, determin
     assert _bits_equal(outs[0], want[0]) and _bits_equal(outs[1], want[1])
 
 
-def test_non_pad_steps_in_aclnn_order():
+# the scatter: CANN's MaskedScatter (a host step) on 910B; MoeMaskedScatter's arch35 kernel on 950, whose workspace
+# (16 MiB + (cores used + E * N) int32 counts) is the largest of the chain's
+@pytest.mark.parametrize("soc,scatter,size", [
+    ("ascend910b", ("l0op::MaskedScatter", "host"), 16 * 1024 * 1024),
+    ("ascend950", ("l0op::MoeMaskedScatter", "kernel"), 16 * 1024 * 1024 + (1 + 4 * 6) * 4),
+], ids=["910b-host-masked-scatter", "950-moe-masked-scatter-kernel"])
+def test_non_pad_steps_in_aclnn_order(soc, scatter, size):
     args = make_inputs(6, 16, 4, topk=2, seed=2)
     outs = allocate_outputs(args["permuted_token_output_grad"], args["permuted_probs_output_grad"], 4, 6)
-    size, executor = get_workspace_size(*args.values(), *outs)
-    assert size == 16 * 1024 * 1024
+    got_size, executor = get_workspace_size(*args.values(), *outs, soc=soc)
+    assert got_size == size
     run(np.empty(size, np.uint8), size, executor)
     assert [(s.name, s.kind) for s in executor.report.steps] == [
         ("l0op::ZerosLike", "host"), ("l0op::ZerosLike", "host"), ("l0op::MoeTokenPermuteWithRoutingMapGrad", "kernel"),
         ("l0op::ViewCopy", "host"), ("l0op::Cast", "host"), ("l0op::Transpose", "host"), ("l0op::Transpose", "host"),
-        ("l0op::MaskedScatter", "host"), ("l0op::Transpose", "host"), ("l0op::ViewCopy", "host")]
+        scatter, ("l0op::Transpose", "host"), ("l0op::ViewCopy", "host")]
     assert executor.report.main.tiling_key == 0
+    want = golden(**args)
+    assert _bits_equal(outs[0], want[0]) and _bits_equal(outs[1], want[1])
 
 
 # --- the adjoint identity: <F x, g> = <x, B g> ---------------------------------------------------------------
