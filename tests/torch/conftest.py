@@ -1,0 +1,3 @@
+import pytest
+
+pytest.importorskip("torch", reason="the [torch] extra is not installed")
