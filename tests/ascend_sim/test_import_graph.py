@@ -99,3 +99,11 @@ def test_ascend_sim_has_no_import_cycle():
 
 def test_layout_imports_nothing_of_ours():
     assert package_graph()["layout"] == set()
+
+
+def test_the_core_packages_never_import_torch():
+    """torch is the [torch] extra's: only ops.torch imports it."""
+    import subprocess
+    import sys
+    code = "import sys, ops, tiling, ascend_sim; sys.exit(int('torch' in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
