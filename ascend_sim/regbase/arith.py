@@ -1,0 +1,276 @@
+"""Lane-wise arithmetic: Add / Sub / Mul / Div / Max / Min of two registers, the scalar forms Adds / Muls /
+Maxs, Abs, the bitwise And and shifts, and the bf16 Mul on bit patterns. Inactive lanes of the destination are
+zeroed (MaskMergeMode::ZEROING) or kept (MERGING)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import aicore
+from ..dtypes import (CAST_RINT, bf16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_bf16_bits_rint,
+                      f32_from_bits, view_f32_as_u32)
+from ..faults import fault
+from ..layout import CALL_R_ARITH, F_PARAM, P_COUNT
+from .registers import KIND_ARITH, ZEROING, _b16_operands, _instr, _int_operands, _same_type
+
+OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_MIN = range(6)
+
+
+@aicore
+def _binary(c, op, dst, a, b, mask, mode):
+    """Add / Sub / Mul / Div / Max / Min (dst, a, b, mask) with MaskMergeMode `mode`."""
+    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
+        return
+    if not _same_type(c, CALL_R_ARITH, dst, a) or not _same_type(c, CALL_R_ARITH, dst, b):
+        return
+    # one loop per operation (the operation is loop-invariant: no per-lane dispatch)
+    if op == OP_ADD:
+        _add_lanes(dst, a, b, mask, mode)
+    elif op == OP_SUB:
+        _sub_lanes(dst, a, b, mask, mode)
+    elif op == OP_MUL:
+        _mul_lanes(dst, a, b, mask, mode)
+    elif op == OP_DIV:
+        _div_lanes(dst, a, b, mask, mode)
+    elif op == OP_MAX:
+        _max_lanes(dst, a, b, mask, mode)
+    else:
+        _min_lanes(dst, a, b, mask, mode)
+
+
+@aicore
+def _add_lanes(dst, a, b, mask, mode):
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = a[i] + b[i]
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _sub_lanes(dst, a, b, mask, mode):
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = a[i] - b[i]
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _mul_lanes(dst, a, b, mask, mode):
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = a[i] * b[i]
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _div_lanes(dst, a, b, mask, mode):
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = a[i] / b[i]
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _max_lanes(dst, a, b, mask, mode):
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            x = a[i]
+            y = b[i]
+            dst[i] = x if x >= y or x != x else y
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _min_lanes(dst, a, b, mask, mode):
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            x = a[i]
+            y = b[i]
+            dst[i] = x if x <= y or x != x else y
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def vadd(c, dst, a, b, mask, mode=ZEROING):
+    _binary(c, OP_ADD, dst, a, b, mask, mode)       # MicroAPI::Add
+
+
+@aicore
+def vsub(c, dst, a, b, mask, mode=ZEROING):
+    _binary(c, OP_SUB, dst, a, b, mask, mode)       # MicroAPI::Sub
+
+
+@aicore
+def vmul(c, dst, a, b, mask, mode=ZEROING):
+    _binary(c, OP_MUL, dst, a, b, mask, mode)       # MicroAPI::Mul
+
+
+@aicore
+def vdiv(c, dst, a, b, mask, mode=ZEROING):
+    _binary(c, OP_DIV, dst, a, b, mask, mode)       # MicroAPI::Div (IEEE: x/0 is +-Inf, 0/0 NaN)
+
+
+@aicore
+def vmax(c, dst, a, b, mask, mode=ZEROING):
+    _binary(c, OP_MAX, dst, a, b, mask, mode)       # MicroAPI::Max (a NaN in a propagates)
+
+
+@aicore
+def vmin(c, dst, a, b, mask, mode=ZEROING):
+    _binary(c, OP_MIN, dst, a, b, mask, mode)       # MicroAPI::Min
+
+
+@aicore
+def _scalar_op(c, op, dst, a, s, mask, mode):
+    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
+        return
+    if not _same_type(c, CALL_R_ARITH, dst, a):
+        return
+    isz = dst.itemsize
+    v = s
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            if op == OP_ADD:
+                dst[i] = a[i] + v
+            else:
+                dst[i] = a[i] * v
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def vadds(c, dst, a, s, mask, mode=ZEROING):
+    """MicroAPI::Adds: s must already be of dst's element type (np.float32(..) for fp32)."""
+    _scalar_op(c, OP_ADD, dst, a, s, mask, mode)
+
+
+@aicore
+def vmuls(c, dst, a, s, mask, mode=ZEROING):
+    """MicroAPI::Muls: s must already be of dst's element type."""
+    _scalar_op(c, OP_MUL, dst, a, s, mask, mode)
+
+
+@aicore
+def vmaxs(c, dst, a, s, mask, mode=ZEROING):
+    """MicroAPI::Maxs(dst, a, scalar, mask); s of dst's element type."""
+    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
+        return
+    if not _same_type(c, CALL_R_ARITH, dst, a):
+        return
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            x = a[i]
+            dst[i] = x if x >= s or x != x else s
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def vabs(c, dst, a, mask, mode=ZEROING):
+    """MicroAPI::Abs (-0 -> +0, NaN stays NaN)."""
+    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
+        return
+    if not _same_type(c, CALL_R_ARITH, dst, a):
+        return
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = abs(a[i])
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def vand(c, dst, a, b, mask, mode=ZEROING):
+    """MicroAPI::And(dst, a, b, mask) on 16- or 32-bit integer registers (vreg_u16 / vreg_i32 ...)."""
+    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
+        return
+    if not _int_operands(c, CALL_R_ARITH, dst, a) or not _int_operands(c, CALL_R_ARITH, dst, b):
+        return
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = a[i] & b[i]
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def _shift(c, dst, a, n, mask, mode, left):
+    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
+        return
+    if not _int_operands(c, CALL_R_ARITH, dst, a):
+        return
+    bits = dst.itemsize * 8
+    if n < 0 or n >= bits:
+        fault(c, F_PARAM, CALL_R_ARITH, P_COUNT, n, 0, bits - 1)
+        return
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = a[i] << n if left else a[i] >> n
+        elif mode == ZEROING:
+            dst[i] = 0
+
+
+@aicore
+def vshift_rights(c, dst, a, n, mask, mode=ZEROING):
+    """MicroAPI::ShiftRights(dst, a, n, mask): logical for unsigned registers, arithmetic for signed ones;
+    0 <= n < element bits."""
+    _shift(c, dst, a, n, mask, mode, False)
+
+
+@aicore
+def vshift_lefts(c, dst, a, n, mask, mode=ZEROING):
+    """MicroAPI::ShiftLefts(dst, a, n, mask): bits shifted past the top are lost; 0 <= n < element bits."""
+    _shift(c, dst, a, n, mask, mode, True)
+
+
+@aicore
+def _bf16_mul_bits(x, y):
+    """bf16 bit patterns x * y, rounded half to even once (IEEE, subnormals kept, overflow to Inf)."""
+    fx = f32_from_bits(bf16_bits_to_f32_bits(x))
+    fy = f32_from_bits(bf16_bits_to_f32_bits(y))
+    p32 = fx * fy
+    if p32 == p32 and abs(p32) >= np.float32(2.0 ** -126):
+        # at most 16 significant bits: the fp32 product is exact in fp32's normal range, and one that overflows
+        # fp32 lies past bf16's rounding boundary too (Inf either way)
+        return f32_bits_to_bf16_bits_rint(view_f32_as_u32(p32))
+    p = np.float64(fx) * np.float64(fy)
+    if p != p:
+        return np.uint16(0x7FC0)
+    neg = p < 0.0 or (p == 0.0 and np.copysign(1.0, p) < 0.0)
+    sign = 0x8000 if neg else 0
+    m = abs(p)
+    if m < 2.0 ** -126:
+        # bf16 subnormals are multiples of 2^-133; the exact product scaled to that grid, rounded half to even
+        return np.uint16(sign | int(np.rint(m * 2.0 ** 133)))
+    # a product of two bf16 values has at most 16 significant bits: exact in fp32 above its subnormals
+    return np.uint16(f32_bits_to_bf16_bits(view_f32_as_u32(np.float32(p)), CAST_RINT))
+
+
+@aicore
+def vmul_bf16(c, dst, a, b, mask, mode=ZEROING):
+    """MicroAPI::Mul on RegTensor<bfloat16_t> (vreg_u16 bit patterns): the exact product rounded half to even to
+    bf16 (IEEE: subnormals kept, overflow to Inf, NaN as 0x7FC0)."""
+    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
+        return
+    if not _b16_operands(c, CALL_R_ARITH, dst, a) or not _b16_operands(c, CALL_R_ARITH, dst, b):
+        return
+    for i in range(128):
+        if mask[i * 2] != 0:
+            dst[i] = _bf16_mul_bits(a[i], b[i])
+        elif mode == ZEROING:
+            dst[i] = 0
