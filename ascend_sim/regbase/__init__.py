@@ -52,8 +52,8 @@ from .loads import (LOAD_BRC, LOAD_NORM, reg_gather, reg_load, reg_load_align, r
 from .stores import (STORE_NORM, reg_store, reg_store_pack4, reg_store_pack4_span, reg_store_pack_b16,  # noqa: F401
                      reg_store_pack_b32, reg_store_span, reg_store_unalign, reg_store_unalign_post,
                      reg_store_unalign_stream, unalign_reg, _ureg_words)
-from .arith import (OP_ADD, OP_DIV, OP_MAX, OP_MIN, OP_MUL, OP_SUB, vabs, vadd, vadds, vand, vdiv,  # noqa: F401
-                    vmax, vmaxs, vmin, vmul, vmul_bf16, vmuls, vshift_lefts, vshift_rights, vsub)
+from .arith import (vabs, vadd, vadds, vand, vdiv, vmax, vmaxs, vmin, vmul, vmul_bf16, vmuls,  # noqa: F401
+                    vshift_lefts, vshift_rights, vsub)
 from .compare import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE, vcompare, vcompare_scalar, vselect  # noqa: F401
 from .reduce import vreduce_max, vreduce_max_with_datablock, vreduce_min, vreduce_sum  # noqa: F401
 from .moves import (varange, vcopy, vdeinterleave, vduplicate, vduplicate_all, vduplicate_reg,  # noqa: F401

@@ -3,6 +3,8 @@ Maxs, Abs, the bitwise And and shifts, and the bf16 Mul on bit patterns. Inactiv
 zeroed (MaskMergeMode::ZEROING) or kept (MERGING)."""
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from .._jit import aicore
@@ -12,177 +14,143 @@ from ..faults import fault
 from ..layout import CALL_R_ARITH, F_PARAM, P_COUNT
 from .registers import KIND_ARITH, ZEROING, _b16_operands, _instr, _int_operands, _same_type
 
-OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_MIN = range(6)
+
+@aicore
+def _max_lane(x, y):
+    return x if x >= y or x != x else y     # a NaN in the first operand propagates
 
 
 @aicore
-def _binary(c, op, dst, a, b, mask, mode):
-    """Add / Sub / Mul / Div / Max / Min (dst, a, b, mask) with MaskMergeMode `mode`."""
+def _min_lane(x, y):
+    return x if x <= y or x != x else y
+
+
+def _lane_loop(op, name: str):
+    """The masked lane loop of one two-register instruction: dst[i] = op(a[i], b[i]) on the active lanes, the
+    others zeroed (ZEROING) or kept (MERGING). `op` is bound when the loop is made, so the loop has no branch on
+    the operation and an instruction compiles only its own loop. Each loop is its own device function under its
+    own name (numba keys compilations and disk-cache entries on the function and its qualified name)."""
+    def lanes(dst, a, b, mask, mode):
+        isz = dst.itemsize
+        for i in range(dst.size):
+            if mask[i * isz] != 0:
+                dst[i] = op(a[i], b[i])
+            elif mode == ZEROING:
+                dst[i] = 0
+    lanes.__name__ = lanes.__qualname__ = name
+    return aicore(lanes)
+
+
+_add_lanes = _lane_loop(operator.add, "_add_lanes")
+_sub_lanes = _lane_loop(operator.sub, "_sub_lanes")
+_mul_lanes = _lane_loop(operator.mul, "_mul_lanes")
+_div_lanes = _lane_loop(operator.truediv, "_div_lanes")
+_max_lanes = _lane_loop(_max_lane, "_max_lanes")
+_min_lanes = _lane_loop(_min_lane, "_min_lanes")
+_and_lanes = _lane_loop(operator.and_, "_and_lanes")
+
+
+@aicore
+def _binary_operands(c, dst, a, b):
+    """The prologue of Add / Sub / Mul / Div / Max / Min: False if the instruction must do nothing."""
     if not _instr(c, CALL_R_ARITH, KIND_ARITH):
-        return
-    if not _same_type(c, CALL_R_ARITH, dst, a) or not _same_type(c, CALL_R_ARITH, dst, b):
-        return
-    # one loop per operation (the operation is loop-invariant: no per-lane dispatch)
-    if op == OP_ADD:
-        _add_lanes(dst, a, b, mask, mode)
-    elif op == OP_SUB:
-        _sub_lanes(dst, a, b, mask, mode)
-    elif op == OP_MUL:
-        _mul_lanes(dst, a, b, mask, mode)
-    elif op == OP_DIV:
-        _div_lanes(dst, a, b, mask, mode)
-    elif op == OP_MAX:
-        _max_lanes(dst, a, b, mask, mode)
-    else:
-        _min_lanes(dst, a, b, mask, mode)
-
-
-@aicore
-def _add_lanes(dst, a, b, mask, mode):
-    isz = dst.itemsize
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            dst[i] = a[i] + b[i]
-        elif mode == ZEROING:
-            dst[i] = 0
-
-
-@aicore
-def _sub_lanes(dst, a, b, mask, mode):
-    isz = dst.itemsize
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            dst[i] = a[i] - b[i]
-        elif mode == ZEROING:
-            dst[i] = 0
-
-
-@aicore
-def _mul_lanes(dst, a, b, mask, mode):
-    isz = dst.itemsize
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            dst[i] = a[i] * b[i]
-        elif mode == ZEROING:
-            dst[i] = 0
-
-
-@aicore
-def _div_lanes(dst, a, b, mask, mode):
-    isz = dst.itemsize
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            dst[i] = a[i] / b[i]
-        elif mode == ZEROING:
-            dst[i] = 0
-
-
-@aicore
-def _max_lanes(dst, a, b, mask, mode):
-    isz = dst.itemsize
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            x = a[i]
-            y = b[i]
-            dst[i] = x if x >= y or x != x else y
-        elif mode == ZEROING:
-            dst[i] = 0
-
-
-@aicore
-def _min_lanes(dst, a, b, mask, mode):
-    isz = dst.itemsize
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            x = a[i]
-            y = b[i]
-            dst[i] = x if x <= y or x != x else y
-        elif mode == ZEROING:
-            dst[i] = 0
+        return False
+    return _same_type(c, CALL_R_ARITH, dst, a) and _same_type(c, CALL_R_ARITH, dst, b)
 
 
 @aicore
 def vadd(c, dst, a, b, mask, mode=ZEROING):
-    _binary(c, OP_ADD, dst, a, b, mask, mode)       # MicroAPI::Add
+    """MicroAPI::Add(dst, a, b, mask)."""
+    if _binary_operands(c, dst, a, b):
+        _add_lanes(dst, a, b, mask, mode)
 
 
 @aicore
 def vsub(c, dst, a, b, mask, mode=ZEROING):
-    _binary(c, OP_SUB, dst, a, b, mask, mode)       # MicroAPI::Sub
+    """MicroAPI::Sub(dst, a, b, mask)."""
+    if _binary_operands(c, dst, a, b):
+        _sub_lanes(dst, a, b, mask, mode)
 
 
 @aicore
 def vmul(c, dst, a, b, mask, mode=ZEROING):
-    _binary(c, OP_MUL, dst, a, b, mask, mode)       # MicroAPI::Mul
+    """MicroAPI::Mul(dst, a, b, mask)."""
+    if _binary_operands(c, dst, a, b):
+        _mul_lanes(dst, a, b, mask, mode)
 
 
 @aicore
 def vdiv(c, dst, a, b, mask, mode=ZEROING):
-    _binary(c, OP_DIV, dst, a, b, mask, mode)       # MicroAPI::Div (IEEE: x/0 is +-Inf, 0/0 NaN)
+    """MicroAPI::Div(dst, a, b, mask) (IEEE: x/0 is +-Inf, 0/0 NaN)."""
+    if _binary_operands(c, dst, a, b):
+        _div_lanes(dst, a, b, mask, mode)
 
 
 @aicore
 def vmax(c, dst, a, b, mask, mode=ZEROING):
-    _binary(c, OP_MAX, dst, a, b, mask, mode)       # MicroAPI::Max (a NaN in a propagates)
+    """MicroAPI::Max(dst, a, b, mask) (a NaN in a propagates)."""
+    if _binary_operands(c, dst, a, b):
+        _max_lanes(dst, a, b, mask, mode)
 
 
 @aicore
 def vmin(c, dst, a, b, mask, mode=ZEROING):
-    _binary(c, OP_MIN, dst, a, b, mask, mode)       # MicroAPI::Min
+    """MicroAPI::Min(dst, a, b, mask) (a NaN in a propagates)."""
+    if _binary_operands(c, dst, a, b):
+        _min_lanes(dst, a, b, mask, mode)
+
+
+def _scalar_lane_loop(op, name: str):
+    """As _lane_loop, for the register-and-scalar instructions: dst[i] = op(a[i], s)."""
+    def lanes(dst, a, s, mask, mode):
+        isz = dst.itemsize
+        for i in range(dst.size):
+            if mask[i * isz] != 0:
+                dst[i] = op(a[i], s)
+            elif mode == ZEROING:
+                dst[i] = 0
+    lanes.__name__ = lanes.__qualname__ = name
+    return aicore(lanes)
+
+
+_adds_lanes = _scalar_lane_loop(operator.add, "_adds_lanes")
+_muls_lanes = _scalar_lane_loop(operator.mul, "_muls_lanes")
+_maxs_lanes = _scalar_lane_loop(_max_lane, "_maxs_lanes")
 
 
 @aicore
-def _scalar_op(c, op, dst, a, s, mask, mode):
+def _unary_operands(c, dst, a):
+    """The prologue of the one-register (and register-and-scalar) instructions."""
     if not _instr(c, CALL_R_ARITH, KIND_ARITH):
-        return
-    if not _same_type(c, CALL_R_ARITH, dst, a):
-        return
-    isz = dst.itemsize
-    v = s
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            if op == OP_ADD:
-                dst[i] = a[i] + v
-            else:
-                dst[i] = a[i] * v
-        elif mode == ZEROING:
-            dst[i] = 0
+        return False
+    return _same_type(c, CALL_R_ARITH, dst, a)
 
 
 @aicore
 def vadds(c, dst, a, s, mask, mode=ZEROING):
     """MicroAPI::Adds: s must already be of dst's element type (np.float32(..) for fp32)."""
-    _scalar_op(c, OP_ADD, dst, a, s, mask, mode)
+    if _unary_operands(c, dst, a):
+        _adds_lanes(dst, a, s, mask, mode)
 
 
 @aicore
 def vmuls(c, dst, a, s, mask, mode=ZEROING):
     """MicroAPI::Muls: s must already be of dst's element type."""
-    _scalar_op(c, OP_MUL, dst, a, s, mask, mode)
+    if _unary_operands(c, dst, a):
+        _muls_lanes(dst, a, s, mask, mode)
 
 
 @aicore
 def vmaxs(c, dst, a, s, mask, mode=ZEROING):
-    """MicroAPI::Maxs(dst, a, scalar, mask); s of dst's element type."""
-    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
-        return
-    if not _same_type(c, CALL_R_ARITH, dst, a):
-        return
-    isz = dst.itemsize
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            x = a[i]
-            dst[i] = x if x >= s or x != x else s
-        elif mode == ZEROING:
-            dst[i] = 0
+    """MicroAPI::Maxs(dst, a, scalar, mask); s of dst's element type (a NaN in a propagates)."""
+    if _unary_operands(c, dst, a):
+        _maxs_lanes(dst, a, s, mask, mode)
 
 
 @aicore
 def vabs(c, dst, a, mask, mode=ZEROING):
     """MicroAPI::Abs (-0 -> +0, NaN stays NaN)."""
-    if not _instr(c, CALL_R_ARITH, KIND_ARITH):
-        return
-    if not _same_type(c, CALL_R_ARITH, dst, a):
+    if not _unary_operands(c, dst, a):
         return
     isz = dst.itemsize
     for i in range(dst.size):
@@ -197,14 +165,8 @@ def vand(c, dst, a, b, mask, mode=ZEROING):
     """MicroAPI::And(dst, a, b, mask) on 16- or 32-bit integer registers (vreg_u16 / vreg_i32 ...)."""
     if not _instr(c, CALL_R_ARITH, KIND_ARITH):
         return
-    if not _int_operands(c, CALL_R_ARITH, dst, a) or not _int_operands(c, CALL_R_ARITH, dst, b):
-        return
-    isz = dst.itemsize
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            dst[i] = a[i] & b[i]
-        elif mode == ZEROING:
-            dst[i] = 0
+    if _int_operands(c, CALL_R_ARITH, dst, a) and _int_operands(c, CALL_R_ARITH, dst, b):
+        _and_lanes(dst, a, b, mask, mode)
 
 
 @aicore
