@@ -116,6 +116,8 @@ def _scalar_lane_loop(op, name: str):
 _adds_lanes = _scalar_lane_loop(operator.add, "_adds_lanes")
 _muls_lanes = _scalar_lane_loop(operator.mul, "_muls_lanes")
 _maxs_lanes = _scalar_lane_loop(_max_lane, "_maxs_lanes")
+_shl_lanes = _scalar_lane_loop(operator.lshift, "_shl_lanes")
+_shr_lanes = _scalar_lane_loop(operator.rshift, "_shr_lanes")
 
 
 @aicore
@@ -170,34 +172,32 @@ def vand(c, dst, a, b, mask, mode=ZEROING):
 
 
 @aicore
-def _shift(c, dst, a, n, mask, mode, left):
+def _shift_operands(c, dst, a, n):
+    """The prologue of ShiftLefts / ShiftRights: integer registers of one width, 0 <= n < element bits."""
     if not _instr(c, CALL_R_ARITH, KIND_ARITH):
-        return
+        return False
     if not _int_operands(c, CALL_R_ARITH, dst, a):
-        return
+        return False
     bits = dst.itemsize * 8
     if n < 0 or n >= bits:
         fault(c, F_PARAM, CALL_R_ARITH, P_COUNT, n, 0, bits - 1)
-        return
-    isz = dst.itemsize
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            dst[i] = a[i] << n if left else a[i] >> n
-        elif mode == ZEROING:
-            dst[i] = 0
+        return False
+    return True
 
 
 @aicore
 def vshift_rights(c, dst, a, n, mask, mode=ZEROING):
     """MicroAPI::ShiftRights(dst, a, n, mask): logical for unsigned registers, arithmetic for signed ones;
     0 <= n < element bits."""
-    _shift(c, dst, a, n, mask, mode, False)
+    if _shift_operands(c, dst, a, n):
+        _shr_lanes(dst, a, n, mask, mode)
 
 
 @aicore
 def vshift_lefts(c, dst, a, n, mask, mode=ZEROING):
     """MicroAPI::ShiftLefts(dst, a, n, mask): bits shifted past the top are lost; 0 <= n < element bits."""
-    _shift(c, dst, a, n, mask, mode, True)
+    if _shift_operands(c, dst, a, n):
+        _shl_lanes(dst, a, n, mask, mode)
 
 
 @aicore

@@ -197,23 +197,8 @@ def vcast_f16_to_bf16(c, dst, src, rnd, mask, mode=ZEROING):
 
 @aicore
 def vcast_b16_to_f32(c, dst, src, is_bf16, layout, mask, mode=ZEROING):
-    """MicroAPI::Cast<float, half / bfloat16_t, CastTrait{layout}>(dst, src, mask): fp32 lane i (active by mask byte
-    4i) gets 16-bit element 2i + layout of src (RegLayout ZERO: the even elements, ONE: the odd ones), exactly."""
-    if not _instr(c, CALL_R_CAST, KIND_CAST):
-        return
-    if src.itemsize != 2 or dst.itemsize != 4:
-        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
-        return
-    if layout != LAYOUT_ZERO and layout != LAYOUT_ONE:
-        fault(c, F_PARAM, CALL_R_CAST, P_MASK, layout, LAYOUT_ZERO, LAYOUT_ONE)
-        return
-    out = dst.view(np.uint32)
-    for i in range(64):
-        if mask[i * 4] != 0:
-            h = src[2 * i + layout]
-            out[i] = bf16_bits_to_f32_bits(h) if is_bf16 else f16_bits_to_f32_bits(h)
-        elif mode == ZEROING:
-            out[i] = 0
+    """vcast_half_to_f32 with the source type as a flag: is_bf16 True reads the bits as bfloat16_t, False as half."""
+    vcast_half_to_f32(c, dst, src, DT_BF16 if is_bf16 else DT_FLOAT16, layout, mask, mode)
 
 
 @aicore
