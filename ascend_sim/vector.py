@@ -324,17 +324,40 @@ def _repeat_ok(c, call, t_itemsize, mask, repeat):
 
 
 @aicore
-def _repeat_extent(c, call, t, mask, repeat, rep_stride, blk_stride):
-    """Elements of t a repeat-form operand touches (strides >= 0), or -1 if beyond t (fault recorded)."""
+def _repeat_span_elems(t, mask, repeat, rep_stride, blk_stride):
+    """Elements from t's start that a repeat-form operand touches (strides >= 0)."""
     per_block = 32 // t.itemsize
     end = 0
     for b in range((mask + per_block - 1) // per_block):
         lanes = min(per_block, mask - b * per_block)
         end = max(end, ((repeat - 1) * rep_stride + b * blk_stride) * per_block + lanes)
+    return end
+
+
+@aicore
+def _repeat_extent(c, call, t, mask, repeat, rep_stride, blk_stride):
+    """Elements of t a repeat-form operand touches (strides >= 0), or -1 if beyond t (fault recorded)."""
+    end = _repeat_span_elems(t, mask, repeat, rep_stride, blk_stride)
     if end > t.size:
         fault(c, F_UB_OOB, call, ub_offset(c, t, call), end * t.itemsize, t.nbytes)
         return -1
     return end
+
+
+@aicore
+def _copy_operands(c, dst, src, dst_elems, src_elems):
+    """The operand checks of both Copy forms: dst and src 32-byte aligned, holding the dst_elems / src_elems
+    elements from their starts that the instruction touches; in checked mode the accesses are recorded. dst's UB
+    offset, or -1 after a fault."""
+    d = ub_aligned_offset(c, dst, CALL_COPY)
+    s = ub_aligned_offset(c, src, CALL_COPY)
+    if d < 0 or s < 0:
+        return -1
+    if not check_count(c, dst, dst_elems, CALL_COPY) or not check_count(c, src, src_elems, CALL_COPY):
+        return -1
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_COPY, d, dst_elems * dst.itemsize, s, src_elems * src.itemsize, -1, 0)
+    return d
 
 
 @outline
@@ -343,12 +366,9 @@ def copy_count(c, dst, src, count):
     both operands 32-byte aligned and of one element type."""
     if not _begin(c, CALL_COPY, count, dst.itemsize):
         return
-    d = _operand(c, CALL_COPY, dst, count)
-    s = _operand(c, CALL_COPY, src, count)
-    if d < 0 or s < 0:
+    d = _copy_operands(c, dst, src, count, count)
+    if d < 0:
         return
-    if c.state[CHK_MODE] != 0:
-        chk.vector_access(c, CALL_COPY, d, count * dst.itemsize, s, count * src.itemsize, -1, 0)
     for i in range(count):
         dst[i] = src[i]
     note_ub_write(c, d + count * dst.itemsize)
@@ -365,16 +385,11 @@ def copy(c, dst, src, mask, repeat, params):
     if min(params.dstStride, params.srcStride, params.dstRepeatSize, params.srcRepeatSize) < 0:
         fault(c, F_PARAM, CALL_COPY, P_BLK_STRIDE, min(params.dstStride, params.srcStride), 0, 65535)
         return
-    d = ub_aligned_offset(c, dst, CALL_COPY)
-    s = ub_aligned_offset(c, src, CALL_COPY)
-    if d < 0 or s < 0:
+    d_end = _repeat_span_elems(dst, mask, repeat, params.dstRepeatSize, params.dstStride)
+    s_end = _repeat_span_elems(src, mask, repeat, params.srcRepeatSize, params.srcStride)
+    d = _copy_operands(c, dst, src, d_end, s_end)
+    if d < 0:
         return
-    d_end = _repeat_extent(c, CALL_COPY, dst, mask, repeat, params.dstRepeatSize, params.dstStride)
-    s_end = _repeat_extent(c, CALL_COPY, src, mask, repeat, params.srcRepeatSize, params.srcStride)
-    if d_end < 0 or s_end < 0:
-        return
-    if c.state[CHK_MODE] != 0:
-        chk.vector_access(c, CALL_COPY, d, d_end * dst.itemsize, s, s_end * src.itemsize, -1, 0)
     per_block = 32 // dst.itemsize
     for r in range(repeat):
         for lane in range(mask):

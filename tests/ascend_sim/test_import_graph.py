@@ -15,27 +15,50 @@ import pytest
 import ascend_sim
 
 PACKAGE = Path(ascend_sim.__file__).parent
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
 
 
-def imports_of(source: str, modules) -> set[str]:
+def module_name(path: Path) -> str:
+    """A source file's module name inside the package: "core", "regbase" (a subpackage's __init__),
+    "regbase.arith"."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+SOURCES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if p != PACKAGE / "__init__.py"}
+MODULES = sorted(SOURCES)
+
+
+def imports_of(source: str, modules, package: str = "") -> set[str]:
     """The package modules a module's source imports, at any depth: `from .x import ...`, `from . import x`,
-    `from ascend_sim.x import ...`, `import ascend_sim.x`."""
-    found = set()
+    `from ascend_sim.x import ...`, `import ascend_sim.x`, and from a subpackage (`package`, e.g. "regbase")
+    `from .y import ...` / `from ..x import ...`. A name resolves to the longest module it starts with."""
+    here = package.split(".") if package else []
+    targets = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1:
-                names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-            elif node.level == 0 and node.module and node.module.split(".")[0] == "ascend_sim":
-                parts = node.module.split(".")
-                names = [parts[1]] if len(parts) > 1 else [a.name for a in node.names]
+            if node.level:
+                if node.level - 1 > len(here):
+                    continue                                # above ascend_sim: not ours
+                base = here[: len(here) - (node.level - 1)]
+            elif node.module and node.module.split(".")[0] == "ascend_sim":
+                base = []
+                node = ast.ImportFrom(module=".".join(node.module.split(".")[1:]) or None, names=node.names,
+                                      level=1)
             else:
                 continue
+            stem = base + (node.module.split(".") if node.module else [])
+            targets += [stem + [a.name] for a in node.names]        # `from . import x` names the module x
+            if node.module:
+                targets.append(stem)
         elif isinstance(node, ast.Import):
-            names = [a.name.split(".")[1] for a in node.names if a.name.startswith("ascend_sim.")]
-        else:
-            continue
-        found |= {n for n in names if n in modules}
+            targets += [a.name.split(".")[1:] for a in node.names if a.name.startswith("ascend_sim.")]
+    found = set()
+    for parts in targets:
+        for n in range(len(parts), 0, -1):
+            name = ".".join(parts[:n])
+            if name in modules:
+                found.add(name)
+                break
     return found
 
 
@@ -67,7 +90,11 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def package_graph() -> dict[str, set[str]]:
-    return {m: imports_of((PACKAGE / f"{m}.py").read_text(encoding="utf-8"), MODULES) - {m} for m in MODULES}
+    graph = {}
+    for name, path in SOURCES.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = imports_of(path.read_text(encoding="utf-8"), MODULES, package) - {name}
+    return graph
 
 
 @pytest.mark.parametrize("graph, cycle", [
@@ -88,6 +115,29 @@ def test_the_cycle_finder_finds_cycles(graph, cycle):
 ], ids=["from-module", "from-package", "inside-a-function", "absolute", "not-ours"])
 def test_imports_of_reads_every_form(source, imported):
     assert imports_of(source, {"core", "check", "timeline", "faults", "pipe"}) == imported
+
+
+SUBPACKAGE = {"core", "check", "regbase", "regbase.arith", "regbase.registers"}
+
+
+@pytest.mark.parametrize("source, package, imported", [
+    ("from .registers import _instr", "regbase", {"regbase.registers"}),
+    ("from ..core import Core\nfrom .. import check as chk", "regbase", {"core", "check"}),
+    ("from .regbase import vadd", "", {"regbase"}),
+    ("from .regbase.arith import vadd\nfrom .regbase import registers", "",
+     {"regbase", "regbase.arith", "regbase.registers"}),
+    ("from ascend_sim.regbase.arith import vadd\nimport ascend_sim.regbase.registers", "",
+     {"regbase.arith", "regbase.registers"}),
+    ("from ...ops import x", "regbase", set()),
+], ids=["sibling", "parent-package", "the-subpackage", "its-modules", "absolute", "above-the-package"])
+def test_imports_of_resolves_subpackage_imports(source, package, imported):
+    assert imports_of(source, SUBPACKAGE, package) == imported
+
+
+def test_the_graph_reaches_into_subpackages():
+    graph = package_graph()
+    assert "regbase.registers" in graph["regbase.arith"] and "faults" in graph["regbase.arith"]
+    assert "regbase" in graph["kernel_api"]
 
 
 def test_ascend_sim_has_no_import_cycle():

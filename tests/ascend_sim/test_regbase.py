@@ -11,9 +11,8 @@ from ascend_sim import launch as sim_launch
 from ascend_sim._jit import global_aicore
 from tiling import get_soc
 
-from .harness import run, tbuf
+from .harness import CHIP950, run, run_vf, tbuf
 
-CHIP950 = get_soc("ascend950")
 F32 = 4
 
 
@@ -146,10 +145,7 @@ def vf_kernel(c, p, src, dst):
 
 
 def launch(p, src, chip=CHIP950):
-    dst = np.zeros(256, dtype=np.float32)
-    run([vf_kernel], [tbuf("x", 1024), tbuf("y", 1024)], np.array(p, dtype=np.int64),
-        asc.GlobalTensor(src.astype(np.float32), 0, 0), asc.GlobalTensor(dst, 1, 0), chip=chip)
-    return dst
+    return run_vf(vf_kernel, p, src.astype(np.float32), np.zeros(256, np.float32), chip=chip)
 
 
 SRC = np.arange(256, dtype=np.float32) - 100.5

@@ -12,11 +12,9 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import regbase as rb
 from ascend_sim._jit import global_aicore
 from ascend_sim.dtypes import DT_FLOAT8_E4M3FN, DT_FLOAT8_E5M2
-from tiling import get_soc
 
-from .harness import run, tbuf
+from .harness import CHIP950, run, tbuf
 
-CHIP950 = get_soc("ascend950")
 CHUNK_WORDS = 4096          # 32-bit lanes per UB chunk (16 KiB)
 
 

@@ -9,11 +9,8 @@ import pytest
 import ascend_sim.kernel_api as asc
 from ascend_sim import AlignmentError, ElementTypeError, ParamRangeError
 from ascend_sim._jit import global_aicore
-from tiling import get_soc
 
-from .harness import run, tbuf
-
-CHIP950 = get_soc("ascend950")
+from .harness import run_vf
 
 
 @global_aicore
@@ -62,11 +59,7 @@ def finalize_vf_kernel(c, p, src, dst):
 
 
 def launch(p, src):
-    dst = np.zeros(256, dtype=np.float32)
-    run([finalize_vf_kernel], [tbuf("x", 1024), tbuf("y", 1024)], np.array(p, dtype=np.int64),
-        asc.GlobalTensor(np.ascontiguousarray(src).view(np.float32).astype(np.float32), 0, 0),
-        asc.GlobalTensor(dst, 1, 0), chip=CHIP950)
-    return dst
+    return run_vf(finalize_vf_kernel, p, np.ascontiguousarray(src).view(np.float32).copy(), np.zeros(256, np.float32))
 
 
 HALVES = (np.arange(512, dtype=np.uint32) * 977 % 65536).astype(np.uint16)

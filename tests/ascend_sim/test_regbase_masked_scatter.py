@@ -9,11 +9,8 @@ import pytest
 import ascend_sim.kernel_api as asc
 from ascend_sim import AlignmentError, ElementTypeError, OutOfBoundsError
 from ascend_sim._jit import global_aicore
-from tiling import get_soc
 
-from .harness import run, tbuf
-
-CHIP950 = get_soc("ascend950")
+from .harness import run_vf
 
 
 @global_aicore
@@ -64,11 +61,7 @@ WORDS = (np.arange(256, dtype=np.int64) * 7919 % 100003 - 50000).astype(np.int32
 
 
 def launch(p, src=WORDS):
-    dst = np.zeros(256, dtype=np.int32)
-    run([masked_scatter_vf_kernel], [tbuf("x", 1024), tbuf("y", 1024)], np.array(p, dtype=np.int64),
-        asc.GlobalTensor(np.ascontiguousarray(src).astype(np.int32), 0, 0), asc.GlobalTensor(dst, 1, 0),
-        chip=CHIP950)
-    return dst
+    return run_vf(masked_scatter_vf_kernel, p, np.ascontiguousarray(src).astype(np.int32), np.zeros(256, np.int32))
 
 
 @pytest.mark.parametrize("offset", [0, 32, 960], ids=["at-0", "at-32", "last-64-bytes"])

@@ -12,11 +12,8 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import AlignmentError, OutOfBoundsError, ParamRangeError, SimulatorError
 from ascend_sim import regbase as rb
 from ascend_sim._jit import global_aicore
-from tiling import get_soc
 
-from .harness import run, tbuf
-
-CHIP950 = get_soc("ascend950")
+from .harness import run_vf
 
 
 @global_aicore
@@ -162,12 +159,8 @@ def mx_kernel(c, p, src, dst):
 
 
 def launch(p, src):
-    dst = np.zeros(512, dtype=np.uint16)
     p = list(p) + [0] * (5 - len(p))
-    run([mx_kernel], [tbuf("x", 1024), tbuf("y", 1024)], np.array(p, dtype=np.int64),
-        asc.GlobalTensor(np.ascontiguousarray(src).view(np.uint16).ravel().copy(), 0, 0), asc.GlobalTensor(dst, 1, 0),
-        chip=CHIP950)
-    return dst
+    return run_vf(mx_kernel, p, np.ascontiguousarray(src).view(np.uint16).ravel().copy(), np.zeros(512, np.uint16))
 
 
 IOTA = np.arange(512, dtype=np.uint16) * 3 + 1
@@ -192,7 +185,6 @@ def test_dintlv_load_misaligned_and_out_of_ub():
 def test_e2b_load_broadcasts_each_element_to_a_block(at):
     got = launch([1, at], IOTA)
     assert np.array_equal(got[:128], np.repeat(IOTA[at: at + 8], 16)) and got[511] == at + 8
-
 
 
 @pytest.mark.parametrize("n,at", [(128, 0), (5, 16), (0, 0)], ids=["all", "5-at16", "none"])

@@ -9,11 +9,9 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import AlignmentError, ElementTypeError
 from ascend_sim._jit import global_aicore
 from ascend_sim.dtypes import DT_BF16, DT_FLOAT16
-from tiling import get_soc
 
-from .harness import run, tbuf
+from .harness import run_vf
 
-CHIP950 = get_soc("ascend950")
 F32 = 4
 
 
@@ -59,11 +57,7 @@ def v2grad_vf_kernel(c, p, src, dst):
 
 
 def launch(p, src):
-    dst = np.zeros(256, dtype=np.float32)
-    run([v2grad_vf_kernel], [tbuf("x", 1024), tbuf("y", 1024)], np.array(p, dtype=np.int64),
-        asc.GlobalTensor(np.ascontiguousarray(src).view(np.float32).copy(), 0, 0), asc.GlobalTensor(dst, 1, 0),
-        chip=CHIP950)
-    return dst
+    return run_vf(v2grad_vf_kernel, p, np.ascontiguousarray(src).view(np.float32).copy(), np.zeros(256, np.float32))
 
 
 HALVES = (np.arange(512, dtype=np.uint32) * 977 % 65536).astype(np.uint16)

@@ -235,6 +235,25 @@ def _pre_core_mask_sum(c, gm, tmp_q):
     return pre
 
 
+@aicore
+def _scatter_simt(c, x, mask, prefix, updates, y, n, pre):
+    """The SIMT grid of MoeMaskedScatterSimt (x, mask, y in GM) and MoeMaskedScatterToUBSimt (x, mask, y the UB
+    piece; the same body): 1024 threads striding over n elements, y[i] = updates[pre + prefix[i]] where mask[i]
+    is set, else x[i]. prefix (GM) holds the exclusive counts of x's elements within the core."""
+    sc = asc.simt_vf_call(c, USED_THREAD_NUMS, 1, 1)
+    for t in range(sc.threads):
+        th = asc.simt_thread(c, sc, t)
+        i = asc.thread_idx(th, 0)
+        while i < n:
+            if asc.simt_load(c, th, mask, i) == 0:
+                asc.simt_store(c, th, y, i, asc.simt_load(c, th, x, i))
+            else:
+                k = np.int64(asc.simt_load(c, th, prefix, i)) + pre
+                asc.simt_store(c, th, y, i, asc.simt_load(c, th, updates, k))
+            i += asc.thread_num(th, 0)
+    asc.simt_end(c, sc)
+
+
 @global_aicore
 def scatter_gm_stage(c, td, gm):
     """Process() after SyncAll for 4- and 8-byte T: MoeMaskedScatterSimt over the core's GM elements."""
@@ -245,18 +264,7 @@ def scatter_gm_stage(c, td, gm):
     base = c.block_idx * td.normal_core_data
     x_gm, y_gm = asc.gm_at(gm.x, base), asc.gm_at(gm.y, base)
     mask_gm, prefix_gm = asc.gm_at(gm.mask, base), _prefix_gm(c, td, gm)
-    sc = asc.simt_vf_call(c, USED_THREAD_NUMS, 1, 1)
-    for t in range(sc.threads):
-        th = asc.simt_thread(c, sc, t)
-        i = asc.thread_idx(th, 0)
-        while i < cur:
-            if asc.simt_load(c, th, mask_gm, i) == 0:
-                asc.simt_store(c, th, y_gm, i, asc.simt_load(c, th, x_gm, i))
-            else:
-                k = np.int64(asc.simt_load(c, th, prefix_gm, i)) + pre
-                asc.simt_store(c, th, y_gm, i, asc.simt_load(c, th, gm.updates, k))
-            i += asc.thread_num(th, 0)
-    asc.simt_end(c, sc)
+    _scatter_simt(c, x_gm, mask_gm, prefix_gm, gm.updates, y_gm, cur, pre)
 
 
 @aicore
@@ -266,19 +274,7 @@ def _scatter_to_ub(c, gm, prefix_gm, offset, data_len, pre):
     x_local = asc.de_que(c, LB_X_QUEUE, T)
     mask_local = asc.de_que(c, LB_MASK_QUEUE, asc.ub_u8(c))
     y_local = asc.alloc_tensor(c, LB_Y_QUEUE, T)
-    piece_prefix = asc.gm_at(prefix_gm, offset)
-    sc = asc.simt_vf_call(c, USED_THREAD_NUMS, 1, 1)
-    for t in range(sc.threads):
-        th = asc.simt_thread(c, sc, t)
-        i = asc.thread_idx(th, 0)
-        while i < data_len:
-            if asc.simt_load(c, th, mask_local, i) == 0:
-                asc.simt_store(c, th, y_local, i, asc.simt_load(c, th, x_local, i))
-            else:
-                k = np.int64(asc.simt_load(c, th, piece_prefix, i)) + pre
-                asc.simt_store(c, th, y_local, i, asc.simt_load(c, th, gm.updates, k))
-            i += asc.thread_num(th, 0)
-    asc.simt_end(c, sc)
+    _scatter_simt(c, x_local, mask_local, asc.gm_at(prefix_gm, offset), gm.updates, y_local, data_len, pre)
     asc.en_que(c, LB_Y_QUEUE, y_local)
     asc.free_tensor(c, LB_X_QUEUE, x_local)
     asc.free_tensor(c, LB_MASK_QUEUE, mask_local)
