@@ -253,10 +253,9 @@ def ub_plan(key: int, f: dict, dt_bytes: int) -> tuple[UbBuffer, ...]:
                  _que("gradScalesOutQueue", BLOCK_BYTES, DOUBLE_BUFFER, "VECOUT")]
         chunks = f["binary_add_quotient"] // VL_F32
         if chunks > 0:
-            # Deviation: CalcGradScaleVF's second loop stores a (never read) chunk sum for every 64-lane chunk of
-            # the row, ceil(hidden / 64) of them, while InitBuffer gives quotient / 64 floats (rounded up to a
-            # block): the chip writes past the buffer into UB no buffer owns; the simulated buffer holds them.
-            stored = max(chunks, ceil_div(f["hidden"], VL_F32))
+            # CalcGradScaleVF's second loop stores a (never read) sum for every 64-lane chunk, ceil(hidden / 64)
+            # of them, past these quotient / 64 floats into UB no buffer owns: a kernel model must allow for it
+            stored = chunks
             rows.append(UbBuffer("binaryAddSumBuf", ceil_div(stored * FP32_BYTES, BLOCK_BYTES) * BLOCK_BYTES))
         return tuple(rows)
     piece = f["main_factor"] * dt_bytes

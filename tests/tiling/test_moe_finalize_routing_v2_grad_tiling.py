@@ -107,7 +107,7 @@ WORKED = {
                                   20011, 32, [32, 0, 32, 32, 0, 32, 0, 8, 7168, 32, 7168, 4096, 0, 64],
                                   [("gradYInQueue", 14336, 2), ("expandedXInQueue", 14336, 2),
                                    ("gradExpandedXOutQueue", 14336, 2), ("gradScalesOutQueue", 32, 2),
-                                   ("binaryAddSumBuf", 448, 1)]),
+                                   ("binaryAddSumBuf", 256, 1)]),
     # hidden 10000 fp32: hiddenPrePart = (253696 - 512 - 64) / 24 * 4 / 32 * 32 / 4 = 10544 >= hAlign 10000;
     # quotient 8192 -> 128 chunk sums, folded once (k 1) to 64
     "not-cut-h-fp32-10000": (dict(gy=T((1, 10000), F32), idx=T((2,), I32), ex=T((2, 10000), F32),
@@ -115,7 +115,7 @@ WORKED = {
                              20011, 2, [2, 0, 2, 2, 0, 2, 0, 2, 10000, 2, 10000, 8192, 1, 64],
                              [("gradYInQueue", 40000, 2), ("expandedXInQueue", 40000, 2),
                               ("gradExpandedXOutQueue", 40000, 2), ("gradScalesOutQueue", 32, 2),
-                              ("binaryAddSumBuf", 640, 1)]),
+                              ("binaryAddSumBuf", 512, 1)]),
     # hidden 40 (< 64 lanes): quotient 32, no chunk sums, no binaryAddSumBuf
     "not-cut-h-fp16-40": (dict(gy=T((2, 40), F16), idx=T((2,), I32), ex=T((2, 40), F16), sc=T((2, 1), F16),
                                gex=T((2, 40), F16), gsc=T((2, 1), F16), soc=S950),
