@@ -20,5 +20,6 @@ from .moe_token_unpermute_with_routing_map import moe_token_unpermute_with_routi
 from .moe_init_routing_v2 import moe_init_routing_v2  # noqa: F401
 from .moe_init_routing_v2_grad import moe_init_routing_v2_grad  # noqa: F401
 from .moe_finalize_routing_v2 import moe_finalize_routing_v2  # noqa: F401
+from .moe_finalize_routing_v2_grad import moe_finalize_routing_v2_grad  # noqa: F401
 from .moe_inplace_index_add import moe_inplace_index_add  # noqa: F401
 from .moe_masked_scatter import moe_masked_scatter  # noqa: F401
