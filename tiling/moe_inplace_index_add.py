@@ -18,8 +18,8 @@ IsCapable only for its flag):
   (keys 5000ab: a = 64-bit offsets, b = alpha), else SIMT (keys 10abdd: a = alpha, b = 64-bit offsets, dd = the
   var's ge dtype code).
 
-The SIMT and SIMD templates are tiled here field for field. The sort and deterministic templates size their UB
-with AscendC's GetSortMaxMinTmpSize (radix sort of the ids), a library figure the simulator does not have:
+The SIMT, SIMD and SIMT-sort templates are tiled here field for field (SIMT sort with AscendC's radix-sort scratch
+size, radix_sort_tmp_bytes). The SIMD-sort and deterministic tilings are not reproduced yet:
 their tiling raises NotImplementedError (select_template still names them). Workspace: the 16 MiB library reserve,
 plus an int32 / fp16 copy of var (512-byte aligned) for the SIMT template on int8 / uint8 / int16 / bool.
 """
@@ -49,6 +49,13 @@ SIMD_FIELDS = (
     "indices_loop_size", "indice_axis_tail_num", "is_split_pre_axis",
     "each_core_after_axis_count", "tail_core_after_axis_count", "tail_update_loop_size", "tail_update_axis_num",
     "is_split_after_axis", "is_split_indices_axis", "is_with_alpha", "indices_stride",
+)
+
+SIMT_SORT_FIELDS = (
+    "pre_axis", "var_in_axis", "updates_in_axis", "after_axis", "indices_ub_factor", "indices_loop_size",
+    "indice_axis_tail_num", "tail_block_indices_loop_size", "each_core_index_count", "sort_share_buf_size",
+    "normal_updates_pre_num", "tail_updates_pre_num", "updates_pre_loop", "used_core_num", "indices_stride",
+    "indices_cast_mode",
 )
 
 TEMPLATE_SIMT = "simt"
@@ -91,6 +98,42 @@ _SIMD_DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "boo
 _SIMT_SORT_DTYPES = ("float32", "float16", "bfloat16", "int64", "int32")
 _DETERMINISTIC_DTYPES = ("float32", "float16", "bfloat16")
 _INDEX_SIZE = {"int32": 4, "int64": 8}
+
+SIMT_SORT_SIMD_RESERVED = 8 * 1024   # SIMD_RESERVED_SIZE of the SIMT-sort tiling
+HASH_BUCKET_BYTES = 128 * 4          # HASH_BUCKET_SIZE (the kernel's hashBuffer_ of 128 floats)
+SORT_PAD_BLOCKS = 2                  # SORT_PAD_NUM: two extra 32-byte blocks after the sorted ids and run counts
+# indicesCastMode: the ids are sorted as the narrowest type that holds varInAxis (GetCastTypeForSort)
+CAST_NONE, CAST_I32_I16, CAST_I64_I32, CAST_I64_I16, CAST_I32_U8, CAST_I64_U8 = range(6)
+_CAST_SIZE = {CAST_NONE: 0, CAST_I32_I16: 2, CAST_I64_I32: 4, CAST_I64_I16: 2, CAST_I32_U8: 1, CAST_I64_U8: 1}
+UINT8_MAX, INT16_MAX = 255, 32767
+
+
+def radix_sort_tmp_bytes(count: int, value_size: int) -> int:
+    """AscendC GetSortMaxMinTmpSize for a RADIX_SORT of `count` values of `value_size` bytes with a uint32
+    destination index and no source index, source not reused (asc-devkit impl/adv_api/tiling/sort/
+    sort_tiling_impl.cpp, 2026-07-23): count rounded up to 32; 7 bytes per element (the u32 keys of two rounds, u16
+    indices, u8 digits) + 512 bytes of buckets, plus 4 + value_size bytes per element (the index and a value copy),
+    or 2 bytes per element fewer for 1-byte values. Max and min are the same figure. uint32 arithmetic."""
+    n = align_up(count, 32)
+    need = n * 7 + 512
+    need = need + n * (4 + value_size) if value_size != 1 else need - 2 * n
+    return need % 2 ** 32
+
+
+def cast_mode(s: "Shapes") -> int:
+    """GetCastTypeForSort: the narrowest id type for varInAxis rows."""
+    if s.index_dtype == "int32":
+        return CAST_I32_U8 if s.var_in_axis < UINT8_MAX else (CAST_I32_I16 if s.var_in_axis < INT16_MAX
+                                                                else CAST_NONE)
+    if s.var_in_axis < UINT8_MAX:
+        return CAST_I64_U8
+    if s.var_in_axis < INT16_MAX:
+        return CAST_I64_I16
+    return CAST_I64_I32 if s.var_in_axis < INT32_MAX else CAST_NONE
+
+
+def _sort_value_size(s: "Shapes", mode: int) -> int:
+    return _CAST_SIZE[mode] if mode else s.index_size
 
 
 class Shapes(NamedTuple):
@@ -347,6 +390,84 @@ def _simd(s: Shapes, soc, ub_size: int) -> TilingResult:
                         ub_plan=simd_ub_plan(s, f), schedule_mode=1, soc=soc)
 
 
+# --- SIMT sort (keys 5000ab) -------------------------------------------------------------------------------------
+def _simt_sort_index_bytes(s: Shapes, mode: int, n: int) -> int:
+    """UB of the id buffers for a window of n ids: ids in (x2 in the tiling's count), cast ids (x2), origin
+    positions, and the run counts, each block-aligned, plus the sort pads."""
+    blk = BLOCK_BYTES
+    total = align_up(n * s.index_size, blk) * 2
+    if mode:
+        total += align_up(n * _CAST_SIZE[mode], blk) * 2
+    return total + align_up(n * 4, blk) + blk * 2 + align_up(n * 4, blk) + blk * 2
+
+
+def _simt_sort_window(s: Shapes, mode: int, ub_size: int) -> int:
+    """computeIndicesUbFactor: the largest id window whose buffers, sort scratch and one pre row of updates fit
+    (bisection over [1, indices + 1))."""
+    start, end = 1, s.indices_axis + 1
+    while end - start > 1:
+        mid = (end + start) // 2
+        total = (_simt_sort_index_bytes(s, mode, mid) + align_up(radix_sort_tmp_bytes(mid, _sort_value_size(s, mode)),
+                                                                  BLOCK_BYTES)
+                 + align_up(mid * s.after_axis * s.var_size, BLOCK_BYTES) + HASH_BUCKET_BYTES)
+        if total <= ub_size:
+            start = mid
+        else:
+            end = mid
+    return start
+
+
+def _simt_sort_split(s: Shapes, cores: int, window: int) -> tuple[int, int, int, int, int]:
+    """(loops per core, used cores, tail core's loops, ids of the tail core's last loop, windows)."""
+    total = ceil_div(s.indices_axis, window)
+    loops = ceil_div(total, cores)
+    used = ceil_div(total, loops)
+    tail_loops = total - loops * (used - 1)
+    tail_num = s.indices_axis - window * loops * (used - 1) - window * (tail_loops - 1)
+    return loops, used, tail_loops, tail_num, total
+
+
+def _simt_sort(s: Shapes, soc, ub_size: int) -> TilingResult:
+    cores = soc.aiv_num
+    mode = cast_mode(s)
+    ub = ub_size - SIMT_SORT_SIMD_RESERVED
+    window = _simt_sort_window(s, mode, ub)
+    loops, used, tail_loops, tail_num, _ = _simt_sort_split(s, cores, window)
+    while used < tdiv(cores, 2) and window > 1:       # halve the window until half the cores have work
+        window = tdiv(window, 2)
+        loops, used, tail_loops, tail_num, _ = _simt_sort_split(s, cores, window)
+    share = radix_sort_tmp_bytes(window, _sort_value_size(s, mode))
+    index_bytes = _simt_sort_index_bytes(s, mode, window)
+    pre_num = s.pre_axis
+    for n in range(2, s.pre_axis + 1):                # more pre rows of updates per id window while they fit
+        if index_bytes + share + align_up(window * s.after_axis * s.var_size, BLOCK_BYTES) * n + HASH_BUCKET_BYTES \
+                > ub:
+            pre_num = n - 1
+            break
+    pre_loop = ceil_div(s.pre_axis, pre_num)
+    f = struct_fields(SIMT_SORT_FIELDS)
+    f.update(pre_axis=s.pre_axis, var_in_axis=s.var_in_axis, updates_in_axis=s.updates_in_axis,
+             after_axis=s.after_axis, indices_ub_factor=window, indices_loop_size=loops, indice_axis_tail_num=tail_num,
+             tail_block_indices_loop_size=tail_loops, each_core_index_count=window * loops, sort_share_buf_size=share,
+             normal_updates_pre_num=pre_num, tail_updates_pre_num=s.pre_axis - pre_num * (pre_loop - 1),
+             updates_pre_loop=pre_loop, used_core_num=used, indices_stride=1, indices_cast_mode=mode)
+    wide = 1 if max(s.updates_axis, s.var_axis) > INT32_MAX else 0
+    blk = BLOCK_BYTES
+    sort_size = _CAST_SIZE[mode] if mode else s.index_size
+    plan = (UbBuffer("indicesInQueue_", align_up(window * s.index_size, blk), 1, "TQue", "VECIN", 1),
+            UbBuffer("updatesInQueue_", align_up(window * s.after_axis * s.var_size, blk) * pre_num, 1, "TQue",
+                     "VECIN", 1),
+            UbBuffer("updatesOriginIdexQue_", align_up(window * 4, blk)),
+            UbBuffer("uniqueIdCountQue_", align_up(window * 4, blk) + SORT_PAD_BLOCKS * blk),
+            UbBuffer("sharedTmpBuf_", align_up(share, blk)),
+            UbBuffer("hashBuffer_", HASH_BUCKET_BYTES),
+            UbBuffer("sortIndicesQue_", align_up(window * sort_size, blk) + SORT_PAD_BLOCKS * blk))
+    if mode:
+        plan += (UbBuffer("castIndicesQue_", align_up(window * sort_size, blk)),)
+    return TilingResult(tiling_key=KEY_SIMT_SORT + 10 * wide + s.with_alpha, block_dim=used,
+                        workspace_size=LIB_WORKSPACE, fields=f, ub_plan=plan, schedule_mode=1, soc=soc)
+
+
 def moe_inplace_index_add(var, indices, updates, alpha=None, axis=0, *, var_out=None, soc="ascend950",
                           deterministic=False) -> TilingResult:
     """Host tiling of MoeInplaceIndexAdd (inputs var, indices, updates, alpha in OpDef order; attr axis; output
@@ -366,6 +487,8 @@ def moe_inplace_index_add(var, indices, updates, alpha=None, axis=0, *, var_out=
         return _simt(s, soc, ub_size)
     if template == TEMPLATE_SIMD:
         return _simd(s, soc, ub_size)
+    if template == TEMPLATE_SIMT_SORT:
+        return _simt_sort(s, soc, ub_size)
     raise NotImplementedError(
         f"{OP}: the {template} template sizes its UB with AscendC GetSortMaxMinTmpSize (radix sort of the ids), "
         "which the simulator does not model")

@@ -76,6 +76,8 @@ def get_workspace_size(var, indices, updates, alpha=None, axis=0, *, var_out=Non
     if v.dtype not in _FLOATS or i.dtype != _I32:
         raise NotImplementedError(f"{OP}: only float32 / float16 / bfloat16 var with int32 indices is modelled, "
                                   f"got {v.dtype} / {i.dtype}")
+    if not (result.tiling_key == KEY_SIMD or 100000 <= result.tiling_key < 102000):
+        raise NotImplementedError(f"{OP}: the kernel of tilingKey {result.tiling_key} (SIMT sort) is not modelled")
     if result.tiling_key == KEY_SIMD:
         if result.fields["is_split_after_axis"] != 1:
             raise NotImplementedError(f"{OP}: only the SIMD template's column split (ProcessAfter) is modelled")

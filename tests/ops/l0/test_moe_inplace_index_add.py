@@ -152,3 +152,10 @@ def test_sort_template_is_not_modelled():
     assert not l0.modelled(var, idx, upd)
     with pytest.raises(NotImplementedError, match="simd_sort"):
         l0.get_workspace_size(var, idx, upd)
+
+
+def test_simt_sort_kernel_is_not_modelled():
+    var, idx, upd = _inputs(4, 20, 16, F32)
+    assert not l0.modelled(var, idx, upd)
+    with pytest.raises(NotImplementedError, match="500000"):
+        l0.get_workspace_size(var, idx, upd)
