@@ -10,8 +10,8 @@ import pytest
 
 import tiling
 from tiling import TensorDesc as T
-from tiling.moe_inplace_index_add import (SIMD_FIELDS, SIMT_FIELDS, TEMPLATE_DETERMINISTIC, TEMPLATE_SIMD,
-                                          TEMPLATE_SIMD_SORT, TEMPLATE_SIMT, TEMPLATE_SIMT_SORT, select_template)
+from tiling.moe_inplace_index_add import (SIMD_FIELDS, SIMD_SORT_FIELDS, SIMT_FIELDS, TEMPLATE_DETERMINISTIC,
+                                          TEMPLATE_SIMD, TEMPLATE_SIMD_SORT, TEMPLATE_SIMT, TEMPLATE_SIMT_SORT, select_template)
 from tiling.status import TilingError
 
 SOC = "ascend950"        # 64 vector cores, GetCoreMemSize 253696: every template starts from 253696 - 32768
@@ -174,15 +174,119 @@ def test_other_axis_folds_the_shape():
     assert r.data()[:4] == [3, 4, 6, 5] and r.tiling_key == 100000 and r.block_dim == 1
 
 
-@pytest.mark.parametrize("args,deterministic", [(_args(4, 20, 64), False), (_args(4, 20, 16), False),
-                                                (_args(10, 20, 16), True)],
-                         ids=["simd-sort", "simt-sort", "deterministic"])
-def test_sort_templates_are_not_modelled(args, deterministic):
+def test_deterministic_template_is_not_modelled():
     with pytest.raises(NotImplementedError, match="GetSortMaxMinTmpSize"):
-        tiling.moe_inplace_index_add(*args, soc=SOC, deterministic=deterministic)
+        tiling.moe_inplace_index_add(*_args(10, 20, 16), soc=SOC, deterministic=True)
 
 
 @pytest.mark.parametrize("soc", ["ascend910b", "ascend910_93"])
 def test_membase_chips_have_no_such_tiling(soc):
     with pytest.raises(NotImplementedError, match="ascend950 only"):
         tiling.moe_inplace_index_add(*_args(4, 3, 5), soc=soc)
+
+
+# --- SIMT sort (keys 5000ab) --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n,m,h,fields,block_dim", [
+    # 4 rows < 255: ids sorted as uint8 (cast mode 4); the bisection window (20) is halved while fewer than 32 cores
+    # have work: 10, 5, 2, 1 -> 20 cores of one id; radix scratch for 1 uint8 id: 32 * 7 + 512 - 2 * 32 = 672
+    (4, 20, 16, [1, 4, 20, 16, 1, 1, 1, 1, 1, 672, 1, 1, 1, 20, 1, 4], 20),
+    # 100 rows: the window (about 2440 ids) halves to 152 -> 33 windows on 33 cores, the last of 5000 - 32 * 152 =
+    # 136 ids; scratch for 152 uint8 ids: 160 * 7 + 512 - 320 = 1312
+    (100, 5000, 16, [1, 100, 5000, 16, 152, 1, 136, 1, 152, 1312, 1, 1, 1, 33, 1, 4], 33),
+], ids=["4rows-1id-per-core", "100rows-152id-windows"])
+def test_simt_sort_tiling(n, m, h, fields, block_dim):
+    r = tiling.moe_inplace_index_add(*_args(n, m, h), soc=SOC)
+    assert (r.tiling_key, r.block_dim, r.workspace_size) == (500000, block_dim, 16777216)
+    assert r.data() == fields
+
+
+@pytest.mark.parametrize("count,size,want", [(1, 1, 672), (152, 1, 1312), (1, 4, 32 * 7 + 512 + 32 * 8),
+                                             (33, 8, 64 * 7 + 512 + 64 * 12)], ids=["u8-1", "u8-152", "i32-1", "i64-33"])
+def test_radix_sort_tmp_bytes(count, size, want):
+    from tiling.moe_inplace_index_add import radix_sort_tmp_bytes
+    assert radix_sort_tmp_bytes(count, size) == want
+
+
+# --- SIMD sort (key 200000) -----------------------------------------------------------------------------------------
+def _simd_sort_fields(**set_):
+    f = dict.fromkeys(SIMD_SORT_FIELDS, 0)
+    f.update(set_)
+    return list(f.values())
+
+
+SIMD_SORT_CASES = {
+    # stock, 128 ids over 16 rows (uint8 ids, cast mode 4): 2 ids per core on 64 cores. halfUb (220928 - 128) / 2 =
+    # 110400; one id with its 64 fp16 columns needs 992 + 384 bytes, far below it: afterAxisFactor
+    # CeilAlign(min(1024 / 2, 64), 16) = 64, the window search lands near 270 ids and is cut to eachCoreIndexCount 2
+    "stock-fp16-2ids-per-core": (
+        {}, (16, 128, 64, "float16"), 64,
+        dict(pre_axis=1, var_in_axis=16, updates_in_axis=128, after_axis=64, used_core_num_before=64,
+             ub_index_factor=2, after_axis_factor=64, each_core_index_count=2, tail_core_index_count=2,
+             main_core_indices_loop=1, tail_core_indices_loop=1, main_core_tail_indices=2, tail_core_tail_indices=2,
+             update_loop_size=1, update_tail_num=64, is_split_indices_axis=1, indices_stride=1,
+             indices_cast_mode=4)),
+    # one core, 400 ids, 40 fp32 columns: afterAxisFactor 40 (160 + 160 bytes per id); the search from
+    # 110400 div 320 = 345: 320 ids need 8000 bytes of id buffers (1280 + 320 + 384 + 1312 + 1312 + 1280 and
+    # radix scratch 320 * 7 + 512 - 640 = 2112) + 102400 of rows = 110400, no byte left; 319 ids leave 320: 319
+    "1core-fp32-319-id-windows": (
+        dict(aiv_num=1), (16, 400, 40, "float32"), 1,
+        dict(pre_axis=1, var_in_axis=16, updates_in_axis=400, after_axis=40, used_core_num_before=1,
+             ub_index_factor=319, after_axis_factor=40, each_core_index_count=400, tail_core_index_count=400,
+             main_core_indices_loop=2, tail_core_indices_loop=2, main_core_tail_indices=81, tail_core_tail_indices=81,
+             update_loop_size=1, update_tail_num=40, is_split_indices_axis=1, indices_stride=1,
+             indices_cast_mode=4)),
+    # 20000 fp32 columns >= 1024 bytes * 64 cores: the column split. halfUb 110400 - 512 = 109888; 313 columns per
+    # core (63 x 313 + 281); one id 928 bytes (32 x 6 + radix 672) + 1280 + 1280 fits: afterAxisFactor
+    # CeilAlign(313, 8) = 320, start 109888 div (320 * 8 + 928) = 31, whose 82720 bytes fit: 31 ids, 17 windows,
+    # the last of 512 - 16 * 31 = 16
+    "stock-fp32-column-split": (
+        {}, (64, 512, 20000, "float32"), 64,
+        dict(pre_axis=1, var_in_axis=64, updates_in_axis=512, after_axis=20000, used_core_num_before=64,
+             ub_index_factor=31, after_axis_factor=320, update_loop_size=1, update_tail_num=313, indices_loop_size=17,
+             indice_axis_tail_num=16, each_core_after_axis_count=313, tail_core_after_axis_count=281,
+             tail_update_loop_size=1, tail_update_axis_num=281, is_split_after_axis=1, indices_stride=1,
+             indices_cast_mode=4)),
+    # 300 rows: int16 ids (cast mode 1); 2000 ids on 64 cores: 32 each (62 x 32 + 16 on the last, 63 cores)
+    "stock-bf16-int16-ids": (
+        {}, (300, 2000, 64, "bfloat16"), 64,
+        dict(pre_axis=1, var_in_axis=300, updates_in_axis=2000, after_axis=64, used_core_num_before=63,
+             ub_index_factor=32, after_axis_factor=64, each_core_index_count=32, tail_core_index_count=16,
+             main_core_indices_loop=1, tail_core_indices_loop=1, main_core_tail_indices=32, tail_core_tail_indices=16,
+             update_loop_size=1, update_tail_num=64, is_split_indices_axis=1, indices_stride=1,
+             indices_cast_mode=1)),
+}
+
+
+@pytest.mark.parametrize("case", list(SIMD_SORT_CASES), ids=list(SIMD_SORT_CASES))
+def test_simd_sort_tiling(case):
+    soc, (n, m, h, dtype), block_dim, fields = SIMD_SORT_CASES[case]
+    r = tiling.moe_inplace_index_add(*_args(n, m, h, dtype), soc=tiling.get_soc(SOC, **soc))
+    assert (r.tiling_key, r.block_dim, r.workspace_size, r.schedule_mode) == (200000, block_dim, 16777216, 1)
+    assert list(r.fields) == list(SIMD_SORT_FIELDS)
+    assert r.data() == _simd_sort_fields(**fields)
+
+
+def test_simd_sort_pre_split():
+    """axis 1 of (100, 4, 64) with 20 ids: fewer ids than pre rows, so the pre split: 2 pre rows per core on 50
+    cores; its window search counts no update bytes (it reads eachCoreAfterAxisCount, 0 in this split) and stops at
+    indicesAxis 20; 64 columns in one piece."""
+    r = tiling.moe_inplace_index_add(T((100, 4, 64), "float32"), T((20,), "int32"), T((100, 20, 64), "float32"),
+                                     axis=1, soc=SOC)
+    assert r.tiling_key == 200000 and r.block_dim == 64
+    assert r.data() == _simd_sort_fields(
+        pre_axis=100, var_in_axis=4, updates_in_axis=20, after_axis=64, used_core_num_before=50, ub_index_factor=20,
+        after_axis_factor=64, each_core_pre_axis_count=2, tail_core_pre_axis_count=2, update_loop_size=1,
+        update_tail_num=64, indices_loop_size=1, indice_axis_tail_num=20, is_split_pre_axis=1, indices_stride=1,
+        indices_cast_mode=4)
+
+
+def test_simd_sort_ub_plan():
+    """InitBuffer order and sizes for 2 ids of 64 fp16 columns (the stock case above): the three vector-only
+    queues at VECCALC (see SIMD_SORT_VECTOR_QUE)."""
+    r = tiling.moe_inplace_index_add(*_args(16, 128, 64, "float16"), soc=SOC)
+    assert [(b.name, b.bytes, b.count, b.position) for b in r.ub_plan] == [
+        ("maxScoreBuf_", 512, 1, "VECCALC"), ("baseMaxScoreBuf_", 512, 1, "VECCALC"),
+        ("sortIndicesBuf_", 96, 1, "VECCALC"), ("updatesOriginIdexQue_", 8, 2, "VECCALC"),
+        ("uniqueIdCountQue_", 32, 2, "VECCALC"), ("updateSumIdxQue_", 32, 2, "VECOUT"),
+        ("indicesCastQue_", 2, 2, "VECCALC"), ("indicesQue_", 8, 2, "VECIN"), ("updatesQue_", 256, 2, "VECIN"),
+        ("updatesCastQue_", 512, 2, "VECOUT")]

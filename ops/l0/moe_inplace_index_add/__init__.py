@@ -5,10 +5,11 @@ aclnnMoeTokenUnpermuteWithRoutingMap (padded mode) where they do not take the so
     var[pre, indices[j], after] += updates[pre, j, after]        (axis 0 and no alpha on those chains)
 
 The tiling (tiling.moe_inplace_index_add) chooses one of five templates; the simulated kernels are SIMT
-(keys 1000xx / 1001xx, atomic adds in an order that depends on timing) and SIMD's column split (key 400000,
-deterministic: slot order per element), for float32 / float16 / bfloat16 var and int32 indices. The SIMT-sort,
-SIMD-sort and deterministic templates (their tiling needs AscendC's radix-sort buffer size) and the other
-dtypes / branches raise NotImplementedError; `modelled(...)` tells a chain beforehand.
+(keys 1000xx / 1001xx, atomic adds in an order that depends on timing), SIMD's column split (key 400000,
+deterministic: slot order per element) and SIMD sort's id split (key 200000, ProcessIndices: windows of ids
+scored, sorted and summed per run, simd_sort.py), for float32 / float16 / bfloat16 var and int32 indices. The
+SIMT-sort and deterministic templates and the other dtypes / branches raise NotImplementedError; `modelled(...)`
+tells a chain beforehand.
 """
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ import numpy as np
 
 from ascend_sim.dtypes import dt_of
 from tiling import get_soc
-from tiling.moe_inplace_index_add import (KEY_SIMD, SIMD_FIELDS, SIMT_FIELDS, TEMPLATE_SIMD, TEMPLATE_SIMT,
+from tiling.moe_inplace_index_add import (KEY_SIMD, KEY_SIMD_SORT, SIMD_FIELDS, SIMD_SORT_FIELDS, SIMT_FIELDS,
+                                          TEMPLATE_SIMD, TEMPLATE_SIMD_SORT, TEMPLATE_SIMT,
                                           moe_inplace_index_add as _tiling, select_template)
 from tiling.status import InnerNullptrError, TilingError
 
 from ..._framework import Executor, IndexLink, gm_tensor, run_executor
 from ..._validate import as_input, as_output, check_no_alias, flag, require
-from .kernel import SIMD_KERNEL, SIMT_KERNEL, GmTensors, Template
+from .kernel import SIMD_KERNEL, SIMD_SORT_KERNEL, SIMT_KERNEL, GmTensors, Template
 
 OP = "MoeInplaceIndexAdd"
 API = "l0op::MoeInplaceIndexAddAiCore"
@@ -33,6 +35,7 @@ GM_NAMES = ("var", "indices", "updates")
 # named after the C++ structs; the classes must be importable under their own names for numba's disk cache
 MoeInplaceIndexAddSimtTilingData = namedtuple("MoeInplaceIndexAddSimtTilingData", SIMT_FIELDS)
 MoeInplaceIndexAddSimdTilingData = namedtuple("MoeInplaceIndexAddSimdTilingData", SIMD_FIELDS)
+MoeInplaceIndexAddSimdSortTilingData = namedtuple("MoeInplaceIndexAddSimdSortTilingData", SIMD_SORT_FIELDS)
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _I32 = np.dtype(np.int32)
@@ -40,13 +43,15 @@ _I32 = np.dtype(np.int32)
 
 def modelled(var, indices, updates, *, soc="ascend950", deterministic=False) -> bool:
     """True if the l0 call (axis 0, no alpha) runs a simulated kernel: ascend950, float var, int32 indices, and
-    the SIMT template or SIMD's column split. TilingError where the real tiling fails."""
+    the SIMT template, SIMD's column split or SIMD sort's id split. TilingError where the real tiling fails."""
     soc = get_soc(soc)
     if not soc.is_regbase or var.dtype not in _FLOATS or indices.dtype != _I32:
         return False
     template = select_template(var, indices, updates, None, 0, soc=soc, deterministic=deterministic)
     if template == TEMPLATE_SIMT:
         return True
+    if template == TEMPLATE_SIMD_SORT:
+        return _tiling(var, indices, updates, None, 0, soc=soc).fields["is_split_indices_axis"] == 1
     return template == TEMPLATE_SIMD and _tiling(var, indices, updates, None, 0, soc=soc).fields[
         "is_split_after_axis"] == 1
 
@@ -76,14 +81,20 @@ def get_workspace_size(var, indices, updates, alpha=None, axis=0, *, var_out=Non
     if v.dtype not in _FLOATS or i.dtype != _I32:
         raise NotImplementedError(f"{OP}: only float32 / float16 / bfloat16 var with int32 indices is modelled, "
                                   f"got {v.dtype} / {i.dtype}")
-    if result.tiling_key == KEY_SIMD:
+    if not (result.tiling_key in (KEY_SIMD, KEY_SIMD_SORT) or 100000 <= result.tiling_key < 102000):
+        raise NotImplementedError(f"{OP}: the kernel of tilingKey {result.tiling_key} (SIMT sort) is not modelled")
+    if result.tiling_key == KEY_SIMD_SORT:
+        if result.fields["is_split_indices_axis"] != 1:
+            raise NotImplementedError(f"{OP}: only the SIMD-sort template's id split (ProcessIndices) is modelled")
+        td, kernel = MoeInplaceIndexAddSimdSortTilingData(*result.fields.values()), SIMD_SORT_KERNEL
+    elif result.tiling_key == KEY_SIMD:
         if result.fields["is_split_after_axis"] != 1:
             raise NotImplementedError(f"{OP}: only the SIMD template's column split (ProcessAfter) is modelled")
         td, kernel = MoeInplaceIndexAddSimdTilingData(*result.fields.values()), SIMD_KERNEL
     else:
         td, kernel = MoeInplaceIndexAddSimtTilingData(*result.fields.values()), SIMT_KERNEL
     gm = GmTensors(gm_tensor(v, 0), gm_tensor(i, 1, np.int32), gm_tensor(u, 2))
-    tmpl = Template(dt_of(v.dtype), result.tiling_key // 100 % 10 if result.tiling_key != KEY_SIMD else 0)
+    tmpl = Template(dt_of(v.dtype), result.tiling_key // 100 % 10 if result.tiling_key < 200000 else 0)
     after = result.fields["after_axis"]
     links = (IndexLink("indices", "var", after, result.fields["var_in_axis"]),)
     executor = Executor(OP, result, kernel, (td, gm, tmpl), GM_NAMES, api=API, tensors=tensors,

@@ -2,6 +2,7 @@
 
     keys 100000 / 100001 / 100027 (+100: 64-bit offsets)   MoeInplaceIndexAddSimt<float | half | bfloat16_t>  simt.py
     key 400000                                             MoeInplaceIndexAddSimd<DTYPE_VAR> ProcessAfter     simd.py
+    key 200000                                             MoeInplaceIndexAddSimdSort ProcessIndices     simd_sort.py
 
 A stage compiles once per var carrier (float32, or uint16 for fp16 / bf16: the dtype reaches it as an int), and
 only for int32 indices.
@@ -11,9 +12,10 @@ from __future__ import annotations
 from collections import namedtuple
 
 from ascend_sim import Kernel, PipePhase
+from ascend_sim.check import RaceWaiver
 from ops.common.unpermute_gather import _read_only
 
-from . import simd, simt
+from . import simd, simd_sort, simt
 
 OP = "MoeInplaceIndexAdd"
 
@@ -34,3 +36,11 @@ def _args(td, gm, tmpl):
 SIMT_KERNEL = Kernel(OP, "MoeInplaceIndexAddSimt", (PipePhase("pipe", simt.BUFFERS, (simt.simt_process,), _args),))
 SIMD_KERNEL = Kernel(OP, "MoeInplaceIndexAddSimd", (PipePhase("pipe", simd.BUFFERS, (simd.simd_process_after,),
                                                               _args),))
+# SortIndices (moe_inplace_index_add_common.h) writes the -1 pad after the sorted ids with a scalar SetValue and
+# then has only PipeBarrier<PIPE_V> before ComputeUniqueIdNum's VF reads it: no S -> V event orders the two.
+SORTED_PAD_RACE = RaceWaiver("S", "LocalTensor::SetValue", "V", "vector function (__VEC_SCOPE__)",
+                             "SortIndices (moe_inplace_index_add_common.h) sets the pad after the sorted ids with "
+                             "SetValue and only a PipeBarrier<PIPE_V> before ComputeUniqueIdNum reads it")
+SIMD_SORT_KERNEL = Kernel(OP, "MoeInplaceIndexAddSimdSort", (PipePhase("pipe", simd_sort.BUFFERS,
+                                                                     (simd_sort.simd_sort_process_indices,), _args),),
+                          (SORTED_PAD_RACE,))
