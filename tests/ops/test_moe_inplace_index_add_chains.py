@@ -1,6 +1,6 @@
 """The two chains that launch l0op::MoeInplaceIndexAddAiCore: on ascend950 the simulated MoeInplaceIndexAdd kernel
-(SIMT / SIMD templates), on 910B the host step standing in for InplaceIndexAdd of another CANN library; on 950 the
-sort and deterministic templates (not modelled) stay host steps under the same name.
+(SIMT / SIMD / SIMD-sort templates), on 910B the host step standing in for InplaceIndexAdd of another CANN library;
+on 950 the SIMT-sort and deterministic templates (not modelled) stay host steps under the same name.
 
 Goldens: the chains' own goldens add the rows of a token in slot order in fp32 (ops/*/golden.py). SIMD adds in that
 order (bit-exact); SIMT's atomics land in an order that depends on the cores (within ((1+u)^k - 1) * sum |terms|
@@ -77,14 +77,35 @@ def test_permute_grad_on_950_checked_mode_is_clean():
     assert _index_add(ex.report).kind == "kernel"
 
 
-@pytest.mark.parametrize("soc,tokens,experts,capacity,kind", [
-    ("ascend910b", 8, 3, 4, "host"),             # InplaceIndexAdd of another library
-    ("ascend950", 6, 8, 5, "host"),              # 40 slots for 6 tokens: the SIMD-sort template, not modelled
-], ids=["910b", "950-sort-template"])
-def test_permute_grad_host_step_where_not_simulated(soc, tokens, experts, capacity, kind):
-    a, outs, ex = _grad(tokens, 64, experts, capacity, soc)
-    assert _index_add(ex.report).kind == kind
+@pytest.mark.parametrize("soc,tokens,hidden,experts,capacity", [
+    ("ascend910b", 8, 64, 3, 4),                 # InplaceIndexAdd of another library
+    ("ascend950", 6, 16, 8, 5),                  # 40 slots for 6 tokens, 64-byte rows: the SIMT-sort template
+], ids=["910b", "950-simt-sort-template"])
+def test_permute_grad_host_step_where_not_simulated(soc, tokens, hidden, experts, capacity):
+    a, outs, ex = _grad(tokens, hidden, experts, capacity, soc)
+    assert _index_add(ex.report).kind == "host"
     assert np.array_equal(outs[0].view(np.uint32), grad_golden(**a)[0].view(np.uint32))
+
+
+# tokens, hidden, experts, capacity: ids repeat capacity * experts / tokens >= 5 times, rows of 128 bytes or more
+SORT_CASES = {
+    "6tokens-40slots": (6, 64, 8, 5),
+    "topk8-512tokens-4096slots": (512, 256, 64, 64),       # 8 slots per token, as a top-8 router fills them
+    # 8256 slots: 129 ids per core, more than 128, so the cores sort their windows (the ids come sorted: one run
+    # of about 8 slots per token)
+    "topk8-1032tokens-sorted-windows": (1032, 32, 64, 129),
+}
+
+
+@pytest.mark.parametrize("case", list(SORT_CASES))
+def test_permute_grad_on_950_runs_the_simd_sort_kernel(case):
+    tokens, hidden, experts, capacity = SORT_CASES[case]
+    a, outs, ex = _grad(tokens, hidden, experts, capacity, "ascend950")
+    step = _index_add(ex.report)
+    assert step.kind == "kernel" and step.run.tiling_key == 200000 and step.run.kernel == "MoeInplaceIndexAddSimdSort"
+    want = grad_golden(**a)
+    _within_order_bound(outs[0], want[0], _grad_terms(a, tokens))   # ids split over cores: atomics meet
+    assert np.array_equal(outs[1].view(np.uint32), want[1].view(np.uint32))
 
 
 # --- UnpermuteWithRoutingMap, padded ---------------------------------------------------------------------------
@@ -108,6 +129,33 @@ def test_unpermute_padded_fp32_accumulator_on_950_runs_the_kernel(tokens, hidden
     want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
     # one core adds in slot order here (SIMT: 35 * 40 elements fit one core's 2048 threads)
     assert np.array_equal(outs[0].view(np.uint8), want[0].view(np.uint8))
+    assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])
+
+
+def _unpermute_terms(a, outs):
+    """(adds, sum |terms|) per output row: slot i adds permuted_tokens[i] * probs[sorted_indices[i], expert of i]."""
+    s = a["sorted_indices"].astype(np.int64)
+    capacity = s.size // a["probs"].shape[1]
+    slot_probs = a["probs"].astype(np.float64)[s, np.arange(s.size) // capacity]
+    terms = np.abs(a["permuted_tokens"].astype(np.float64) * slot_probs[:, None])
+    k, mag = np.zeros(outs[0].shape[0]), np.zeros(outs[0].shape)
+    np.add.at(k, s, 1)
+    np.add.at(mag, s, terms)
+    return k, mag
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_unpermute_padded_on_950_runs_the_simd_sort_kernel_at_a_top8_shape(dtype):
+    a, outs, ex = _unpermute(512, 256, 64, 64, dtype, "fp32", "ascend950")
+    step = _index_add(ex.report)
+    assert step.kind == "kernel" and step.run.tiling_key == 200000
+    want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
+    k, mag = _unpermute_terms(a, outs)
+    got, ref = outs[0].astype(np.float64), want[0].astype(np.float64)
+    # both round the same fp32 sum to the output type at the end: half an ulp of it on top of the fp32 bound
+    half_ulp = 0.0 if dtype == "fp32" else np.abs(ref) * 2.0 ** -8
+    bound = 2 * ((1 + 2.0 ** -24) ** k[:, None] - 1) * mag + 2 * half_ulp
+    assert np.all(np.abs(got - ref) <= bound)
     assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])
 
 
