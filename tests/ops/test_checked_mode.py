@@ -17,8 +17,10 @@ from ascend_sim import PipeRaceError, QueueError, checked
 from ops.cli import OPS, demo_cases, prepare_op, run_op
 from tiling import get_soc
 
+from tests.ops.demo_labels import demo_params
+
 SOCS = ("ascend910b", "ascend950")
-CASES = [(soc, k) for soc in SOCS for k in range(len(demo_cases(get_soc(soc), values=False)))]
+CASES, CASE_IDS = demo_params(SOCS)
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,8 +54,7 @@ def test_waived_races_of_the_real_kernel_are_counted():
     assert facts["exact"] and facts["report"].extra["waived_races"] > 0
 
 
-@pytest.mark.parametrize("soc,k", CASES, ids=[f"{s}-{c.op}-{c.label}" for s, k in CASES
-                                               for c in [demo_cases(get_soc(s), values=False)[k]]])
+@pytest.mark.parametrize("soc,k", CASES, ids=CASE_IDS)
 def test_every_shipped_kernel_in_checked_mode(soc, k):
     case = _cases(soc)[k]
     found = _finding(case)

@@ -14,8 +14,10 @@ from ops import _framework
 from ops.cli import OPS, demo_cases, run_op
 from tiling import get_soc
 
+from tests.ops.demo_labels import demo_params
+
 SOCS = ("ascend910b", "ascend950")
-CASES = [(soc, k) for soc in SOCS for k in range(len(demo_cases(get_soc(soc), values=False)))]
+CASES, CASE_IDS = demo_params(SOCS)
 
 
 @functools.lru_cache(maxsize=None)
@@ -45,8 +47,7 @@ def _check_trace(run) -> None:
             assert (waiters[found, 4] >= setters[:, 3] + event).all(), f"{run.kernel} core {ct.block_idx}"
 
 
-@pytest.mark.parametrize("soc,k", CASES, ids=[f"{s}-{c.op}-{c.label}" for s, k in CASES
-                                               for c in [demo_cases(get_soc(s), values=False)[k]]])
+@pytest.mark.parametrize("soc,k", CASES, ids=CASE_IDS)
 def test_every_shipped_kernel_reports_an_estimate_and_a_consistent_trace(soc, k):
     case = _case(soc, k)
     with tracing(max_events=60_000) as request:
