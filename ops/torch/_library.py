@@ -219,8 +219,23 @@ def _uwrm_grad_shapes(grad, out_index, probs):
 def _outputs(like, shapes, zero=True):
     """Output tensors of `shapes` on like's device (zeros on the CPU: a slot the real op leaves unwritten reads
     as 0 here, deterministically)."""
-    make = torch.zeros if zero and like.device.type == "cpu" else torch.empty
-    return [make(shape, dtype=dtype, device=like.device) for shape, dtype in shapes]
+    if zero and like.device.type == "cpu":
+        return [_calloc(shape, dtype) for shape, dtype in shapes]
+    return [torch.empty(shape, dtype=dtype, device=like.device) for shape, dtype in shapes]
+
+
+def _calloc(shape, dtype) -> "torch.Tensor":
+    """A zeroed CPU tensor from np.zeros (calloc: the pages are zeroed as the kernel first writes them, as for the
+    friendly calls' outputs), not torch.zeros, whose memset is one more pass over the output (5.7 ms on a
+    4096 x 4096 bf16 permute, 1.8x the friendly call)."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    count = 1
+    for size in shape:
+        count *= int(size)
+    if count == 0:                       # an empty uint8 tensor has stride 0 and cannot be viewed as another dtype
+        return torch.zeros(tuple(shape), dtype=dtype)
+    raw = torch.from_numpy(np.zeros(count * itemsize, dtype=np.uint8))
+    return raw.view(dtype).reshape(tuple(shape))
 
 
 def _run(op, get_workspace_size, run, *args, **kwargs):
