@@ -7,6 +7,8 @@ import pytest
 
 RESULTS: dict[str, dict[str, dict]] = {}
 OVERHEAD: dict[str, dict] = {}
+TORCH_OVERHEAD: dict[str, dict] = {}
+"""torch-op overhead cases: median seconds of the torch op and of the NumPy friendly call, timed alternately."""
 COLD: dict[str, dict] = {}
 """Cold-start cases: seconds of a fresh process with an empty cache, with a warm cache, and of `import numpy`."""
 CHECKED: dict[str, dict] = {}
@@ -33,6 +35,14 @@ def pytest_terminal_summary(terminalreporter):
                           f"{m['cold'] / m['warm']:>9.1f}x")
     if OVERHEAD:
         _overhead_summary(terminalreporter)
+    if TORCH_OVERHEAD:
+        tr = terminalreporter
+        tr.section("ascend-sim torch ops over the NumPy friendly calls (same run, alternated; budget 10 % or 50 us)")
+        width = max(len(case) for case in TORCH_OVERHEAD)
+        tr.write_line(f"{'case':<{width}} {'numpy ms':>9} {'torch ms':>9} {'added us':>9} {'torch/numpy':>12}")
+        for case, m in TORCH_OVERHEAD.items():
+            tr.write_line(f"{case:<{width}} {m['numpy'] * 1e3:>9.3f} {m['torch'] * 1e3:>9.3f} "
+                          f"{(m['torch'] - m['numpy']) * 1e6:>9.1f} {m['torch'] / m['numpy']:>11.3f}x")
     if CHECKED:
         tr = terminalreporter
         tr.section("ascend-sim checked-mode overhead (same run, alternated)")
