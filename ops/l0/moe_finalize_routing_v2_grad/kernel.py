@@ -1,0 +1,35 @@
+"""Kernel entry of MoeFinalizeRoutingV2Grad on Ascend 950 (op_kernel/moe_finalize_routing_v2_grad_apt.cpp): the tiling
+key picks the template (tiling.moe_finalize_routing_v2_grad):
+
+    10001 without scales, not cut H     10002 without scales, cut H (hiddenPrePart-element pieces)
+    20011 / 20021 with scales, not cut H (without / with bias)
+    20012 / 20022 with scales, cut H (main / fold blocks)
+
+T is grad_y's type (= expanded_x's and grad_expanded_x's), S the scales' type (= grad_scales'). The stages take
+(c, td, gm, tmpl); the tokens are carriers (uint16 for fp16 / bf16, float32) and the scales come as both views of
+their bytes, so a stage compiles once per token carrier.
+
+Interface shared by the template modules (without_scale.py, not_split_h.py, split_h.py): each exports its stage
+function(s) and the BUFFERS tuple(s) of its InitBuffer calls (names as tiling.moe_finalize_routing_v2_grad.ub_plan);
+this module builds one Kernel per template from them.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+OP = "MoeFinalizeRoutingV2Grad"
+
+GmTensors = namedtuple("GmTensors", [
+    "grad_y",               # (row * H) incoming gradient, carrier of T
+    "expanded_row_idx",     # (row * k) int32
+    "expanded_x",           # (expandedXDim0 * H) forward tokens, carrier of T; empty without scales
+    "scales_u16",           # (row * k) scales as uint16 (the carrier of fp16 / bf16 S); empty when absent
+    "scales_f32",           # the same GM bytes as float32 (the carrier of fp32 S)
+    "grad_expanded_x",      # (expandedXDim0 * H) output, carrier of T
+    "grad_scales_u16",      # (row * k) output as uint16 (fp16 / bf16 S); empty without scales
+    "grad_scales_f32",      # the same GM bytes as float32 (fp32 S)
+])
+"""By GM id in the kernel's argument order, expert_idx and bias left out (the family never passes them)."""
+
+Template = namedtuple("Template", ["x_t", "s_t", "has_scales", "drop_pad_mode"])
+"""DTYPE_GRAD_Y and DTYPE_SCALES as ge codes (S = DT_FLOAT without scales), scales present (0 / 1), dropPadMode."""
