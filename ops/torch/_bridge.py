@@ -66,15 +66,9 @@ def current_soc():
     return _SOC.get()
 
 
-@contextlib.contextmanager
-def aclnn_errors(op: str):
-    """Turn the simulator's failures into the RuntimeError torch_npu raises, keeping the status and message."""
-    try:
-        yield
-    except AclnnError as e:
-        raise AclnnRuntimeError(op, e.status, str(e)) from e
-    except SimulatorError as e:
-        raise AclnnRuntimeError(op, None, str(e)) from e
+def raise_as_runtime_error(op: str, e: Exception):
+    """Raise the AclnnRuntimeError of a failed aclnn call (status None for a SimulatorError), chained to e."""
+    raise AclnnRuntimeError(op, e.status if isinstance(e, AclnnError) else None, str(e)) from e
 
 
 def check_tensor(op: str, name: str, t, *, index: bool = False, optional: bool = False):
@@ -104,7 +98,8 @@ def as_numpy(t):
     """A NumPy view of the CPU tensor t's storage (None stays None); bfloat16 / float8 through a bit view."""
     if t is None:
         return None
-    t = t.detach()
+    if t.requires_grad:         # .numpy() refuses a tensor autograd tracks; detach costs a new tensor object
+        t = t.detach()
     bits = _BIT_VIEWS.get(t.dtype)
     if bits is None:
         return t.numpy()
