@@ -459,6 +459,23 @@ def _schedule(td, gm, tmpl):
     return (split_h_stage,)
 
 
+# VfCalGradScale / ProcessGradExpandedX load whole registers (64 fp32 lanes, or 64 elements by UNPACK_B16) from
+# their queue buffer: the last loads of a block run past it into the queue's other buffer, which the next block's
+# copy-in refills with no V -> MTE2 event for those bytes (the queue orders only the buffer the VF DeQue'd). A race
+# of the real kernel; harmless, as the lanes brought in are masked off.
+TAIL_LOAD_RACES = tuple(
+    RaceWaiver("V", "vector function (__VEC_SCOPE__)", "MTE2", copy,
+               "the cut-H VFs' whole-register tail loads read past their block into the other buffer of the queue, "
+               "which the next block's copy-in refills")
+    for copy in ("DataCopy(GM->UB)", "DataCopyPad(GM->UB)"))
+
+# ProcessGradScales with a 16-bit S: the VF casts gradScalesUb into binaryAddSumBuf (a TBuf) and DataCopyPad copies
+# that TBuf out straight after __VEC_SCOPE__, with no V -> MTE3 event between them. A race of the real kernel (the
+# copy may read the TBuf before the store lands); the model's stores land at once, so the cast value is copied.
+SCALE_CAST_RACE = RaceWaiver("V", "vector function (__VEC_SCOPE__)", "MTE3", "DataCopyPad(UB->GM)",
+                             "ProcessGradScales copies the 16-bit grad_scales out of binaryAddSumBuf right after the "
+                             "VF that wrote it, with no V -> MTE3 event")
+
 KERNEL = Kernel("MoeFinalizeRoutingV2Grad", "MoeFinalizeRoutingV2GradRegBaseCutH",
-                (PipePhase("pipe", BUFFERS, _schedule),), ())
+                (PipePhase("pipe", BUFFERS, _schedule),), TAIL_LOAD_RACES + (SCALE_CAST_RACE,))
 """Key 20012 (no bias)."""

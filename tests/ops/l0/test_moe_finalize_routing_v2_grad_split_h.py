@@ -132,15 +132,20 @@ def row_sum(x_row: np.ndarray, g_row: np.ndarray, f: dict) -> np.float32:
 
 
 def golden(gy, idx, ex, sc, gex0, f, dim0):
-    """(grad_expanded_x, grad_scales) expected, from gex0 (the output buffer before the launch)."""
-    top_k = sc.shape[1]
+    """(grad_expanded_x, grad_scales) expected, from gex0 (the output buffer before the launch). Each block's
+    pieces are written with a 16-bit byte count: len * sizeof(T) mod 65536 bytes of each."""
+    top_k, isz = sc.shape[1], gy.dtype.itemsize
     g32, x32 = gy.astype(F32), ex.reshape(-1, gy.shape[1]).astype(F32)
     s32 = sc.reshape(-1).astype(F32)
     gex = gex0.reshape(-1, gy.shape[1]).copy()
     gsc = np.zeros(idx.size, F32)
     for j, row in enumerate(idx):
         if 0 <= row < dim0:
-            gex[row] = (g32[j // top_k] * s32[j]).astype(F32).astype(gy.dtype)
+            prod = (g32[j // top_k] * s32[j]).astype(F32).astype(gy.dtype)
+            for spans, _ in blocks(f):
+                for start, length in spans:
+                    n = (length * isz) % 65536 // isz
+                    gex[row, start:start + n] = prod[start:start + n]
             gsc[j] = row_sum(x32[row], g32[j // top_k], f)
     return gex.reshape(gex0.shape), gsc.astype(sc.dtype).reshape(sc.shape)
 
@@ -153,7 +158,7 @@ def _data(n, hidden, top_k, t, s, *, seed=0, rows=None, bad=(), zero_probs=0, na
     rng = np.random.default_rng(seed)
     rows = n * top_k if rows is None else rows
     gy = rng.standard_normal((n, hidden)).astype(DT[t])
-    ex = (rng.standard_normal((rows, hidden)) * np.exp2(rng.integers(-6, 6, (rows, hidden)))).astype(DT[t])
+    ex = (rng.standard_normal((rows, hidden)) * np.exp2(rng.integers(-12, 12, (rows, hidden)))).astype(DT[t])
     idx = rng.permutation(max(rows, n * top_k))[: n * top_k].astype(np.int32)
     for slot, value in bad:
         idx[slot] = value
@@ -183,8 +188,129 @@ def _check(gy, idx, ex, sc, soc, *, mode=0, dim0=None, check=None, **attrs):
     return result
 
 
-def test_tail_two_blocks_fp32_small_ub():
-    """H 700 on the 8000-byte UB: 4 main blocks of 144, a fold of 124 (two tail blocks), topK 2."""
-    gy, idx, ex, sc = _data(3, 700, 2, "fp32", "fp32")
-    result = _check(gy, idx, ex, sc, SMALL)
-    assert result.fields["fold_tail_block_num"] == 2
+def _case_id(v):
+    return v if isinstance(v, str) else None
+
+
+# (id, tokens, hidden, topK, T, S, profile, what the blocks must look like)
+SHAPES = [
+    ("H313-first-cut", 2, 313, 2, "fp32", "fp32", SMALL, dict(main_block_num=2, fold_tail_block_num=1)),
+    ("H576-main-only", 2, 576, 2, "fp32", "fp32", SMALL, dict(main_block_num=4, fold_tail_len=0, fold_block_num=0)),
+    ("H600-tail1", 2, 600, 2, "fp32", "fp32", SMALL, dict(fold_block_num=0, fold_tail_block_num=1)),
+    ("H700-tail2", 3, 700, 2, "fp32", "fp32", SMALL, dict(fold_block_num=0, fold_tail_block_num=2)),
+    ("H720-fold-no-tail", 2, 720, 2, "fp32", "fp32", SMALL, dict(fold_block_num=2, fold_tail_len=0)),
+    ("H1000-fold-tail2", 3, 1000, 2, "fp32", "fp32", SMALL, dict(fold_block_num=4, fold_tail_block_num=2)),
+    ("H1400-fp16-tail2", 2, 1400, 2, "fp16", "fp16", SMALL, dict(fold_tail_block_num=2)),
+    ("H1200-bf16-tail1", 2, 1200, 2, "bf16", "bf16", SMALL, dict(fold_tail_block_num=1)),
+    ("H10545-fp32-stock", 2, 10545, 2, "fp32", "fp32", STOCK, dict(main_factor=10384, fold_tail_block_num=1)),
+    ("H21041-bf16-stock", 2, 21041, 1, "bf16", "fp32", STOCK, dict(main_block_num=1, fold_tail_block_num=1)),
+    ("H21041-fp16-stock", 1, 21041, 2, "fp16", "bf16", STOCK, dict(main_block_num=1)),
+]
+
+
+@pytest.mark.parametrize("n, hidden, top_k, t, s, soc, expect", [c[1:] for c in SHAPES], ids=[c[0] for c in SHAPES])
+def test_blocks(n, hidden, top_k, t, s, soc, expect):
+    """Main-only, fold pairs, one / two tail blocks, first cut-H size on the small UB, the stock cut."""
+    gy, idx, ex, sc = _data(n, hidden, top_k, t, s, seed=hidden)
+    f = _check(gy, idx, ex, sc, soc).fields
+    assert {k: f[k] for k in expect} == expect
+
+
+@pytest.mark.parametrize("t, hidden", [("fp32", 10544), ("bf16", 21040), ("fp16", 21040)])
+def test_stock_cut_below_is_not_cut_h(t, hidden):
+    """One element less and the stock tiling keeps the row whole (20011): the cut-H kernel starts exactly above."""
+    gy, idx, ex, sc = _data(1, hidden, 1, t, "fp32")
+    assert tiling(gy, idx, ex, sc, soc=STOCK).tiling_key == 20011
+
+
+PAIRS = [(t, s) for t in DT for s in DT]
+
+
+@pytest.mark.parametrize("t, s", PAIRS, ids=[f"T-{t}-S-{s}" for t, s in PAIRS])
+def test_dtype_pairs(t, s):
+    """Every T x S (mixed included) on the small UB: fold pairs and two tail blocks."""
+    hidden = 1000 if t == "fp32" else 1400
+    gy, idx, ex, sc = _data(2, hidden, 3, t, s, seed=len(t + s))
+    _check(gy, idx, ex, sc, SMALL)
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 8])
+def test_top_k(top_k):
+    gy, idx, ex, sc = _data(4, 420, top_k, "fp32", "fp32", seed=top_k)
+    _check(gy, idx, ex, sc, SMALL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("top_k", [513, 1024])
+def test_top_k_large(top_k):
+    gy, idx, ex, sc = _data(1, 320, top_k, "fp16", "fp32", seed=top_k)
+    _check(gy, idx, ex, sc, SMALL)
+
+
+def test_invalid_indices():
+    """-1, another negative, expandedXDim0 and past it: no row written, grad_scales exactly +0."""
+    n, k = 3, 2
+    gy, idx, ex, sc = _data(n, 700, k, "fp32", "fp32", bad=((0, -1), (2, -7), (3, n * k), (5, n * k + 40)))
+    _check(gy, idx, ex, sc, SMALL)
+
+
+def test_active_num_limits_rows():
+    """0 < activeNum < len(expanded_row_idx): expandedXDim0 = activeNum rows, larger indices skipped."""
+    n, k, active = 3, 2, 4
+    gy, idx, ex, sc = _data(n, 1200, k, "bf16", "fp32", rows=n * k, seed=5)
+    ex, idx = ex[:active], np.arange(n * k, dtype=np.int32)[::-1].copy()
+    _check(gy, idx, ex, sc, SMALL, active_num=active)
+
+
+def test_zero_probs_and_nan_rows():
+    """A zero prob multiplies (0 * x, NaN * 0 = NaN in grad_expanded_x); a NaN in expanded_x makes the slot's
+    grad_scales NaN, whatever its prob."""
+    gy, idx, ex, sc = _data(3, 1000, 2, "fp32", "fp32", zero_probs=3, nan_rows=2)
+    gy[0, 5] = np.nan
+    _check(gy, idx, ex, sc, SMALL)
+
+
+@pytest.mark.parametrize("hidden, blocks_at_least", [(36864, 256), (40000, 278)], ids=["256-blocks", "278-blocks"])
+def test_more_than_256_blocks(hidden, blocks_at_least):
+    """The block-sum cache's second level: exactly 256 blocks (level 0 zeroed at the end) and 278."""
+    gy, idx, ex, sc = _data(2, hidden, 1, "fp32", "fp32", seed=hidden)
+    f = _check(gy, idx, ex, sc, SMALL).fields
+    assert len(blocks(f)) == blocks_at_least
+
+
+def test_drop_pad_mode_zeroes_output():
+    """dropPadMode 1: expanded_x (E, C, H), grad_expanded_x zeroed by InitOutputGm first, rows no slot names
+    stay 0."""
+    n, k, e, cap = 2, 2, 3, 2
+    rng = np.random.default_rng(3)
+    gy = rng.standard_normal((n, 700)).astype(F32)
+    ex = rng.standard_normal((e, cap, 700)).astype(F32)
+    idx = np.array([5, -1, 0, 3], np.int32)
+    sc = rng.uniform(-1, 1, (n, k)).astype(F32)
+    _check(gy, idx, ex, sc, SMALL, mode=1, expert_num=e, expert_capacity=cap)
+
+
+def test_copy_out_block_len_is_16_bits():
+    """A 397600-byte UB gives mainFactor 16384 fp32: a whole main block is 65536 bytes, which the uint16 blockLen
+    turns into 0, so that block of grad_expanded_x is never written (the golden keeps the sentinel there)."""
+    soc = get_soc("ascend950", ub_size=397600, aiv_num=2)
+    gy, idx, ex, sc = _data(1, 40000, 2, "fp32", "fp32", seed=9)
+    f = _check(gy, idx, ex, sc, soc).fields
+    assert f["main_factor"] * 4 == 65536 and f["main_block_num"] == 2
+
+
+@pytest.mark.parametrize("t", ["fp32", "bf16"])
+def test_checked_mode_clean(t):
+    gy, idx, ex, sc = _data(3, 1000 if t == "fp32" else 1400, 2, t, "fp16", bad=((1, -1),))
+    _check(gy, idx, ex, sc, SMALL, check="race")
+
+
+def test_order_is_not_a_plain_sum():
+    """The data tell the modelled order apart from a left-to-right fp32 sum (so the bit checks can fail)."""
+    gy, idx, ex, sc = _data(1, 1000, 1, "fp32", "fp32")
+    f = tiling(gy, idx, ex, sc, soc=SMALL).fields
+    x, g = ex[idx[0]].astype(F32), gy[0].astype(F32)
+    plain = f32(0)
+    for v in (x * g).astype(F32):
+        plain = f32(plain + v)
+    assert row_sum(x, g, f) != plain
