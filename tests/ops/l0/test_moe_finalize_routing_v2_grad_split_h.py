@@ -69,8 +69,10 @@ def launch(gy, idx, ex, sc, gex, gsc, *, soc, mode=0, active_num=0, expert_num=0
 
 # ------------------------------------------------------------------------------------------------------ golden
 
-def _tree64(values) -> np.float32:
-    """One register ReduceSum: 64 lanes (missing ones +0), pairwise ((l0 + l1) + (l2 + l3)) + ..."""
+def LANE_TREE(values) -> np.float32:
+    """The one assumption (as in the other arch35 kernels' goldens): a register ReduceSum of up to 64 fp32 values,
+    missing lanes +0, adjacent pairs level by level ((l0 + l1) + (l2 + l3)) + ... Change it here and every golden
+    of this file follows."""
     lanes = [f32(v) for v in values] + [f32(0.0)] * (64 - len(values))
     while len(lanes) > 1:
         lanes = [f32(lanes[2 * i] + lanes[2 * i + 1]) for i in range(len(lanes) // 2)]
@@ -83,17 +85,17 @@ def _block_sum(p: np.ndarray, quotient: int) -> np.float32:
     head = p[:quotient].copy()
     tail = p[quotient:]
     head[: tail.size] = head[: tail.size] + tail
-    sums = [_tree64(head[c * 64:(c + 1) * 64]) for c in range(quotient // 64)]
+    sums = [LANE_TREE(head[c * 64:(c + 1) * 64]) for c in range(quotient // 64)]
     while len(sums) > 64:
         half = len(sums) // 2
         sums = [f32(sums[i] + sums[half + i]) for i in range(half)]
-    return _tree64(sums)
+    return LANE_TREE(sums)
 
 
 def _level_sum(v) -> np.float32:
     """CacheReduceSum over 256 block sums: ((v0 + v2) + (v1 + v3)) of the four 64-float quarters, then one tree."""
     q = [np.asarray(v[i * 64:(i + 1) * 64], F32) for i in range(4)]
-    return _tree64((q[0] + q[2]) + (q[1] + q[3]))
+    return LANE_TREE((q[0] + q[2]) + (q[1] + q[3]))
 
 
 def blocks(f: dict):
