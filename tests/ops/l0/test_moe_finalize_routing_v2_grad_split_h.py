@@ -236,16 +236,26 @@ def test_dtype_pairs(t, s):
     _check(gy, idx, ex, sc, SMALL)
 
 
-@pytest.mark.parametrize("top_k", [1, 2, 8])
+@pytest.mark.parametrize("top_k", [1, 2, 8, 513, 1024])
 def test_top_k(top_k):
-    gy, idx, ex, sc = _data(4, 420, top_k, "fp32", "fp32", seed=top_k)
+    """topK up to 1024 with a small hidden (4 tokens for topK <= 8, one token above): the core split over slots."""
+    n = 4 if top_k <= 8 else 1
+    gy, idx, ex, sc = _data(n, 420 if top_k <= 8 else 320, top_k, "fp32", "fp32" if top_k <= 8 else "bf16",
+                            seed=top_k)
     _check(gy, idx, ex, sc, SMALL)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("top_k", [513, 1024])
-def test_top_k_large(top_k):
-    gy, idx, ex, sc = _data(1, 320, top_k, "fp16", "fp32", seed=top_k)
+def test_tail_read_past_the_tensor_end():
+    """H 701 fp32: the last fold piece is copied as CeilAlign(5, 8) = 8 elements, 12 bytes past the row; for the
+    last row of grad_y and of expanded_x that is past the tensor (the allocation's undefined bytes on the chip): no
+    error, and the lanes are never used."""
+    n, k = 2, 2
+    gy, idx, ex, sc = _data(n, 701, k, "fp32", "fp32", seed=4)
+    idx[-1] = n * k - 1                       # the last slot reads the last expanded_x row
+    idx[np.flatnonzero(idx == n * k - 1)[:-1]] = 0 if idx[-1] != 0 else 1
+    f = tiling(gy, idx, ex, sc, soc=SMALL).fields
+    last_piece = f["fold_tail_len"] - f["fold_factor"] if f["fold_tail_block_num"] == 2 else f["fold_tail_len"]
+    assert last_piece % 8 != 0 and f["fold_tail_block_num"] > 0
     _check(gy, idx, ex, sc, SMALL)
 
 
@@ -316,3 +326,15 @@ def test_order_is_not_a_plain_sum():
     for v in (x * g).astype(F32):
         plain = f32(plain + v)
     assert row_sum(x, g, f) != plain
+
+
+SWEEP = [(h, t, s) for t, hs in (("fp32", range(313, 2400, 97)), ("bf16", range(625, 4800, 193)),
+                                 ("fp16", range(625, 4800, 211))) for h in hs for s in DT]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hidden, t, s", SWEEP, ids=[f"H{h}-T-{t}-S-{s}" for h, t, s in SWEEP])
+def test_sweep_small_ub(hidden, t, s):
+    """Every block layout the small UB gives over a range of hidden sizes, every T x S."""
+    gy, idx, ex, sc = _data(2, hidden, 3, t, s, seed=hidden, bad=((1, -1),))
+    _check(gy, idx, ex, sc, SMALL)
