@@ -317,7 +317,9 @@ def process_block(c, td, gm, tmpl, batch, row_idx, scale, main_off, main_len, fo
             _copy_in_piece(c, ex[td.fold_factor:], asc.gm_at(gm.expanded_x, x_row + fold_off), fold_len, align)
         asc.en_que(c, EXPANDED_X_QUE, ex)
         ex = asc.de_que(c, EXPANDED_X_QUE, T)
-        sums = asc.tbuf_get(c, SUM_BUF, asc.ub_f32(c))
+        # ubAddSum is a raw pointer: with Q / 64 > 256 block sums (mainFactor >= 32768 fp32, a UB of ~790 KiB)
+        # they run past binaryAddSumBuf, the plan's last buffer, into UB no buffer owns (an error only past the UB)
+        sums = to_ub_end(c, asc.tbuf_get(c, SUM_BUF, asc.ub_f32(c)))
         if fold_triple:
             vf_cal_grad_scale(c, tmpl.x_t, ex, gy, td.fold_binary_add_quotient, td.fold_binary_addk,
                               td.fold_binary_add_last_num, reduce_num, cache, cache_idx % CACHE_BUFF_SIZE, sums)
