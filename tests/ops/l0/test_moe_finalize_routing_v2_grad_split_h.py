@@ -306,10 +306,25 @@ def test_copy_out_block_len_is_16_bits():
     assert f["main_factor"] * 4 == 65536 and f["main_block_num"] == 2
 
 
-@pytest.mark.parametrize("t", ["fp32", "bf16"])
-def test_checked_mode_clean(t):
-    gy, idx, ex, sc = _data(3, 1000 if t == "fp32" else 1400, 2, t, "fp16", bad=((1, -1),))
+CHECKED = [("fp32-S-fp16", "fp32", "fp16", 1000), ("bf16-S-fp16", "bf16", "fp16", 1400),
+           ("fp16-S-fp32", "fp16", "fp32", 1400), ("fp32-S-bf16-278-blocks", "fp32", "bf16", 40000)]
+
+
+@pytest.mark.parametrize("t, s, hidden", [c[1:] for c in CHECKED], ids=[c[0] for c in CHECKED])
+def test_checked_mode_clean(t, s, hidden):
+    """check="race": no race or queue misuse beyond the two waived ones of the real kernel (split_h.KERNEL)."""
+    gy, idx, ex, sc = _data(3 if hidden < 40000 else 1, hidden, 2, t, s, bad=((1, -1),))
     _check(gy, idx, ex, sc, SMALL, check="race")
+
+
+def test_checked_mode_clean_drop_pad_mode():
+    """dropPadMode 1 in checked mode: InitOutputGm, SyncAll, then the pass."""
+    rng = np.random.default_rng(8)
+    gy = rng.standard_normal((2, 700)).astype(F32)
+    ex = rng.standard_normal((3, 2, 700)).astype(F32)
+    sc = rng.uniform(-1, 1, (2, 2)).astype(F32)
+    _check(gy, np.array([4, 1, -1, 2], np.int32), ex, sc, SMALL, mode=1, expert_num=3, expert_capacity=2,
+           check="race")
 
 
 def test_order_is_not_a_plain_sum():
