@@ -32,6 +32,7 @@ The instructions live in one module per concern; this package's namespace holds 
 | moves      | Duplicate, Copy, Arange, GatherMask, (De)Interleave, Pack, UnPack                          |
 | casts      | the standard-type casts (RegLayout, SatMode, round modes), Truncate                        |
 | mx_casts   | fp32 -> FP8 and bf16 -> FP4 (the MX element formats)                                       |
+| first_element | StoreDist::DIST_FIRST_ELEMENT_B32 (one lane to any float address)                      |
 
 Not modelled: the other LoadDist / StoreDist modes and width casts.
 
@@ -62,3 +63,4 @@ from .casts import (LAYOUT_ONE, LAYOUT_ZERO, NO_SAT, SAT, vcast_b16_to_f32, vcas
                     vcast_f32_to_bf16, vcast_f32_to_f16, vcast_f32_to_i32, vcast_half_to_f32,
                     vcast_i32_to_f32, vcast_i32_to_u8, vcast_u16_to_u32, vtruncate)
 from .mx_casts import vcast_bf16_to_fp4, vcast_f32_to_fp8  # noqa: F401
+from .first_element import reg_store_first_element  # noqa: F401,E402
