@@ -12,7 +12,8 @@ import pytest
 
 import tiling
 from tiling import TensorDesc as T
-from tiling.moe_inplace_index_add import (SIMD_FIELDS, SIMD_SORT_FIELDS, SIMT_FIELDS, SIMT_SORT_FIELDS,
+from tiling.moe_inplace_index_add import (DETERMINISTIC_FIELDS, SIMD_FIELDS, SIMD_SORT_FIELDS, SIMT_FIELDS,
+                                          SIMT_SORT_FIELDS,
                                           TEMPLATE_DETERMINISTIC, TEMPLATE_SIMD, TEMPLATE_SIMD_SORT, TEMPLATE_SIMT,
                                           TEMPLATE_SIMT_SORT, radix_sort_tmp_bytes, select_template)
 from tiling.status import TilingError
@@ -67,11 +68,13 @@ class Case(NamedTuple):
     workspace: int = WS
     soc: dict = {}              # SoC profile overrides
     axis: int = 0
+    deterministic: bool = False
 
 
 def _struct(key):
     """The tiling struct's field names for a key."""
-    return {1: SIMT_FIELDS, 2: SIMD_SORT_FIELDS, 4: SIMD_FIELDS, 5: SIMT_SORT_FIELDS}[key // 100000]
+    return {1: SIMT_FIELDS, 2: SIMD_SORT_FIELDS, 3: DETERMINISTIC_FIELDS, 4: SIMD_FIELDS,
+            5: SIMT_SORT_FIELDS}[key // 100000]
 
 
 def _simt(n, m, h):
@@ -197,13 +200,66 @@ CASES = {
              ub_index_factor=20, after_axis_factor=64, each_core_pre_axis_count=2, tail_core_pre_axis_count=2,
              update_loop_size=1, update_tail_num=64, indices_loop_size=1, indice_axis_tail_num=20,
              is_split_pre_axis=1, indices_stride=1, indices_cast_mode=4), axis=1),
+
+    # --- deterministic (keys 300000 + 0 fp32 / 1 fp16 / 2 bf16), every core launched. halfUb (220928 - 192) / 2 =
+    # 110368; the split threshold is 64 / 2 = 32.
+    # 100 columns > 32, after >= pre: the column split. 2 columns per core on 50 cores; 2 * 4 <= 110368 - 1024:
+    # afterAxisFactor CeilAlign(2, 8) = 8, ubIndexFactor 110368 div (8 * 4 * 2 + 4) = 1623; one window of 20 ids
+    "det-fp32-column-split": Case(
+        _args(16, 20, 100), 300000, 64,
+        dict(pre_axis=1, var_in_axis=16, updates_in_axis=20, after_axis=100, used_core_num_before=50,
+             ub_index_factor=1623, after_axis_factor=8, each_core_pre_axis_count=1, tail_core_pre_axis_count=1,
+             update_loop_size=1, update_tail_num=2, indices_loop_size=1, indice_axis_tail_num=20,
+             each_core_after_axis_count=2, tail_core_after_axis_count=2, tail_update_loop_size=1,
+             tail_update_axis_num=2, is_split_after_axis=1, is_determinstic=1), deterministic=True),
+    # 3500000 bf16 columns: 54688 per core (the last 54656); 54688 * 2 > 110368 - 1024: ubIndexFactor
+    # CeilAlign(min(1024, 3 * 4), 32) / 4 = 8, afterAxisFactor FloorAlign((110368 - 32) div (8 * 2 * 2), 16) = 3440;
+    # 54688 = 15 * 3440 + 3088, 54656 = 15 * 3440 + 3056
+    "det-bf16-column-split-wide-rows": Case(
+        _args(2, 3, 3500000, "bfloat16"), 300002, 64,
+        dict(pre_axis=1, var_in_axis=2, updates_in_axis=3, after_axis=3500000, used_core_num_before=64,
+             ub_index_factor=8, after_axis_factor=3440, each_core_pre_axis_count=1, tail_core_pre_axis_count=1,
+             update_loop_size=16, update_tail_num=3088, indices_loop_size=1, indice_axis_tail_num=3,
+             each_core_after_axis_count=54688, tail_core_after_axis_count=54656, tail_update_loop_size=16,
+             tail_update_axis_num=3056, is_split_after_axis=1, is_determinstic=1), deterministic=True),
+    # axis 1 of (100, 4, 16) fp16: 100 pre rows > 32, after 16 < pre: the pre split, 2 rows per core on 50 cores;
+    # one id block 4 + 2 * 16 * 2 = 68: ubIndexFactor FloorAlign(110368 div 68 * 4, 32) / 4 = 1616
+    "det-fp16-pre-split": Case(
+        (T((100, 4, 16), "float16"), T((40,), "int32"), T((100, 40, 16), "float16")), 300001, 64,
+        dict(pre_axis=100, var_in_axis=4, updates_in_axis=40, after_axis=16, used_core_num_before=50,
+             ub_index_factor=1616, after_axis_factor=16, each_core_pre_axis_count=2, tail_core_pre_axis_count=2,
+             update_loop_size=1, update_tail_num=16, indices_loop_size=1, indice_axis_tail_num=40,
+             is_split_pre_axis=1, is_determinstic=1), axis=1, deterministic=True),
+    # axis 1 of (14001, 2, 14000) fp32: the pre split with rows wider than half the UB (4 + 4 * 14000 * 2 > 110368):
+    # one id per window, afterAxisFactor CeilAlign((110368 - 4) div 8, 8) = 13800 (two rows of it are 32 bytes
+    # more than the half); 219 pre rows per core, 204 on the last
+    "det-fp32-pre-split-wide-rows": Case(
+        (T((14001, 2, 14000), "float32"), T((3,), "int32"), T((14001, 3, 14000), "float32")), 300000, 64,
+        dict(pre_axis=14001, var_in_axis=2, updates_in_axis=3, after_axis=14000, used_core_num_before=64,
+             ub_index_factor=1, after_axis_factor=13800, each_core_pre_axis_count=219, tail_core_pre_axis_count=204,
+             update_loop_size=2, update_tail_num=200, indices_loop_size=3, indice_axis_tail_num=1,
+             is_split_pre_axis=1, is_determinstic=1), axis=1, deterministic=True),
+    # 16 columns, 2000 ids > 32: the id split. 32 ids per core (63 cores, 16 on the last); 40000 var rows, 625 per
+    # core. Step 1 from 110368 div (88 + 12 * 16) = 394 down: 372 ids need 110496 bytes (rows 372 * 192, sort
+    # buffers, radix scratch 384 * 15 + 512), 371 need 110240: 371. Step 2 from 110368 div 196 = 563: 562 rows of
+    # 192 bytes + CeilAlign(562 * 4, 32) = 110176 fit. The var steps test those 562 rows, fit, and stop one below
+    # their starts 574 and 563 (573 and 562, under the 625 cap). 2000 / 40000 < 0.1: isOpti. Workspace 16 MiB +
+    # 40000 * 4 + 2 * 640000 * 4 + 64 * 32 * (16 * 4 + 4)
+    "det-fp32-id-split": Case(
+        _args(40000, 2000, 16), 300000, 64,
+        dict(pre_axis=1, var_in_axis=40000, updates_in_axis=2000, after_axis=16, used_core_num_before=63,
+             used_core_num_after=64, ub_index_factor=371, ub_var_opti_factor=562, ub_quanta_indx_factor=562,
+             ub_var_factor=573, each_core_index_count=32, tail_core_index_count=16, each_core_var_count=625,
+             tail_core_var_count=625, is_determinstic=1, is_opti=1),
+        WS + 40000 * 4 + 2 * 640000 * 4 + 64 * 32 * (16 * 4 + 4), deterministic=True),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
 def test_tiling(case):
     c = CASES[case]
-    r = tiling.moe_inplace_index_add(*c.operands, axis=c.axis, soc=tiling.get_soc(SOC, **c.soc))
+    r = tiling.moe_inplace_index_add(*c.operands, axis=c.axis, soc=tiling.get_soc(SOC, **c.soc),
+                                     deterministic=c.deterministic)
     assert (r.tiling_key, r.block_dim, r.workspace_size, r.schedule_mode) == (c.key, c.block_dim, c.workspace, 1)
     names = _struct(c.key)
     assert list(r.fields) == list(names) and set(c.fields) <= set(names)
@@ -225,13 +281,26 @@ UB_PLANS = {
     "simd-3cores-tail-core": [("updatesQue_", 41 * 336 * 4, 2), ("indicesQue_", 41 * 4, 2)],
     "simt-fp32-16x100": [],
     "simt-int8-int32-copy": [("varQue_", 13088, 1), ("varCastQue_", 13088 * 4, 1)],
+    # MoeInplaceIndexAddDeterminsticNotQuant: its maxScoreBuf_, the base class's (1623 ids, int32 unnarrowed), the
+    # column split's queues (the id queue block-aligned)
+    "det-fp32-column-split": [("maxScoreBuf_", 512, 1), ("baseMaxScoreBuf_", 512, 1),
+                              ("sortIndicesBuf_", 1623 * 4 + 64 + 4, 1), ("updatesOriginIdexQue_", 1623 * 4, 2),
+                              ("uniqueIdCountQue_", 1624 * 4, 2), ("updateSumIdxQue_", 1624 * 4, 2),
+                              ("indicesCastQue_", 1623 * 4, 2), ("indicesQue_", 1624 * 4, 1),
+                              ("updatesQue_", 1623 * 8 * 4, 1), ("updatesCastQue_", 1623 * 8 * 4, 1)],
+    "det-fp16-pre-split": [("maxScoreBuf_", 512, 1), ("baseMaxScoreBuf_", 512, 1),
+                           ("sortIndicesBuf_", 1616 * 4 + 64, 1), ("updatesOriginIdexQue_", 1616 * 4, 2),
+                           ("uniqueIdCountQue_", 1617 * 4 + 28, 2), ("updateSumIdxQue_", 1617 * 4 + 28, 2),
+                           ("indicesCastQue_", 1616 * 4, 2), ("indicesQue_", 1616 * 4, 1),
+                           ("updatesQue_", 1616 * 16 * 2, 1), ("updatesCastQue_", 1616 * 16 * 2, 1)],
 }
 
 
 @pytest.mark.parametrize("case", list(UB_PLANS), ids=list(UB_PLANS))
 def test_ub_plan(case):
     c, plan = CASES[case], UB_PLANS[case]
-    r = tiling.moe_inplace_index_add(*c.operands, axis=c.axis, soc=tiling.get_soc(SOC, **c.soc))
+    r = tiling.moe_inplace_index_add(*c.operands, axis=c.axis, soc=tiling.get_soc(SOC, **c.soc),
+                                     deterministic=c.deterministic)
     assert [tuple(b[:3]) for b in r.ub_plan] == plan
 
 
@@ -276,11 +345,6 @@ def test_failing_tilings(args, kwargs, words):
 def test_alpha_must_hold_one_element():
     with pytest.raises(TilingError, match="alpha size must be 1"):
         tiling.moe_inplace_index_add(*_args(4, 3, 5), T((2,), "float32"), soc=SOC)
-
-
-def test_deterministic_template_is_not_modelled():
-    with pytest.raises(NotImplementedError, match="GetSortMaxMinTmpSize"):
-        tiling.moe_inplace_index_add(*_args(10, 20, 16), soc=SOC, deterministic=True)
 
 
 @pytest.mark.parametrize("soc", ["ascend910b", "ascend910_93"])

@@ -19,9 +19,9 @@ IsCapable only for its flag):
   var's ge dtype code).
 
 One module per template, as the real op_host/arch35/ files are: base (parse, checks, selection, keys, the sort
-type and scratch size, the shrink search), simt, simd, simt_sort, simd_sort. The deterministic tiling is not
-reproduced yet: it raises NotImplementedError (select_template still names it). Workspace: the 16 MiB library
-reserve, plus an int32 / fp16 copy of var (512-byte aligned) for the SIMT template on int8 / uint8 / int16 / bool.
+type and scratch size, the shrink search), simt, simd, simt_sort, simd_sort, deterministic. Workspace: the 16 MiB
+library reserve, plus an int32 / fp16 copy of var (512-byte aligned) for the SIMT template on int8 / uint8 / int16
+/ bool, and the deterministic id split's counts, scales and run sums (deterministic.deterministic_workspace).
 """
 from __future__ import annotations
 
@@ -31,12 +31,14 @@ from .base import (CAST_I32_I16, CAST_I32_U8, CAST_I64_I16, CAST_I64_I32, CAST_I
                    DCACHE_SIZE_SIMT, KEY_DETERMINISTIC, KEY_SIMD, KEY_SIMD_SORT, KEY_SIMT, KEY_SIMT_SORT, OP,
                    TEMPLATE_DETERMINISTIC, TEMPLATE_SIMD, TEMPLATE_SIMD_SORT, TEMPLATE_SIMT, TEMPLATE_SIMT_SORT, Shapes,
                    cast_mode, parse_shapes, radix_sort_tmp_bytes, regbase_only, select)
+from .deterministic import DETERMINISTIC_FIELDS, deterministic  # noqa: F401
 from .simd import SIMD_FIELDS, simd, simd_ub_plan  # noqa: F401
 from .simd_sort import SIMD_SORT_FIELDS, SIMD_SORT_VECTOR_QUE, simd_sort, simd_sort_ub_plan  # noqa: F401
 from .simt import SIMT_FIELDS, simt, simt_tiling_key  # noqa: F401
 from .simt_sort import SIMT_SORT_FIELDS, simt_sort  # noqa: F401
 
-_TILINGS = {TEMPLATE_SIMT: simt, TEMPLATE_SIMD: simd, TEMPLATE_SIMT_SORT: simt_sort, TEMPLATE_SIMD_SORT: simd_sort}
+_TILINGS = {TEMPLATE_SIMT: simt, TEMPLATE_SIMD: simd, TEMPLATE_SIMT_SORT: simt_sort, TEMPLATE_SIMD_SORT: simd_sort,
+            TEMPLATE_DETERMINISTIC: deterministic}
 
 
 def select_template(var, indices, updates, alpha=None, axis=0, *, soc="ascend950", deterministic=False) -> str:
@@ -55,19 +57,13 @@ def moe_inplace_index_add(var, indices, updates, alpha=None, axis=0, *, var_out=
 
     Tensors: anything with .shape and .dtype (or TensorDesc); alpha None when absent. deterministic: the
     context's deterministic switch (GetDeterministic). Raises TilingError where the real tiling fails (and where
-    it would divide by zero: var empty along the axis), NotImplementedError for the deterministic
-    template (see the module docstring) and on chips other than ascend950.
+    it would divide by zero: var empty along the axis), NotImplementedError on chips other than ascend950.
     """
     soc = get_soc(soc)
     regbase_only(soc)
     s, _ = parse_shapes(var, indices, updates, alpha, int(axis))
     template = select(s, soc.aiv_num, bool(deterministic))
-    tiling = _TILINGS.get(template)
-    if tiling is None:
-        raise NotImplementedError(
-            f"{OP}: the {template} template's tiling (its UB sized with AscendC GetSortMaxMinTmpSize of the ids' "
-            "radix sort) is not reproduced")
-    return tiling(s, soc, soc.ub_size_for_tiling - DCACHE_SIZE_SIMT)
+    return _TILINGS[template](s, soc, soc.ub_size_for_tiling - DCACHE_SIZE_SIMT)
 
 
 def shapes(var, indices, updates, alpha=None, axis=0) -> Shapes:
