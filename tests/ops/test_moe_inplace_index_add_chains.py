@@ -1,6 +1,6 @@
 """The two chains that launch l0op::MoeInplaceIndexAddAiCore: on ascend950 the simulated MoeInplaceIndexAdd kernel
 (SIMT / SIMD / SIMD-sort / SIMT-sort templates), on 910B the host step standing in for InplaceIndexAdd of another
-CANN library; on 950 the deterministic template (not modelled) stays a host step under the same name.
+CANN library; on 950 the deterministic template's id split (not modelled) stays a host step under the same name.
 
 Goldens: the chains' own goldens add the rows of a token in slot order in fp32 (ops/*/golden.py). SIMD adds in that
 order (bit-exact); SIMT's atomics land in an order that depends on the cores (within ((1+u)^k - 1) * sum |terms|
@@ -193,10 +193,28 @@ def test_unpermute_on_950_checked_mode_is_clean():
     assert _index_add(ex.report).kind == "kernel"
 
 
-@pytest.mark.parametrize("soc,deterministic", [("ascend910b", False), ("ascend950", True)],
-                         ids=["910b", "950-deterministic-template"])
-def test_unpermute_host_step_where_not_simulated(soc, deterministic):
-    a, outs, ex = _unpermute(23, 40, 5, 7, "fp32", "fp32", soc, deterministic=deterministic)
+@pytest.mark.parametrize("soc,hidden,deterministic", [("ascend910b", 40, False), ("ascend950", 16, True)],
+                         ids=["910b", "950-deterministic-id-split"])
+def test_unpermute_host_step_where_not_simulated(soc, hidden, deterministic):
+    """910B: InplaceIndexAdd of another library; 950 with the switch and 16 columns (<= 64 cores / 2) for 35 slots:
+    the deterministic template's id split, whose quantising kernel is not modelled."""
+    a, outs, ex = _unpermute(23, hidden, 5, 7, "fp32", "fp32", soc, deterministic=deterministic)
     assert _index_add(ex.report).kind == "host"
     want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
     assert np.array_equal(outs[0].view(np.uint8), want[0].view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("tokens,hidden,experts,capacity", [(23, 40, 5, 7), (512, 256, 64, 64)],
+                         ids=["23tokens-40cols", "topk8-512tokens-256cols"])
+def test_unpermute_padded_deterministic_on_950_runs_the_deterministic_kernel(tokens, hidden, experts, capacity,
+                                                                              dtype):
+    """The switch on, more than 32 columns: the deterministic template's column split (NotQuant kernel), every
+    output element added in slot order in fp32 by one core: the chain's golden, bit for bit."""
+    a, outs, ex = _unpermute(tokens, hidden, experts, capacity, dtype, "fp32", "ascend950", deterministic=True)
+    step = _index_add(ex.report)
+    assert step.kind == "kernel" and step.run.tiling_key == 300000
+    assert step.run.kernel == "MoeInplaceIndexAddDeterminsticNotQuant"
+    want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
+    assert np.array_equal(outs[0].view(np.uint8), want[0].view(np.uint8))
+    assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])
