@@ -169,6 +169,40 @@ def not_quant_ub_plan(s: Shapes, f: dict, vector_que: str) -> tuple[UbBuffer, ..
             UbBuffer("updatesCastQue_", n * cols * s.var_size, 1, "TQue", "VECOUT", 1))
 
 
+def quant_ub_plan(s: Shapes, f: dict) -> tuple[UbBuffer, ...]:
+    """InitBuffer calls of MoeInplaceIndexAddDeterminstic (the id split), one TPipe per step (pipe_.Reset()
+    between them): "step1" sums every window's runs (ubIndexFactor ids), "step2" quantises the sums
+    (ubQuantaIndxFactor), "step3" turns them back and adds them to var (ubVarFactor rows, or with isOpti
+    ubVarOptiFactor with their ids). Double-buffered queues; rows padded to 32 bytes in T (var) or in fp32."""
+    blk = BLOCK_BYTES
+    after_t = tdiv(align_up(s.after_axis * s.var_size, blk), s.var_size)
+    after_f = tdiv(align_up(s.after_axis * FP32_BYTES, blk), FP32_BYTES)
+    n, q = f["ub_index_factor"], f["ub_quanta_indx_factor"]
+
+    def que(name, nbytes, position, pipe):
+        return UbBuffer(name, nbytes, 2, "TQue", position, 2, pipe)
+
+    step1 = (que("indicesQue_", n * s.index_size, "VECIN", "step1"),
+             UbBuffer("sortIndicesQue_", align_up(n * s.index_size + 2 * blk, blk), pipe="step1"),
+             que("updatesOriginIdexQue_", n * 4, "VECIN", "step1"),
+             que("uniqueIdCountQue_", align_up((n + 1) * 4, blk), "VECIN", "step1"),
+             que("updateSumIdxQue_", align_up((n + 1) * s.index_size, blk), "VECOUT", "step1"),
+             que("updatesQue_", n * after_t * s.var_size, "VECIN", "step1"),
+             que("updatesCastQue_", n * after_t * FP32_BYTES, "VECOUT", "step1"),
+             que("updateSumQue_", n * after_f * FP32_BYTES, "VECOUT", "step1"))
+    step2 = (que("sumIdxQue_", q * s.index_size, "VECIN", "step2"),
+             que("sumQue_", q * after_f * FP32_BYTES, "VECIN", "step2"),
+             que("quantaSumQue_", q * after_f * INT32_BYTES, "VECOUT", "step2"),
+             que("rValueQue_", q * after_f * FP32_BYTES, "VECIN", "step2"))
+    v = f["ub_var_opti_factor"] if f["is_opti"] else f["ub_var_factor"]
+    step3 = (que("sumQuanToIntQue_", v * after_f * INT32_BYTES, "VECIN", "step3"),
+             que("rValueQue_", v * after_f * FP32_BYTES, "VECIN", "step3"),
+             que("invQuanDataQue_", v * after_t * s.var_size, "VECOUT", "step3"))
+    if f["is_opti"]:
+        step3 += (que("sumIdxQue_", v * s.index_size, "VECIN", "step3"),)
+    return step1 + step2 + step3
+
+
 def deterministic(s: Shapes, soc, ub_size: int) -> TilingResult:
     """The deterministic tiling; ub_size: the UB left after the SIMT data cache, bytes."""
     from .simd_sort import SIMD_SORT_VECTOR_QUE
@@ -186,7 +220,7 @@ def deterministic(s: Shapes, soc, ub_size: int) -> TilingResult:
         plan = not_quant_ub_plan(s, f, SIMD_SORT_VECTOR_QUE)
     else:
         _split_indices(s, cores, half_ub, f)
-        plan = ()       # the quantising kernel's buffers are not listed (its kernel is not modelled)
+        plan = quant_ub_plan(s, f)
     return TilingResult(tiling_key=KEY_DETERMINISTIC + DET_KEY_OFFSET[s.dtype], block_dim=cores,
                         workspace_size=deterministic_workspace(s, cores, f), fields=f, ub_plan=plan,
                         schedule_mode=1, soc=soc)
