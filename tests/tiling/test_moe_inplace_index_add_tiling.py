@@ -326,7 +326,8 @@ def test_simd_sort_ub_plan():
 
 
 @pytest.mark.parametrize("count,size,want", [(1, 1, 672), (152, 1, 1312), (1, 4, 32 * 7 + 512 + 32 * 8),
-                                             (33, 8, 64 * 7 + 512 + 64 * 12)], ids=["u8-1", "u8-152", "i32-1", "i64-33"])
+                                             (33, 8, 64 * 7 + 512 + 64 * 12)],
+                         ids=["u8-1", "u8-152", "i32-1", "i64-33"])
 def test_radix_sort_tmp_bytes(count, size, want):
     assert radix_sort_tmp_bytes(count, size) == want
 

@@ -147,9 +147,9 @@ def _split_indices(s: Shapes, z: _SortSizes, cores: int, ub_size: int, f: dict) 
                                      lambda cols: _after_bytes(s, index_factor, cols))
     else:
         after_factor = align_up(min(tdiv(SIMD_AFTER_HANDLE_BYTES, s.var_size), s.after_axis), align)
-        index_factor = min(shrink_until_fits(tdiv(half_ub, _after_bytes(s, 1, after_factor)) + 1, 1,
-                                             lambda n: half_ub - (_index_bytes(z, n) + _after_bytes(s, n, after_factor))),
-                           each)
+        index_factor = min(shrink_until_fits(
+            tdiv(half_ub, _after_bytes(s, 1, after_factor)) + 1, 1,
+            lambda n: half_ub - (_index_bytes(z, n) + _after_bytes(s, n, after_factor))), each)
     col_loops = ceil_div(s.after_axis, after_factor)
     main_loops, tail_loops = ceil_div(each, index_factor), ceil_div(tail, index_factor)
     f.update(each_core_index_count=each, used_core_num_before=used, tail_core_index_count=tail,

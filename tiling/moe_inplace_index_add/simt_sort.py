@@ -1,6 +1,7 @@
-"""The SIMT-sort template of MoeInplaceIndexAdd (keys 5000ab; op_host/arch35/moe_inplace_index_add_simt_sort_tiling.cpp):
-windows of ids spread over the cores, each window's ids sorted (AscendC radix sort in a shared scratch) and cut
-into runs, the runs' update rows summed by SIMT threads; as many pre rows of updates per window as fit.
+"""The SIMT-sort template of MoeInplaceIndexAdd (keys 5000ab;
+op_host/arch35/moe_inplace_index_add_simt_sort_tiling.cpp): windows of ids spread over the cores, each window's
+ids sorted (AscendC radix sort in a shared scratch) and cut into runs, the runs' update rows summed by SIMT
+threads; as many pre rows of updates per window as fit.
 """
 from __future__ import annotations
 

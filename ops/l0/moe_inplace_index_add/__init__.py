@@ -34,8 +34,8 @@ from tiling.status import InnerNullptrError, TilingError
 
 from ..._framework import Executor, IndexLink, gm_tensor, run_executor
 from ..._validate import as_input, as_output, check_no_alias, flag, require
-from .kernel import (DETERMINISTIC_KERNEL, SIMD_KERNEL, SIMD_SORT_KERNEL, SIMT_KERNEL, SIMT_SORT_CAST_KERNEL, SIMT_SORT_KERNEL,
-                     GmTensors, Template)
+from .kernel import (DETERMINISTIC_KERNEL, SIMD_KERNEL, SIMD_SORT_KERNEL, SIMT_KERNEL, SIMT_SORT_CAST_KERNEL,
+                     SIMT_SORT_KERNEL, GmTensors, Template)
 
 OP = "MoeInplaceIndexAdd"
 API = "l0op::MoeInplaceIndexAddAiCore"

@@ -141,8 +141,8 @@ def pre_small_indices(c, td, gm, tmpl, pre_offset, col_idx, pre_len, col_len):
     indices_local = asc.alloc_tensor(c, INDICES_QUE, asc.ub_i32(c))
     updates_local = asc.alloc_tensor(c, UPDATES_QUE, T)
     row_len = np.int64(pre_len) * td.updates_in_axis
-    asc.data_copy_pad(c, indices_local, asc.gm_at(gm.indices, 0), asc.DataCopyExtParams(1, td.updates_in_axis * 4, 0, 0),
-                      asc.NO_PAD)
+    asc.data_copy_pad(c, indices_local, asc.gm_at(gm.indices, 0),
+                      asc.DataCopyExtParams(1, td.updates_in_axis * 4, 0, 0), asc.NO_PAD)
     start_pre = np.int64(c.block_idx) * td.each_core_pre_axis_count + pre_offset
     updates_offset = start_pre * td.updates_in_axis * td.after_axis + np.int64(col_idx) * td.after_axis_factor
     asc.data_copy_pad(c, updates_local, asc.gm_at(gm.updates, updates_offset),

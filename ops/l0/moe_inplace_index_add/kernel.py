@@ -58,8 +58,8 @@ IDX_COUNT_SORT_PAD_RACE = RaceWaiver("V", "vector function (__VEC_SCOPE__)", "S"
                                      "ComputeIdxCount (moe_inplace_index_add_common.h) sets the end pad after the "
                                      "sorted ids with SetValue and no V -> S event after the Sort")
 IDX_COUNT_PAD_RACE = RaceWaiver("S", "LocalTensor::SetValue", "V", "vector function (__VEC_SCOPE__)",
-                                "ComputeIdxCount (moe_inplace_index_add_common.h) sets the end pad after the sorted ids "
-                                "with SetValue and only a PipeBarrier<PIPE_V> before ComputeUniqueIdNum reads it")
+                                "ComputeIdxCount (moe_inplace_index_add_common.h) sets the end pad after the sorted "
+                                "ids with SetValue and only a PipeBarrier<PIPE_V> before ComputeUniqueIdNum reads it")
 DETERMINISTIC_KERNEL = Kernel(OP, "MoeInplaceIndexAddDeterminsticNotQuant",
                               (PipePhase("pipe", deterministic.BUFFERS, (deterministic.deterministic_process,),
                                          _args),), (IDX_COUNT_SORT_PAD_RACE, IDX_COUNT_PAD_RACE))

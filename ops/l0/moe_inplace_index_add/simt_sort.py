@@ -203,9 +203,9 @@ def compute_no_sort(c, td, gm, tmpl, loop_idx, count, indices_local):
 
 
 @aicore
-def _sorted_window(c, td, gm, tmpl, loop_idx, count, indices_local, sort_t, cast_t, pad):
-    """The sort branch of one window with ids of the sort type `sort_t` (cast_t: the cast buffer's view, unused
-    without a cast)."""
+def _sorted_window(c, td, gm, tmpl, loop_idx, count, indices_local, sort_t, pad):
+    """The sort branch of one window with ids of the sort type `sort_t` (the UB seen as that type: the sorted ids'
+    and, with a cast, the cast ids' view)."""
     origin_local = asc.tbuf_get(c, ORIGIN_BUF, asc.ub_u32(c))
     count_local = asc.tbuf_get(c, UNIQUE_COUNT_BUF, asc.ub_i32(c))
     sort_local = asc.tbuf_get(c, SORT_INDICES_BUF, sort_t)
@@ -213,7 +213,7 @@ def _sorted_window(c, td, gm, tmpl, loop_idx, count, indices_local, sort_t, cast
     if mode == 0:
         unique = sort_and_compute_unique_idx(c, count, indices_local, sort_local, count_local, origin_local, pad)
     else:
-        cast_local = asc.tbuf_get(c, CAST_INDICES_BUF, cast_t)
+        cast_local = asc.tbuf_get(c, CAST_INDICES_BUF, sort_t)
         first_slot = np.int64(c.block_idx) * td.each_core_index_count + np.int64(loop_idx) * td.indices_ub_factor
         if not indices_sort_cast(c, indices_local, cast_local, count, mode, first_slot):
             return
@@ -245,14 +245,11 @@ def simt_sort_process(c, td, gm, tmpl):
         if score > SIMT_SORT_HIST_THRESHOLD:
             mode = td.indices_cast_mode
             if mode == CAST_I32_U8:
-                _sorted_window(c, td, gm, tmpl, loop_idx, count, indices_local, asc.ub_u8(c), asc.ub_u8(c),
-                               np.uint8(MASK_UINT8))
+                _sorted_window(c, td, gm, tmpl, loop_idx, count, indices_local, asc.ub_u8(c), np.uint8(MASK_UINT8))
             elif mode == CAST_I32_I16:
-                _sorted_window(c, td, gm, tmpl, loop_idx, count, indices_local, asc.ub_i16(c), asc.ub_i16(c),
-                               np.int16(-1))
+                _sorted_window(c, td, gm, tmpl, loop_idx, count, indices_local, asc.ub_i16(c), np.int16(-1))
             else:
-                _sorted_window(c, td, gm, tmpl, loop_idx, count, indices_local, asc.ub_i32(c), asc.ub_i32(c),
-                               np.int32(-1))
+                _sorted_window(c, td, gm, tmpl, loop_idx, count, indices_local, asc.ub_i32(c), np.int32(-1))
         else:
             compute_no_sort(c, td, gm, tmpl, loop_idx, count, indices_local)
         asc.free_tensor(c, INDICES_IN_QUE, indices_local)
