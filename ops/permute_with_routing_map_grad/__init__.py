@@ -25,9 +25,9 @@ as arch35 kernels, simulated here, while 910B / 910_93 take MaskedScatter / Inpl
   ViewCopy [host]; then the tokens gradient: Sort(sortedIndices viewed as fp32, ascending, stable) [host] +
   MoeInplaceIndexAddWithSorted [kernel] when tokens_num < 2139095040 and Gp is bf16 / fp16 or the
   deterministic switch is on; otherwise l0op::MoeInplaceIndexAddAiCore: on 950 MoeInplaceIndexAdd's arch35
-  SIMT / SIMD / SIMD-sort kernel [kernel, ops.l0.moe_inplace_index_add; the SIMD-sort template is what ids
-  repeating five times or more with rows of 128 bytes or more take; SIMT sort (shorter rows) and the
-  deterministic template are host steps], on 910B / 910_93 InplaceIndexAdd of another library [host: fp32
+  SIMT / SIMD / SIMD-sort / SIMT-sort kernel [kernel, ops.l0.moe_inplace_index_add; ids repeating five times
+  or more take SIMD sort with rows of 128 bytes or more, SIMT sort with shorter rows; the switch never gets
+  here: it takes the sorted path], on 910B / 910_93 InplaceIndexAdd of another library [host: fp32
   adds in slot order]; ViewCopy [host]. Every profile (910B, 910_93, 950) takes the sorted path under that condition, as the real aclnn does.
 
 Ascend 950 runs the same l0 kernel (the op has no arch35 variant); the simulator uses the same code with the

@@ -20,8 +20,8 @@ Steps of one run (`executor.report` lists them), in the real aclnn's order:
   out_index (positions); MoeInplaceIndexAddWithSorted (a simulated kernel) when the chip is 910B / 910_93 /
   950, the token count is below 2139095040 and the accumulator is BF16 / FP16 or the deterministic switch
   is on (910B / 910_93 only); otherwise l0op::MoeInplaceIndexAddAiCore: on 950 MoeInplaceIndexAdd's arch35
-  SIMT / SIMD / SIMD-sort kernel (ops.l0.moe_inplace_index_add; its SIMT-sort and deterministic templates
-  stay host steps), on
+  SIMT / SIMD / SIMD-sort / SIMT-sort kernel, or with the deterministic switch its deterministic template's
+  kernel (ops.l0.moe_inplace_index_add; the deterministic id split, 32 columns or fewer, stays a host step), on
   910B / 910_93 InplaceIndexAdd of another CANN library (a host step, fp32 adds in slot order); then ViewCopy of permute_probs, out_index, permute_token_id, the Cast back to
   BF16, and ViewCopy of unpermuted_tokens.
 

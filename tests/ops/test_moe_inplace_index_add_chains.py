@@ -1,6 +1,6 @@
 """The two chains that launch l0op::MoeInplaceIndexAddAiCore: on ascend950 the simulated MoeInplaceIndexAdd kernel
-(SIMT / SIMD / SIMD-sort templates), on 910B the host step standing in for InplaceIndexAdd of another CANN library;
-on 950 the SIMT-sort and deterministic templates (not modelled) stay host steps under the same name.
+(SIMT / SIMD / SIMD-sort / SIMT-sort templates), on 910B the host step standing in for InplaceIndexAdd of another
+CANN library; on 950 the deterministic template's id split (not modelled) stays a host step under the same name.
 
 Goldens: the chains' own goldens add the rows of a token in slot order in fp32 (ops/*/golden.py). SIMD adds in that
 order (bit-exact); SIMT's atomics land in an order that depends on the cores (within ((1+u)^k - 1) * sum |terms|
@@ -77,14 +77,28 @@ def test_permute_grad_on_950_checked_mode_is_clean():
     assert _index_add(ex.report).kind == "kernel"
 
 
-@pytest.mark.parametrize("soc,tokens,hidden,experts,capacity", [
-    ("ascend910b", 8, 64, 3, 4),                 # InplaceIndexAdd of another library
-    ("ascend950", 6, 16, 8, 5),                  # 40 slots for 6 tokens, 64-byte rows: the SIMT-sort template
-], ids=["910b", "950-simt-sort-template"])
-def test_permute_grad_host_step_where_not_simulated(soc, tokens, hidden, experts, capacity):
-    a, outs, ex = _grad(tokens, hidden, experts, capacity, soc)
+def test_permute_grad_host_step_on_910b():
+    a, outs, ex = _grad(8, 64, 3, 4, "ascend910b")       # InplaceIndexAdd of another library
     assert _index_add(ex.report).kind == "host"
     assert np.array_equal(outs[0].view(np.uint32), grad_golden(**a)[0].view(np.uint32))
+
+
+# tokens, hidden, experts, capacity: ids repeating 5 times or more, rows under 128 bytes: the SIMT-sort template
+SIMT_SORT_CASES = {
+    "6tokens-40slots-64byte-rows": (6, 16, 8, 5),
+    "topk8-512tokens-4096slots-64byte-rows": (512, 16, 64, 64),
+}
+
+
+@pytest.mark.parametrize("case", list(SIMT_SORT_CASES))
+def test_permute_grad_on_950_runs_the_simt_sort_kernel(case):
+    tokens, hidden, experts, capacity = SIMT_SORT_CASES[case]
+    a, outs, ex = _grad(tokens, hidden, experts, capacity, "ascend950")
+    step = _index_add(ex.report)
+    assert step.kind == "kernel" and step.run.tiling_key == 500000 and step.run.kernel == "MoeInplaceIndexAddSimtSort"
+    want = grad_golden(**a)
+    _within_order_bound(outs[0], want[0], _grad_terms(a, tokens))   # ids split over cores: atomics meet
+    assert np.array_equal(outs[1].view(np.uint32), want[1].view(np.uint32))
 
 
 # tokens, hidden, experts, capacity: ids repeat capacity * experts / tokens >= 5 times, rows of 128 bytes or more
@@ -159,15 +173,48 @@ def test_unpermute_padded_on_950_runs_the_simd_sort_kernel_at_a_top8_shape(dtype
     assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_unpermute_padded_on_950_runs_the_simt_sort_kernel_at_a_top8_shape(dtype):
+    """16 fp32 columns of accumulator (64-byte rows), 8 slots per token: SIMT sort."""
+    a, outs, ex = _unpermute(512, 16, 64, 64, dtype, "fp32", "ascend950")
+    step = _index_add(ex.report)
+    assert step.kind == "kernel" and step.run.tiling_key == 500000
+    want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
+    k, mag = _unpermute_terms(a, outs)
+    got, ref = outs[0].astype(np.float64), want[0].astype(np.float64)
+    half_ulp = 0.0 if dtype == "fp32" else np.abs(ref) * 2.0 ** -8
+    bound = 2 * ((1 + 2.0 ** -24) ** k[:, None] - 1) * mag + 2 * half_ulp
+    assert np.all(np.abs(got - ref) <= bound)
+    assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])
+
+
 def test_unpermute_on_950_checked_mode_is_clean():
     _, _, ex = _unpermute(23, 40, 5, 7, "fp32", "fp32", "ascend950", check="race")
     assert _index_add(ex.report).kind == "kernel"
 
 
-@pytest.mark.parametrize("soc,deterministic", [("ascend910b", False), ("ascend950", True)],
-                         ids=["910b", "950-deterministic-template"])
-def test_unpermute_host_step_where_not_simulated(soc, deterministic):
-    a, outs, ex = _unpermute(23, 40, 5, 7, "fp32", "fp32", soc, deterministic=deterministic)
+@pytest.mark.parametrize("soc,hidden,deterministic", [("ascend910b", 40, False), ("ascend950", 16, True)],
+                         ids=["910b", "950-deterministic-id-split"])
+def test_unpermute_host_step_where_not_simulated(soc, hidden, deterministic):
+    """910B: InplaceIndexAdd of another library; 950 with the switch and 16 columns (<= 64 cores / 2) for 35 slots:
+    the deterministic template's id split, whose quantising kernel is not modelled."""
+    a, outs, ex = _unpermute(23, hidden, 5, 7, "fp32", "fp32", soc, deterministic=deterministic)
     assert _index_add(ex.report).kind == "host"
     want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
     assert np.array_equal(outs[0].view(np.uint8), want[0].view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("tokens,hidden,experts,capacity", [(23, 40, 5, 7), (512, 256, 64, 64)],
+                         ids=["23tokens-40cols", "topk8-512tokens-256cols"])
+def test_unpermute_padded_deterministic_on_950_runs_the_deterministic_kernel(tokens, hidden, experts, capacity,
+                                                                              dtype):
+    """The switch on, more than 32 columns: the deterministic template's column split (NotQuant kernel), every
+    output element added in slot order in fp32 by one core: the chain's golden, bit for bit."""
+    a, outs, ex = _unpermute(tokens, hidden, experts, capacity, dtype, "fp32", "ascend950", deterministic=True)
+    step = _index_add(ex.report)
+    assert step.kind == "kernel" and step.run.tiling_key == 300000
+    assert step.run.kernel == "MoeInplaceIndexAddDeterminsticNotQuant"
+    want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
+    assert np.array_equal(outs[0].view(np.uint8), want[0].view(np.uint8))
+    assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])

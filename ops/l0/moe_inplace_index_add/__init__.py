@@ -6,10 +6,16 @@ aclnnMoeTokenUnpermuteWithRoutingMap (padded mode) where they do not take the so
 
 The tiling (tiling.moe_inplace_index_add) chooses one of five templates; the simulated kernels are SIMT
 (keys 1000xx / 1001xx, atomic adds in an order that depends on timing), SIMD's column split (key 400000,
-deterministic: slot order per element) and SIMD sort's id split (key 200000, ProcessIndices: windows of ids
-scored, sorted and summed per run, simd_sort.py), for float32 / float16 / bfloat16 var and int32 indices. The
-SIMT-sort and deterministic templates and the other dtypes / branches raise NotImplementedError; `modelled(...)`
-tells a chain beforehand.
+deterministic: slot order per element), SIMD sort's id split (key 200000, ProcessIndices: windows of ids
+scored, sorted and summed per run, simd_sort.py), SIMT sort (key 500000: the same windows summed per run by
+SIMT threads, simt_sort.py) and the deterministic template's pre and column splits (keys 300000 + 0/1/2 with
+the context's deterministic switch: slot order per element, deterministic.py), for float32 / float16 / bfloat16
+var and int32 indices. The deterministic id split (the quantising kernel), SIMT sort with 64-bit offsets
+(500010) and the other dtypes / branches raise NotImplementedError; `modelled(...)` tells a chain beforehand.
+
+The deterministic switch is the keyword-only `deterministic=False` of get_workspace_size (and of the chains'
+get_workspace_size, whose docstrings call it the context's ACL_OPT_DETERMINISTIC option): the real op reads it in
+its tiling (TilingContext::GetDeterministic), not as an input or attribute.
 """
 from __future__ import annotations
 
@@ -20,14 +26,16 @@ import numpy as np
 
 from ascend_sim.dtypes import dt_of
 from tiling import get_soc
-from tiling.moe_inplace_index_add import (KEY_SIMD, KEY_SIMD_SORT, SIMD_FIELDS, SIMD_SORT_FIELDS, SIMT_FIELDS,
-                                          TEMPLATE_SIMD, TEMPLATE_SIMD_SORT, TEMPLATE_SIMT,
-                                          moe_inplace_index_add as _tiling, select_template)
+from tiling.moe_inplace_index_add import (DETERMINISTIC_FIELDS, KEY_DETERMINISTIC, KEY_SIMD, KEY_SIMD_SORT,
+                                          KEY_SIMT_SORT, SIMD_FIELDS, SIMD_SORT_FIELDS, SIMT_FIELDS, SIMT_SORT_FIELDS,
+                                          TEMPLATE_DETERMINISTIC, TEMPLATE_SIMD, TEMPLATE_SIMD_SORT, TEMPLATE_SIMT,
+                                          TEMPLATE_SIMT_SORT, moe_inplace_index_add as _tiling, select_template)
 from tiling.status import InnerNullptrError, TilingError
 
 from ..._framework import Executor, IndexLink, gm_tensor, run_executor
 from ..._validate import as_input, as_output, check_no_alias, flag, require
-from .kernel import SIMD_KERNEL, SIMD_SORT_KERNEL, SIMT_KERNEL, GmTensors, Template
+from .kernel import (DETERMINISTIC_KERNEL, SIMD_KERNEL, SIMD_SORT_KERNEL, SIMT_KERNEL, SIMT_SORT_CAST_KERNEL,
+                     SIMT_SORT_KERNEL, GmTensors, Template)
 
 OP = "MoeInplaceIndexAdd"
 API = "l0op::MoeInplaceIndexAddAiCore"
@@ -36,6 +44,10 @@ GM_NAMES = ("var", "indices", "updates")
 MoeInplaceIndexAddSimtTilingData = namedtuple("MoeInplaceIndexAddSimtTilingData", SIMT_FIELDS)
 MoeInplaceIndexAddSimdTilingData = namedtuple("MoeInplaceIndexAddSimdTilingData", SIMD_FIELDS)
 MoeInplaceIndexAddSimdSortTilingData = namedtuple("MoeInplaceIndexAddSimdSortTilingData", SIMD_SORT_FIELDS)
+MoeInplaceIndexAddSimtSortTilingData = namedtuple("MoeInplaceIndexAddSimtSortTilingData", SIMT_SORT_FIELDS)
+MoeInplaceIndexAddDeterminsticTilingData = namedtuple("MoeInplaceIndexAddDeterminsticTilingData",
+                                                      DETERMINISTIC_FIELDS)
+_DETERMINISTIC_KEYS = range(KEY_DETERMINISTIC, KEY_DETERMINISTIC + 3)
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _I32 = np.dtype(np.int32)
@@ -43,17 +55,27 @@ _I32 = np.dtype(np.int32)
 
 def modelled(var, indices, updates, *, soc="ascend950", deterministic=False) -> bool:
     """True if the l0 call (axis 0, no alpha) runs a simulated kernel: ascend950, float var, int32 indices, and
-    the SIMT template, SIMD's column split or SIMD sort's id split. TilingError where the real tiling fails."""
+    the SIMT template, SIMD's column split, SIMD sort's id split, SIMT sort with 32-bit offsets or (deterministic)
+    the deterministic template's pre / column split. TilingError where the real tiling fails."""
     soc = get_soc(soc)
     if not soc.is_regbase or var.dtype not in _FLOATS or indices.dtype != _I32:
         return False
     template = select_template(var, indices, updates, None, 0, soc=soc, deterministic=deterministic)
     if template == TEMPLATE_SIMT:
         return True
+    if template == TEMPLATE_SIMT_SORT:
+        return _tiling(var, indices, updates, None, 0, soc=soc).tiling_key == KEY_SIMT_SORT
+    if template == TEMPLATE_DETERMINISTIC:
+        return _not_quantised(_tiling(var, indices, updates, None, 0, soc=soc, deterministic=True).fields)
     if template == TEMPLATE_SIMD_SORT:
         return _tiling(var, indices, updates, None, 0, soc=soc).fields["is_split_indices_axis"] == 1
     return template == TEMPLATE_SIMD and _tiling(var, indices, updates, None, 0, soc=soc).fields[
         "is_split_after_axis"] == 1
+
+
+def _not_quantised(fields) -> bool:
+    """The deterministic template's pre or column split (the NotQuant kernel, modelled), not its id split."""
+    return fields["is_split_pre_axis"] == 1 or fields["is_split_after_axis"] == 1
 
 
 def get_workspace_size(var, indices, updates, alpha=None, axis=0, *, var_out=None, soc="ascend950",
@@ -64,7 +86,7 @@ def get_workspace_size(var, indices, updates, alpha=None, axis=0, *, var_out=Non
     along `axis`; updates: var's shape with K along the axis, var's dtype. var_out is var (the op's output is its
     input); passing another array is refused. Tiling failures raise TilingError (561002); templates, dtypes and
     branches not modelled raise NotImplementedError after the tiling has run. Indices outside the var end in
-    OutOfBoundsError naming the bad element.
+    OutOfBoundsError naming the bad element, except in SIMT sort, whose kernel skips them (simt_sort.py).
     """
     soc = get_soc(soc)
     for name, t in (("var", var), ("indices", indices), ("updates", updates)):
@@ -81,9 +103,19 @@ def get_workspace_size(var, indices, updates, alpha=None, axis=0, *, var_out=Non
     if v.dtype not in _FLOATS or i.dtype != _I32:
         raise NotImplementedError(f"{OP}: only float32 / float16 / bfloat16 var with int32 indices is modelled, "
                                   f"got {v.dtype} / {i.dtype}")
-    if not (result.tiling_key in (KEY_SIMD, KEY_SIMD_SORT) or 100000 <= result.tiling_key < 102000):
-        raise NotImplementedError(f"{OP}: the kernel of tilingKey {result.tiling_key} (SIMT sort) is not modelled")
-    if result.tiling_key == KEY_SIMD_SORT:
+    if not (result.tiling_key in (KEY_SIMD, KEY_SIMD_SORT, KEY_SIMT_SORT) or result.tiling_key in _DETERMINISTIC_KEYS
+            or 100000 <= result.tiling_key < 102000):
+        raise NotImplementedError(f"{OP}: the kernel of tilingKey {result.tiling_key} (SIMT sort, 64-bit offsets) is "
+                                  "not modelled")
+    if result.tiling_key in _DETERMINISTIC_KEYS:
+        if not _not_quantised(result.fields):
+            raise NotImplementedError(f"{OP}: the deterministic template's id split (MoeInplaceIndexAddDeterminstic, "
+                                      "the quantising kernel) is not modelled")
+        td, kernel = MoeInplaceIndexAddDeterminsticTilingData(*result.fields.values()), DETERMINISTIC_KERNEL
+    elif result.tiling_key == KEY_SIMT_SORT:
+        td = MoeInplaceIndexAddSimtSortTilingData(*result.fields.values())
+        kernel = SIMT_SORT_CAST_KERNEL if result.fields["indices_cast_mode"] else SIMT_SORT_KERNEL
+    elif result.tiling_key == KEY_SIMD_SORT:
         if result.fields["is_split_indices_axis"] != 1:
             raise NotImplementedError(f"{OP}: only the SIMD-sort template's id split (ProcessIndices) is modelled")
         td, kernel = MoeInplaceIndexAddSimdSortTilingData(*result.fields.values()), SIMD_SORT_KERNEL

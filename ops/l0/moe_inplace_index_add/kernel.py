@@ -3,6 +3,8 @@
     keys 100000 / 100001 / 100027 (+100: 64-bit offsets)   MoeInplaceIndexAddSimt<float | half | bfloat16_t>  simt.py
     key 400000                                             MoeInplaceIndexAddSimd<DTYPE_VAR> ProcessAfter     simd.py
     key 200000                                             MoeInplaceIndexAddSimdSort ProcessIndices     simd_sort.py
+    key 500000                                             MoeInplaceIndexAddSimtSort<..., CAST_MODE>     simt_sort.py
+    keys 300000 / 300001 / 300002, pre or column split     MoeInplaceIndexAddDeterminsticNotQuant    deterministic.py
 
 A stage compiles once per var carrier (float32, or uint16 for fp16 / bf16: the dtype reaches it as an int), and
 only for int32 indices.
@@ -15,7 +17,7 @@ from ascend_sim import Kernel, PipePhase
 from ascend_sim.check import RaceWaiver
 from ops.common.unpermute_gather import _read_only
 
-from . import simd, simd_sort, simt
+from . import deterministic, simd, simd_sort, simt, simt_sort
 
 OP = "MoeInplaceIndexAdd"
 
@@ -44,3 +46,20 @@ SORTED_PAD_RACE = RaceWaiver("S", "LocalTensor::SetValue", "V", "vector function
 SIMD_SORT_KERNEL = Kernel(OP, "MoeInplaceIndexAddSimdSort", (PipePhase("pipe", simd_sort.BUFFERS,
                                                                      (simd_sort.simd_sort_process_indices,), _args),),
                           (SORTED_PAD_RACE,))
+# CAST_MODE 0 builds no castIndicesQue_: one Kernel per buffer list, the same stage
+SIMT_SORT_KERNEL = Kernel(OP, "MoeInplaceIndexAddSimtSort", (PipePhase("pipe", simt_sort.BUFFERS,
+                                                                     (simt_sort.simt_sort_process,), _args),))
+SIMT_SORT_CAST_KERNEL = Kernel(OP, "MoeInplaceIndexAddSimtSort", (PipePhase("pipe", simt_sort.CAST_BUFFERS,
+                                                                          (simt_sort.simt_sort_process,), _args),))
+# ComputeIdxCount (moe_inplace_index_add_common.h) sets the end pad with SetValue right after the Sort wrote the
+# ids beside it (no V -> S event: SortIndices has one, this copy of it does not) and has only PipeBarrier<PIPE_V>
+# before ComputeUniqueIdNum's VF reads it: a WAW and a RAW across the scalar unit, both the real kernel's
+IDX_COUNT_SORT_PAD_RACE = RaceWaiver("V", "vector function (__VEC_SCOPE__)", "S", "LocalTensor::SetValue",
+                                     "ComputeIdxCount (moe_inplace_index_add_common.h) sets the end pad after the "
+                                     "sorted ids with SetValue and no V -> S event after the Sort")
+IDX_COUNT_PAD_RACE = RaceWaiver("S", "LocalTensor::SetValue", "V", "vector function (__VEC_SCOPE__)",
+                                "ComputeIdxCount (moe_inplace_index_add_common.h) sets the end pad after the sorted "
+                                "ids with SetValue and only a PipeBarrier<PIPE_V> before ComputeUniqueIdNum reads it")
+DETERMINISTIC_KERNEL = Kernel(OP, "MoeInplaceIndexAddDeterminsticNotQuant",
+                              (PipePhase("pipe", deterministic.BUFFERS, (deterministic.deterministic_process,),
+                                         _args),), (IDX_COUNT_SORT_PAD_RACE, IDX_COUNT_PAD_RACE))

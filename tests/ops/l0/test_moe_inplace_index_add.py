@@ -145,10 +145,3 @@ def test_what_is_not_modelled_raises_after_the_tiling(var_dtype, index_dtype, al
     var = np.zeros((4, 5), var_dtype)
     with pytest.raises(NotImplementedError):
         l0.get_workspace_size(var, np.zeros(3, index_dtype), np.ones((3, 5), var_dtype), alpha)
-
-
-def test_simt_sort_kernel_is_not_modelled():
-    var, idx, upd = _inputs(4, 20, 16, F32)
-    assert not l0.modelled(var, idx, upd)
-    with pytest.raises(NotImplementedError, match="500000"):
-        l0.get_workspace_size(var, idx, upd)

@@ -22,24 +22,11 @@ from ops.l0 import moe_inplace_index_add as l0
 from tiling import get_soc
 from tiling.moe_inplace_index_add import KEY_SIMD_SORT
 
+from .index_add_golden import check_within_bound, window_score
+
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 DTYPES = {"fp32": F32, "fp16": F16, "bf16": BF16}
-UNIT_ROUNDOFF = {F32: 2.0 ** -24, F16: 2.0 ** -11, BF16: 2.0 ** -8}
 CHIP = "ascend950"
-
-
-def _score(ids: np.ndarray, after: int) -> np.float32:
-    row_bytes = after * 4
-    shift = 0
-    if row_bytes < 512:
-        q = 512 // row_bytes
-        shift = q.bit_length() - 1 if q & (q - 1) == 0 else q.bit_length()
-    h = ((ids.astype(np.uint32) >> np.uint32(shift)) ^ np.uint32(0x811C9DC5)) * np.uint32(0x01000193)
-    main = len(ids) // 256 * 256
-    hist = np.bincount((h[:main] & 0xFF).astype(np.int64), minlength=256)
-    for b in range(4):
-        hist += np.bincount(((h[main:] >> np.uint32(8 * b)) & 0xFF).astype(np.int64), minlength=256)
-    return np.float32(np.int16(np.uint16(hist.max() & 0xFFFF))) / np.float32(len(ids))
 
 
 def _windows(f, m):
@@ -58,7 +45,7 @@ def golden(var, idx, upd, f):
     sorted_windows = 0
     for first, n in _windows(f, len(idx)):
         ids, rows = idx[first:first + n], upd[first:first + n].astype(np.float32)
-        if _score(ids, var.shape[1]) > np.float32(0.01) and n > 128:
+        if window_score(ids, var.shape[1]) > np.float32(0.01) and n > 128:
             sorted_windows += 1
             for v in np.unique(ids):
                 s = np.zeros(var.shape[1], np.float32)
@@ -157,7 +144,7 @@ def test_the_score_threshold(ids, sorts):
     assert sorted_windows == (5 if sorts else 0)
     before = var.copy()
     _launch(var, idx, upd, get_soc(CHIP, **profile))
-    _check_within_bound(var, before, idx, upd)       # every row gets an add from each of the 5 cores
+    check_within_bound(var, before, idx, upd)       # every row gets an add from each of the 5 cores
 
 
 @pytest.mark.parametrize("n_ids", [128, 129], ids=["128-ids-slot-order", "129-ids-sorted"])
@@ -170,21 +157,6 @@ def test_the_window_length_threshold(n_ids):
         assert np.array_equal(want.view(np.uint16), _slot_order(var, idx, upd).view(np.uint16))
     _launch(var, idx, upd, get_soc(CHIP, aiv_num=1))
     assert np.array_equal(var.view(np.uint16), want.view(np.uint16))
-
-
-def _check_within_bound(got, var, idx, upd):
-    exact = var.astype(np.float64)
-    magnitude = np.abs(var.astype(np.float64))
-    adds = np.zeros(var.shape[0], np.int64)
-    np.add.at(exact, idx, upd.astype(np.float64))
-    np.add.at(magnitude, idx, np.abs(upd.astype(np.float64)))
-    np.add.at(adds, idx, 1)
-    k = 2 * adds[:, None].astype(np.float64)
-    bound = ((1 + UNIT_ROUNDOFF[var.dtype]) ** k - 1) * magnitude
-    err = np.abs(got.astype(np.float64) - exact)
-    assert np.all(err <= bound), f"max excess {np.max(err - bound)}"
-    untouched = adds == 0
-    assert np.array_equal(got[untouched].view(np.uint8), var[untouched].view(np.uint8))
 
 
 MULTI_CORE = {
@@ -205,7 +177,7 @@ def test_multi_core_within_the_order_bound(case, dtype):
     before = var.copy()
     ex = _launch(var, idx, upd, get_soc(CHIP, **profile))
     assert ex.tiling.tiling_key == KEY_SIMD_SORT and ex.tiling.fields["used_core_num_before"] > 1
-    _check_within_bound(var, before, idx, upd)
+    check_within_bound(var, before, idx, upd)
 
 
 def test_checked_mode_is_clean_but_for_the_waived_pad_race():

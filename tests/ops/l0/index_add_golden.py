@@ -1,0 +1,52 @@
+"""What the MoeInplaceIndexAdd sort-template tests share: the window score of IndexStatisticInt32 written from its
+formula, and the order bound of atomic adds.
+
+Score: every id, shifted right by lastDimShift (ceil(log2(512 / (afterAxis * 4))) for rows under 512 bytes), is
+FNV-1a hashed (xor 0x811C9DC5, times 0x01000193, uint32); the low byte of each hash goes into a 256-bin histogram,
+all four bytes for the window's last len % 256 ids; score = the fullest bin (uint16, read as int16) / len in fp32.
+
+Bound: the exact sum (float64) of var and every update that lands on an element lies within
+((1 + u)**k - 1) * sum |terms| of the result, k = 2 * adds (each update is rounded at most twice on its way: in a
+run's fp32 sum, u32 <= u, and in the T rounding of the run sum or of an atomic add), u the unit roundoff of T.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+UNIT_ROUNDOFF = {np.dtype(np.float32): 2.0 ** -24, np.dtype(np.float16): 2.0 ** -11,
+                 np.dtype(ml_dtypes.bfloat16): 2.0 ** -8}
+
+
+def window_score(ids: np.ndarray, after: int) -> np.float32:
+    """maxScore of a window of int32 ids for rows of `after` columns."""
+    row_bytes = after * 4
+    shift = 0
+    if row_bytes < 512:
+        q = 512 // row_bytes
+        shift = q.bit_length() - 1 if q & (q - 1) == 0 else q.bit_length()
+    h = ((ids.astype(np.uint32) >> np.uint32(shift)) ^ np.uint32(0x811C9DC5)) * np.uint32(0x01000193)
+    main = len(ids) // 256 * 256
+    hist = np.bincount((h[:main] & 0xFF).astype(np.int64), minlength=256)
+    for b in range(4):
+        hist += np.bincount(((h[main:] >> np.uint32(8 * b)) & 0xFF).astype(np.int64), minlength=256)
+    return np.float32(np.int16(np.uint16(hist.max() & 0xFFFF))) / np.float32(len(ids))
+
+
+def check_within_bound(got, var, idx, upd):
+    """got: the kernel's var; var: var before; idx: (M,) rows along axis 1 of var (P, N, H) / axis 0 of (N, H);
+    upd: (P, M, H) / (M, H). Ids outside [0, N) add nothing. Untouched rows keep their bits."""
+    got3, var3, upd3 = (a.reshape((1,) + a.shape) if a.ndim == 2 else a for a in (got, var, upd))
+    ok = (idx >= 0) & (idx < var3.shape[1])
+    exact = var3.astype(np.float64)
+    magnitude = np.abs(exact)
+    adds = np.zeros(var3.shape[1], np.int64)
+    np.add.at(exact, (slice(None), idx[ok]), upd3[:, ok].astype(np.float64))
+    np.add.at(magnitude, (slice(None), idx[ok]), np.abs(upd3[:, ok].astype(np.float64)))
+    np.add.at(adds, idx[ok], 1)
+    k = 2 * adds[None, :, None].astype(np.float64)
+    bound = ((1 + UNIT_ROUNDOFF[var.dtype]) ** k - 1) * magnitude
+    err = np.abs(got3.astype(np.float64) - exact)
+    assert np.all(err <= bound), f"max excess {np.max(err - bound)}"
+    untouched = adds == 0
+    assert np.array_equal(got3[:, untouched].view(np.uint8), var3[:, untouched].view(np.uint8))
