@@ -25,6 +25,9 @@ from .index_add_golden import check_within_bound, window_score
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 DTYPES = {"fp32": F32, "fp16": F16, "bf16": BF16}
+# The family's chains reach this template only with an fp32 accumulator; the 16-bit element carrier is a
+# second compilation of the kernel (~15-25 s cold), so its cases are slow
+DTYPE_PARAMS = [pytest.param(d, marks=[] if d == "fp32" else [pytest.mark.slow]) for d in DTYPES]
 CHIP = "ascend950"
 
 
@@ -104,7 +107,7 @@ ONE_CORE = {
 }
 
 
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 @pytest.mark.parametrize("case", list(ONE_CORE), ids=list(ONE_CORE))
 def test_one_core_is_bit_exact(case, dtype):
     profile, n, m, h, pre, ids = ONE_CORE[case]
@@ -138,6 +141,7 @@ def test_the_one_core_cases_reach_their_branch(case):
         assert f["indices_loop_size"] > 1
 
 
+@pytest.mark.slow     # bf16: the 16-bit carrier's compilation
 def test_the_sort_path_rounds_differently_from_slot_order():
     """bf16 run sums are rounded once per run, not once per add: the kernel matches the former, bit for bit."""
     var, idx, upd = _inputs(16, 400, 32, BF16, seed=2)
@@ -162,7 +166,7 @@ MULTI = {
 }
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", [d for d in DTYPE_PARAMS if d.values[0] in ("fp32", "bf16")])
 @pytest.mark.parametrize("case", list(MULTI), ids=list(MULTI))
 def test_within_the_order_bound(case, dtype):
     profile, n, m, h, ids = MULTI[case]
