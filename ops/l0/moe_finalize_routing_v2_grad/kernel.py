@@ -11,11 +11,16 @@ their bytes, so a stage compiles once per token carrier.
 
 Interface shared by the template modules (without_scale.py, not_split_h.py, split_h.py): each exports its stage
 function(s) and the BUFFERS tuple(s) of its InitBuffer calls (names as tiling.moe_finalize_routing_v2_grad.ub_plan);
-this module builds one Kernel per template from them.
+this module builds one Kernel per template from them (KERNELS by tiling key, kernel_for).
 """
 from __future__ import annotations
 
 from collections import namedtuple
+
+from ascend_sim import SYNC_ALL, Kernel, PipePhase
+
+from . import not_split_h, without_scale
+from .base import init_out_not_cut_h_stage
 
 OP = "MoeFinalizeRoutingV2Grad"
 
@@ -33,3 +38,44 @@ GmTensors = namedtuple("GmTensors", [
 
 Template = namedtuple("Template", ["x_t", "s_t", "has_scales", "drop_pad_mode"])
 """DTYPE_GRAD_Y and DTYPE_SCALES as ge codes (S = DT_FLOAT without scales), scales present (0 / 1), dropPadMode."""
+
+
+# --- the kernels by tiling key ------------------------------------------------------------------------------------
+DROP_PAD_MODE = 1        # dropPadMode 1: Init zeroes grad_expanded_x and meets the other cores at SyncAll
+
+
+def _schedule(init_stage, process_stage):
+    """Init (dropPadMode 1: the output zeroing, then SyncAll) and Process, as the launch's Template says."""
+    def schedule(td, gm, tmpl):
+        if tmpl.drop_pad_mode == DROP_PAD_MODE:
+            return (init_stage, SYNC_ALL, process_stage)
+        return (process_stage,)
+    return schedule
+
+
+def _kernel(name, buffers, init_stage, process_stage) -> Kernel:
+    return Kernel(OP, name, (PipePhase("pipe", buffers, _schedule(init_stage, process_stage)),))
+
+
+KERNELS = {
+    10001: _kernel("MoeFinalizeRoutingV2GradWithoutScaleNotCutH", without_scale.BUFFERS, init_out_not_cut_h_stage,
+                   without_scale.not_cut_h_process),
+    10002: _kernel("MoeFinalizeRoutingV2GradWithoutScaleCutH", without_scale.BUFFERS,
+                   without_scale.init_out_cut_h_stage, without_scale.cut_h_process),
+    20011: _kernel("MoeFinalizeRoutingV2GradRegbaseNotCutH", not_split_h.BUFFERS_SUM, init_out_not_cut_h_stage,
+                   not_split_h.not_cut_h_process),
+}
+"""By tiling key; 20011 without binaryAddSumBuf (H < 64) is KERNELS_SMALL_H[20011]. The cut-H keys (20012 / 20022)
+are split_h's; the bias keys (20021 / 20022) are never launched by the family."""
+
+KERNELS_SMALL_H = {
+    20011: _kernel("MoeFinalizeRoutingV2GradRegbaseNotCutH", not_split_h.BUFFERS, init_out_not_cut_h_stage,
+                   not_split_h.not_cut_h_process),
+}
+
+
+def kernel_for(tiling_key: int, fields: dict) -> Kernel:
+    """The kernel of a tiling: by key, and for 20011 by whether its Init creates binaryAddSumBuf."""
+    if tiling_key in KERNELS_SMALL_H and fields["binary_add_quotient"] // not_split_h.VL_F32 == 0:
+        return KERNELS_SMALL_H[tiling_key]
+    return KERNELS[tiling_key]
