@@ -27,6 +27,11 @@ F32_BYTES = 4
 BLOCK_BYTES = 32
 _HALF_REG = 30           # the 16-bit scratch register of load_t / store_t
 
+reduce_sum = asc.vreduce_sum
+"""MicroAPI::ReduceSum as the templates use it: the one place that fixes the in-register lane order, which is not
+published. ascend_sim.regbase.vreduce_sum adds the active lanes as a pairwise tree of adjacent lanes, inactive lanes
++0; bind another register-level reduction here to try a different order (the tests' LANE_TREE is its golden)."""
+
 
 @aicore
 def _rows(block_idx, need, each, mod):

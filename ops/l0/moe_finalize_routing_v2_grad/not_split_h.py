@@ -18,9 +18,10 @@ B = Q / 64 (binaryAddSumBuf's floats):
 * BinaryAddVF: binaryAddk times the upper half of the chunk sums (in 64-lane vectors) is added onto the lower, then
   one ReduceSum of binaryAddLastNum lanes; StoreOneTensorForDtypeT<S> narrows it CAST_RINT.
 
-ReduceSum is ascend_sim.regbase.vreduce_sum: the active lanes as a pairwise tree of adjacent lanes, inactive lanes
-+0. The in-register order of the 950's ReduceSum is not published; that tree is the one assumption made (see
-vreduce_sum), and every golden of this package takes it from one function (tests: LANE_TREE).
+ReduceSum is base.reduce_sum (ascend_sim.regbase.vreduce_sum): the active lanes as a pairwise tree of adjacent
+lanes, inactive lanes +0. The in-register order of the 950's ReduceSum is not published; that tree is the one
+assumption made, bound in one place (base.reduce_sum), and the goldens take it from one function (LANE_TREE in
+tests/ops/l0/test_moe_finalize_routing_v2_grad.py, tree_lanes in ops.unpermute_grad.golden).
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ import ascend_sim.kernel_api as asc
 from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.dtypes import DT_FLOAT
 
-from .base import F32_BYTES, VL_F32, compute_rows, copy_in, copy_out, load_t, store_t, to_ub_end, valid_row
+from .base import (F32_BYTES, VL_F32, compute_rows, copy_in, copy_out, load_t, reduce_sum, store_t, to_ub_end,
+                   valid_row)
 
 GRAD_Y_QUE, EXPANDED_X_QUE, GRAD_EXPANDED_X_QUE, GRAD_SCALES_QUE, BINARY_ADD_SUM_BUF = 0, 1, 2, 3, 4
 BUFFERS = ("gradYInQueue", "expandedXInQueue", "gradExpandedXOutQueue", "gradScalesOutQueue")
@@ -94,7 +96,7 @@ def _calc_grad_scale_small_h(c, x_t, s_t, grad_scales_ub, grad_y_ub, expanded_x_
     load_t(c, x_t, gy_src, grad_y, preg, 0)
     load_t(c, x_t, ex_src, expanded_x, preg, 0)
     asc.vmul(c, grad_y, expanded_x, grad_y, preg)
-    asc.vreduce_sum(c, sum_reg, grad_y, preg)
+    reduce_sum(c, sum_reg, grad_y, preg)
     _store_grad_scale(c, s_t, grad_scales_ub, sum_reg, preg_one)
     asc.vec_scope_end(c)
 
@@ -136,14 +138,14 @@ def _calc_grad_scale(c, td, x_t, s_t, grad_scales_ub, grad_y_ub, expanded_x_ub, 
         asc.vmul(c, grad_y, expanded_x, grad_y, preg_loop)
         asc.vmul(c, grad_y_tail, expanded_x_tail, grad_y_tail, preg_tail)
         asc.vadd(c, grad_y, grad_y, grad_y_tail, preg_all)
-        asc.vreduce_sum(c, sum_reg, grad_y, preg_all)
+        reduce_sum(c, sum_reg, grad_y, preg_all)
         asc.reg_store_unalign(c, sums, sum_reg, i, 1)    # DataCopy<DIST_FIRST_ELEMENT_B32>(binaryAddUb + i)
     for i in range(tail_loops, loops):
         main_count = asc.update_mask(c, preg_loop, F32_BYTES, main_count)
         load_t(c, x_t, gy_src, grad_y, preg_loop, i * VL_F32)
         load_t(c, x_t, ex_src, expanded_x, preg_loop, i * VL_F32)
         asc.vmul(c, grad_y, expanded_x, grad_y, preg_loop)
-        asc.vreduce_sum(c, sum_reg, grad_y, preg_loop)
+        reduce_sum(c, sum_reg, grad_y, preg_loop)
         asc.reg_store_unalign(c, sums, sum_reg, i, 1)
     # LocalMemBar<VEC_STORE, VEC_LOAD>: the model's stores land at once
     asc.update_mask(c, preg_loop, F32_BYTES, td.binary_add_last_num)
@@ -157,7 +159,7 @@ def _calc_grad_scale(c, td, x_t, s_t, grad_scales_ub, grad_y_ub, expanded_x_ub, 
             asc.vadd(c, sum_reg, sum_reg, grad_y, preg_all)
             asc.reg_store(c, sums, sum_reg, j * VL_F32, preg_all)
     asc.reg_load(c, sum_reg, sums, 0, asc.LOAD_NORM)
-    asc.vreduce_sum(c, grad_y, sum_reg, preg_loop)
+    reduce_sum(c, grad_y, sum_reg, preg_loop)
     _store_grad_scale(c, s_t, grad_scales_ub, grad_y, preg_one)
     asc.vec_scope_end(c)
 
