@@ -191,7 +191,7 @@ def test_950_every_dtype_pair(dtype, probs_dtype):
                          ids=["h100-tail-add", "h64-one-register", "h40-short-mask", "h128-two-lane-last-sum"])
 def test_950_negative_zero_sums(length, negative):
     """Products that are all -0.0: every lane an arch35 ReduceSum leaves inactive, and every head lane of a chunk
-    that takes the tail's Add, adds +0, so the sum is +0.0; only a row of exactly one full register (64) stays -0.0."""
+    that takes the tail's Add, adds +0, so the sum is +0.0; a row of exactly one full register (64) stays -0.0."""
     row = np.full(length, -0.0, dtype=np.float32)
     args = _one_row_case(row)
     got = moe_token_unpermute_grad(*list(args.values())[:4], soc="ascend950")[1][0, 0]

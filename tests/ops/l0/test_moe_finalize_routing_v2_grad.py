@@ -227,15 +227,15 @@ def test_zero_scales_multiply_nan_rows():
     _check(grad_y, idx, ex, sc, SMALL)
 
 
-@pytest.mark.parametrize("hidden", (32, 64, 128, 200), ids=lambda h: f"h{h}-all-minus-zero")
+@pytest.mark.parametrize("hidden", (32, 64, 128, 200, 4096), ids=lambda h: f"h{h}-all-minus-zero")
 def test_signed_zero_sums(hidden):
-    """Products all -0: +0 lanes (a short mask, a tail add, a short last ReduceSum) make the sum +0 except for one
-    full register (H = 64)."""
+    """Products all -0: a +0 lane (a short mask, a tail Add, a last ReduceSum of fewer than 64 chunk sums) makes
+    the sum +0; only full registers all the way (H = 64, or a power of two >= 4096) keep -0."""
     grad_y, idx, ex, sc = _inputs(2, hidden, 1, "fp32", "fp32", seed=5)
     grad_y[:] = np.abs(grad_y) + 1
     ex[:] = -0.0
     gex, gsc, _ = _run(grad_y, idx, ex, sc, STOCK)
-    assert (gsc == 0).all() and np.signbit(gsc).all() == (hidden == 64)
+    assert (gsc == 0).all() and np.signbit(gsc).all() == (hidden in (64, 4096))
     _check(grad_y, idx, ex, sc, STOCK)
 
 
@@ -262,6 +262,18 @@ def test_drop_pad_mode_zeroes_the_output_first(prob):
     if prob:
         _bits_equal(gsc, want_s, "dropPadMode 1 grad_scales")
     assert executor.tiling.fields["drop_pad_mode"] == 1
+
+
+def test_drop_pad_mode_cut_h_pieces():
+    """10002 with dropPadMode 1: the zeroing pass goes piece by piece too."""
+    e, cap, k = 2, 3, 1
+    hidden = _pre_part("bf16", TINY) * 2 + 5
+    grad_y, idx, _, _ = _inputs(6, hidden, k, "bf16", None, seed=12, minus_one=2, rows=e * cap)
+    gex, _, executor = _run(grad_y, idx, None, None, TINY, mode=1, expert_num=e, expert_capacity=cap,
+                            out_shape=(e, cap, hidden), fill=3, check="race")
+    want, _ = golden(grad_y, idx, None, None, e * cap, e * cap)
+    _bits_equal(gex.reshape(e * cap, hidden), want, "dropPadMode 1 10002")
+    assert executor.tiling.tiling_key == 10002 and executor.tiling.fields["hidden_inner_loops"] == 2
 
 
 # --- refusals ------------------------------------------------------------------------------------------------------
