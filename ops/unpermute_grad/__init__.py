@@ -39,7 +39,8 @@ power-of-two head, inactive lanes +0; the in-register ReduceSum's lane order is 
 no topK limit. The l0 zeroes nothing with dropPadMode 0, so rows no index names (and, without probs, a non-empty
 probs_grad_out) hold undefined data on the chip: the simulator's fresh tensors are zeroed, so they come back 0.
 Not simulated on 950 (Arch35NotSimulatedError): the hidden sizes the l0 tiling cuts (keys 20012 / 20022, the
-split-H template; with probs, fp32 rows longer than the stock profile's not-cut-H limit, about 8000 elements).
+split-H template: with probs, on the stock profile, fp32 rows longer than 10544 elements, bf16 / fp16 longer than
+21040).
 """
 from __future__ import annotations
 
