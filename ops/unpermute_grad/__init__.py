@@ -30,16 +30,17 @@ expandedRowIdx = S, expandedX = permuted_tokens, scales = probs, dropPadMode 0, 
 tiling checks fail as 561103: G 2-D, S 1-D; with probs: permuted_tokens (len(S), H), probs 2-D with N
 rows and len(S) elements, probs_grad_out 2-D with N rows, len(S) elements and the probs dtype; without
 probs: N == len(S); the output (len(S), H). Mixed token / probs dtypes are allowed there.
-The simulated 950 step is this op's own kernel, tiled for the 950 profile, with tmpl.arch35 set so that
-it returns what the arch35 MoeFinalizeRoutingV2Grad kernels return (see kernel.py): negative indices are
-skipped, a skipped slot's probs gradient is exactly 0, probs gradients are summed in the arch35 order.
-On the chip the l0 operator writes a fresh tensor (it zeroes nothing with dropPadMode 0) that the aclnn
-copies into the outputs, so rows no index names hold undefined data there, and without probs so does a
-non-empty probs_grad_out; the simulator leaves those bytes as the caller had them (the friendly call: 0).
-Not simulated on 950 (Arch35NotSimulatedError): shapes this op's tiling cannot tile for the 950 profile
-(a zero dimension, topK > 512) and a hidden size its 950 tiling would cut into pieces (the arch35 sum
-needs whole rows: with a small topK, fp32 rows longer than 6912 elements, bf16 / fp16 rows longer than
-10496).
+Steps: l0op::MoeFinalizeRoutingV2Grad [simulated kernel: the arch35 templates of
+ops.l0.moe_finalize_routing_v2_grad, 10001 without probs, 20011 with probs] into two fresh tensors the l0
+allocates like the outputs, then l0op::ViewCopy of each into permuted_tokens_grad_out / probs_grad_out [host].
+Its rules: a slot with S[j] < 0 or S[j] >= len(S) writes no row and gets a probs gradient of exactly +0; each
+probs gradient is the fp32 sum of the whole row in the order of the arch35 CalcGradScaleVF (tail onto the
+power-of-two head, inactive lanes +0; the in-register ReduceSum's lane order is the one assumption). There is
+no topK limit. The l0 zeroes nothing with dropPadMode 0, so rows no index names (and, without probs, a non-empty
+probs_grad_out) hold undefined data on the chip: the simulator's fresh tensors are zeroed, so they come back 0.
+Not simulated on 950 (Arch35NotSimulatedError): the hidden sizes the l0 tiling cuts (keys 20012 / 20022, the
+split-H template: with probs, on the stock profile, fp32 rows longer than 10544 elements, bf16 / fp16 longer than
+21040).
 """
 from __future__ import annotations
 
@@ -52,12 +53,13 @@ from ascend_sim import SimulatorError
 from ascend_sim.dtypes import dt_of, gm_view
 from ascend_sim.datacopy import GlobalTensor
 from tiling import get_soc
-from tiling.moe_token_unpermute_grad import FIELDS, KEY_PROB, in_core_split_done, moe_token_unpermute_grad as _tiling
+from tiling.moe_token_unpermute_grad import FIELDS, in_core_split_done, moe_token_unpermute_grad as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError
 
 from .._framework import (Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor,
                           run_friendly, validate_check)
 from .._host import view_copy_step
+from ..l0 import moe_finalize_routing_v2_grad as _l0_grad
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
 from .kernel import KERNELS, GmTensors, Template
 
@@ -78,9 +80,9 @@ DTYPE_COLUMNS = [(t, t, _I32, p, t, p) for t in FLOAT_DTYPES for p in FLOAT_DTYP
 
 
 class Arch35NotSimulatedError(SimulatorError):
-    """The Ascend 950 path cannot be simulated for these shapes (the simulated 950 step is this op's own
-    kernel: see the module docstring). Attributes: reason (str), hidden (int), limit (int or None: the
-    largest hidden size the 950 tiling keeps in one piece, when that is the reason)."""
+    """The Ascend 950 path cannot be simulated for these shapes: l0op::MoeFinalizeRoutingV2Grad's tiling picks
+    its cut-H template (see the module docstring). Attributes: reason (str), hidden (int), limit (int or None:
+    unused, kept for callers)."""
 
     def __init__(self, reason: str, *, hidden: int = 0, limit: int | None = None):
         self.reason, self.hidden, self.limit = reason, hidden, limit
@@ -90,10 +92,6 @@ class Arch35NotSimulatedError(SimulatorError):
 
 def _shape_error(message: str):
     raise TilingError(f"{OP}: {message}")
-
-
-def _l0_error(message: str):
-    raise InnerNullptrError(f"{L0_OP} failed its tiling checks: {message}")
 
 
 def _check_shapes(p, g, s, pr, out, probs_grad) -> None:
@@ -128,13 +126,13 @@ def _ro_bytes(a, index: int) -> GlobalTensor:
     return GlobalTensor(data, index, 0)
 
 
-def _executor(result, tensors: dict, arch35: bool) -> Executor:
+def _executor(result, tensors: dict) -> Executor:
     p, g, s, pr, out, probs_grad = (tensors[n] for n in NAMES)
     token_t = dt_of(g.dtype)
     gm = GmTensors(_ro_bytes(p, 0), _ro_bytes(g, 1), gm_tensor(s, 2, np.int32), _ro_bytes(pr, 3),
                    GlobalTensor(gm_view(out).view(np.uint8), 4, 0),
                    GlobalTensor(gm_view(probs_grad).view(np.uint8), 5, 0))
-    tmpl = Template(token_t, token_t if pr is None else dt_of(pr.dtype), 1 if arch35 else 0)
+    tmpl = Template(token_t, token_t if pr is None else dt_of(pr.dtype))
     td = TilingData(*result.fields.values())
     m, h = out.shape[0], g.shape[1]
     links = (IndexLink("sorted_indices", "permuted_tokens_grad", h, m),
@@ -163,7 +161,7 @@ def _inner(tensors: dict, padded_mode: bool, restore_shape, soc, indices_ndim: i
         _shape_error("the in-core split failed (the real tiling logs 'split in core operation illegal' and goes on "
                      f"with zero fields, and its kernel would divide by them): UB of {result.fields['total_ub_size']} "
                      "bytes is too small for these dtypes and this hidden size")
-    return result.workspace_size, _executor(result, tensors, arch35=False)
+    return result.workspace_size, _executor(result, tensors)
 
 
 def _check_regbase_dtypes(tensors: dict) -> None:
@@ -184,64 +182,31 @@ def _check_regbase_dtypes(tensors: dict) -> None:
     check("probs_grad_out", probs_grad, FLOAT_DTYPES)
 
 
-def _check_l0(tensors: dict) -> None:
-    """MoeFinalizeRoutingV2Grad's tiling checks for dropPadMode 0, activeNum = len(S) (561103)."""
-    p, g, s, pr, out, probs_grad = (tensors[n] for n in NAMES)
-    if g.ndim != 2:
-        _l0_error(f"grad_y (unpermuted_tokens_grad) must be 2-D, got shape {g.shape}")
-    if s.ndim != 1:
-        _l0_error(f"expanded_row_idx (sorted_indices) must be 1-D, got shape {s.shape}")
-    if g.dtype not in FLOAT_DTYPES or s.dtype != _I32:
-        _l0_error(f"grad_y must be float32 / float16 / bfloat16 and expanded_row_idx int32, got {g.dtype} and "
-                  f"{s.dtype}")
-    n, h = g.shape
-    m = s.shape[0]
-    if pr is not None:
-        if p.ndim != 2 or pr.ndim != 2:
-            _l0_error(f"expanded_x (permuted_tokens) and scales (probs) must be 2-D, got {p.shape} and {pr.shape}")
-        if p.shape != (m, h):
-            _l0_error(f"expanded_x (permuted_tokens) must have shape (len(sorted_indices), hidden) = {(m, h)}, got "
-                      f"{p.shape}")
-        if pr.shape[0] != n or pr.size != m:
-            _l0_error(f"scales (probs) must have {n} rows and {m} elements, got shape {pr.shape}")
-        if p.dtype != g.dtype:
-            _l0_error(f"expanded_x dtype ({p.dtype}) must equal the grad_y dtype ({g.dtype})")
-    elif n != m:
-        _l0_error(f"without scales, grad_y dim 0 ({n}) must equal len(expanded_row_idx) ({m})")
-    if out.shape != (m, h) or out.dtype != g.dtype:
-        _l0_error(f"grad_expanded_x (permuted_tokens_grad_out) must be {(m, h)} of {g.dtype}, got {out.shape} of "
-                  f"{out.dtype}")
-    if pr is not None and (probs_grad.ndim != 2 or probs_grad.shape[0] != n or probs_grad.size != m
-                           or probs_grad.dtype != pr.dtype):
-        _l0_error(f"grad_scales (probs_grad_out) must be 2-D with {n} rows, {m} elements and the probs dtype "
-                  f"{pr.dtype}, got {probs_grad.shape} of {probs_grad.dtype}")
-
-
 def _regbase(tensors: dict, padded_mode: bool, restore_shape, soc, indices_ndim: int):
-    """The Ascend 950 aclnn: explicit checks, then l0op::MoeFinalizeRoutingV2Grad (simulated, see the docstring).
+    """The Ascend 950 aclnn: explicit checks, then l0op::MoeFinalizeRoutingV2Grad into fresh tensors and ViewCopy.
     indices_ndim: the caller's sorted_indices rank (as_input makes a 0-d array 1-d)."""
     p, g, s, pr, out, probs_grad = (tensors[n] for n in NAMES)
     _check_regbase_dtypes(tensors)
     if indices_ndim == 0:
         raise ParamInvalidError("sorted_indices must have at least one dimension (activeNum is its dim 0)")
-    if out.size == 0 and probs_grad.size == 0:      # the l0 op launches nothing
-        return 0, Composite(OP, None, [], api=API, tensors=tensors, workspace_size=0)
-    _check_l0(tensors)
-    try:
-        result = _tiling(p, g, s, pr, padded_mode, restore_shape, soc=soc)
-    except TilingError as e:
-        raise Arch35NotSimulatedError(f"this op's tiling cannot tile the case for the 950 profile: {e.message}",
-                                      hidden=g.shape[1]) from None
-    if not in_core_split_done(result.fields) or (result.tiling_key == KEY_PROB
-                                                 and result.fields["hidden_size_loop_times"] > 1):
-        raise Arch35NotSimulatedError(
-            f"hidden size {g.shape[1]} does not fit one hidden piece of this op's 950 tiling (pieces of "
-            f"{result.fields['hidden_size_align']}); the arch35 probs-gradient sum needs whole rows",
-            hidden=g.shape[1], limit=result.fields["hidden_size_align"])
-    executor = _executor(result, tensors, arch35=True)
-    steps = [KernelStep(L0_OP, executor), view_copy_step(out, out), view_copy_step(probs_grad, probs_grad)]
-    return result.workspace_size, Composite(OP, result, steps, api=API, tensors=tensors,
-                                            workspace_size=result.workspace_size)
+    # the l0 allocates its results like the outputs (undefined bytes on the chip, zeroed here)
+    grad_expanded_x, grad_scales = np.zeros_like(out), np.zeros_like(probs_grad)
+    steps, result = [], None
+    if out.size or probs_grad.size:             # the l0 launches nothing (and tiles nothing) for two empty results
+        try:
+            _, executor = _l0_grad.get_workspace_size(
+                g, s, p, pr, drop_pad_mode=0, active_num=s.shape[0], expert_num=0, expert_capacity=0,
+                grad_expanded_x_out=grad_expanded_x, grad_scales_out=grad_scales, soc=soc)
+        except TilingError as e:
+            raise InnerNullptrError(f"{L0_OP} returns nullptr: {e.message}") from None
+        except NotImplementedError:
+            raise Arch35NotSimulatedError(f"hidden size {g.shape[1]} takes {L0_OP}'s cut-H template (not simulated "
+                                          "yet)", hidden=g.shape[1]) from None
+        result = executor.tiling
+        steps.append(KernelStep(L0_OP, executor))
+    steps += [view_copy_step(grad_expanded_x, out), view_copy_step(grad_scales, probs_grad)]
+    workspace = result.workspace_size if result is not None else 0
+    return workspace, Composite(OP, result, steps, api=API, tensors=tensors, workspace_size=workspace)
 
 
 def get_workspace_size(permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs=None, padded_mode=False,

@@ -5,6 +5,7 @@ import argparse
 
 import numpy as np
 
+from tiling import moe_finalize_routing_v2_grad as l0_tiling_op
 from tiling import moe_token_unpermute_grad as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
@@ -23,6 +24,17 @@ def _descs(a: argparse.Namespace) -> dict:
                 sorted_indices=TensorDesc((a.tokens * k,), np.int32),
                 probs=None if a.no_probs else TensorDesc((a.tokens, k), as_dtype(a.probs_dtype or a.dtype)),
                 padded_mode=False)
+
+
+def _tiling(args: dict, soc):
+    """The tiling a launch runs: this op's on 910B / 910_93; on 950 the l0 MoeFinalizeRoutingV2Grad's, with the
+    arguments the aclnn hands it (dropPadMode 0, activeNum = len(sorted_indices))."""
+    if not soc.is_regbase:
+        return tiling_op(*args.values(), soc=soc)
+    p, g, s, pr = (args[n] for n in ("permuted_tokens", "unpermuted_tokens_grad", "sorted_indices", "probs"))
+    out = TensorDesc((s.shape[0], g.shape[-1]), g.dtype)
+    return l0_tiling_op(g, s, p, pr, None, None, 0, s.shape[0], 0, 0, grad_expanded_x_out=out, grad_scales_out=pr,
+                        soc=soc)
 
 
 def _inputs(a: argparse.Namespace) -> dict:
@@ -50,12 +62,13 @@ SPEC = OpSpec(
     order=80,
     descs=_descs,
     make_inputs=_inputs,
-    tiling=lambda args, soc: tiling_op(*args.values(), soc=soc),
+    tiling=_tiling,
     get_workspace_size=lambda args, outs, soc: get_workspace_size(*args.values(), None, *outs, soc=soc),
     run=run,
     outputs=lambda args, soc: allocate_outputs(args["permuted_tokens"], args["unpermuted_tokens_grad"],
                                                args["sorted_indices"], args["probs"]),
-    golden=lambda args, tiling: golden.golden(*list(args.values())[:4], hidden_piece=tiling.fields["hidden_size_align"],
+    golden=lambda args, tiling: golden.golden(*list(args.values())[:4],
+                                              hidden_piece=tiling.fields.get("hidden_size_align"),
                                               arch35=tiling.soc.is_regbase),
     flags=frozenset({"no_probs", "probs_dtype"}),
     demo_title=lambda soc: f"MoeTokenUnpermuteGrad on {soc.name}: bf16, tokens x hidden, topK 8",

@@ -33,22 +33,26 @@ def _f32(a) -> np.ndarray:
 
 
 def reduce_sum_rows_arch35(x: np.ndarray) -> np.ndarray:
-    """Row sums of x (rows, L) fp32 in the order of the arch35 CalcGradScaleVF:
+    """Row sums of x (rows, L) fp32 in the order of the arch35 CalcGradScaleVF (l0op::MoeFinalizeRoutingV2Grad):
 
-    L <= 64: a 64-lane pairwise tree (unused lanes -0.0, which add nothing). Otherwise, with Q the largest power of two <= L:
-    the tail x[:, Q:] is added element-wise onto the head x[:, :Q] (head lanes it does not reach are left
-    alone), each 64-lane chunk of the head becomes one pairwise-tree sum, the Q / 64 chunk
-    sums are folded in halves of 64 while more than 64 remain, and a last 64-lane pairwise tree sums them.
+    L <= 64: a 64-lane pairwise tree, the unused lanes +0 (an inactive lane of ReduceSum counts as +0, so an
+    all -0.0 row shorter than 64 sums to +0). Otherwise, with Q the largest power of two <= L and C = ceil(L / 64):
+    every lane of the first C - Q / 64 head chunks takes one Add of the tail chunk Q / 64 chunks on (+0 where the
+    tail has run out), each 64-lane chunk of the head becomes one pairwise-tree sum, the Q / 64 chunk sums are
+    folded in halves of 64 while more than 64 remain, and a last 64-lane pairwise tree (+0 lanes) sums them.
     """
     rows, length = x.shape
     x = np.asarray(x, dtype=np.float32)
-    lanes = np.full((rows, VL_FP32), -0.0, dtype=np.float32)     # masked-off lanes add nothing
+    lanes = np.zeros((rows, VL_FP32), dtype=np.float32)     # inactive lanes count as +0
     if length <= VL_FP32:
         lanes[:, :length] = x
         return tree_lanes(lanes)
     q = 1 << (length.bit_length() - 1)
+    paired = (-(-length // VL_FP32) - q // VL_FP32) * VL_FP32      # head lanes that take a tail Add
     head = x[:, :q].copy()
-    head[:, : length - q] += x[:, q:]          # only lanes the tail reaches take an Add (-0.0 elsewhere stays)
+    tail = np.zeros((rows, paired), dtype=np.float32)
+    tail[:, : length - q] = x[:, q:]
+    head[:, :paired] += tail
     sums = tree_lanes(head.reshape(rows, q // VL_FP32, VL_FP32))   # (rows, Q / 64)
     while sums.shape[1] > VL_FP32:
         half = sums.shape[1] // 2

@@ -12,15 +12,8 @@ their types come from the dtype codes in the template and the vector calls see u
 of the same bytes. Each stage therefore compiles exactly once, for every token x probs dtype pair and
 for both chip families.
 
-tmpl.arch35 (Ascend 950) makes the kernel produce what the real 950 path computes (its aclnn calls
-l0op::MoeFinalizeRoutingV2Grad, arch35/moe_finalize_routing_v2_grad_regbase_not_cut_h.h and
-..._without_scale_not_cut_h.h):
-* a slot whose index is negative is skipped (the membase kernels only skip indices >= numOutTokens; a
-  negative one addresses GM before the tensor, which the simulator reports);
-* the probs gradient of a skipped slot is exactly +0 (no products are summed);
-* the probs gradient of a row is reduced in the arch35 order (_reduce_sum_arch35), which needs the
-  whole row in one hidden piece (the aclnn layer refuses a split hidden dimension on 950) and is not
-  added to the +0 accumulator (so a -0 sum stays -0).
+The Ascend 950 path does not run these kernels: its aclnn launches l0op::MoeFinalizeRoutingV2Grad
+(ops.l0.moe_finalize_routing_v2_grad).
 """
 from __future__ import annotations
 
@@ -47,12 +40,11 @@ GmTensors = namedtuple("GmTensors", [
     "probs_grad",              # probGradGm (N, K) bytes, output
 ])
 
-Template = namedtuple("Template", ["token_t", "probs_t", "arch35"])
-"""OriT and ProbT as ge dtype codes (probs_t = token_t without probs); arch35 = 1 for the Ascend 950 result."""
+Template = namedtuple("Template", ["token_t", "probs_t"])
+"""OriT and ProbT as ge dtype codes (probs_t = token_t without probs)."""
 
 STRICT = 0                        # this op's ReduceSumFunc tiers are inclusive (>= 4096 / 512 / 64)
 INDICES_PROBS_MAX_RESERVE_NUM = 512
-VL_FP32 = 64                      # fp32 lanes of one arch35 vector register (256 bytes)
 
 ARR_INDICES = 1                   # scalar-array ids for fault messages
 ARR_PROBS = 2
@@ -65,10 +57,9 @@ def _bytes_of(dt):
 
 
 @aicore
-def _row_written(tmpl, index, num_out_tokens):
-    """Whether slot index `index` addresses a row: < numOutTokens (membase); also >= 0 on arch35."""
-    if tmpl.arch35 and index < 0:
-        return False
+def _row_written(index, num_out_tokens):
+    """Whether slot index `index` addresses a row: < numOutTokens (a negative one addresses GM before the
+    tensor, which the simulator reports)."""
     return index < num_out_tokens
 
 
@@ -119,7 +110,7 @@ def prob_none_process(c, td, gm, tmpl):
             out_params = asc.DataCopyExtParams(1, block_len, 0, 0)
             for index in range(indices_loop_num):
                 offset = np.int64(asc.get_value(c, row_id_map_local, index))
-                if _row_written(tmpl, offset, td.num_out_tokens):
+                if _row_written(offset, td.num_out_tokens):
                     asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, (offset * h + hidden_loop_offset) * tok),
                                       in_out_local[index * row_bytes:], out_params)
             asc.free_tensor(c, IN_OUT_QUE, in_out_local)
@@ -159,66 +150,6 @@ def _narrow(c, dt, dst_bytes, src_f32, n, repeat_times, tail_offset, tail_mask):
         copy_fp32(c, asc.view_as(c, dst_bytes, asc.ub_f32(c)), src_f32, repeat_times, tail_offset, tail_mask)
     else:
         asc.cast(c, asc.view_as(c, dst_bytes, asc.ub_u16(c)), dt, src_f32, asc.DT_FLOAT, asc.CAST_RINT, n)
-
-
-@aicore
-def _tree_lanes(lanes, n):
-    """Pairwise tree over lanes[:n] (n a power of two), in place: ((l0 + l1) + (l2 + l3)) + ..."""
-    while n > 1:
-        n //= 2
-        for i in range(n):
-            lanes[i] = lanes[2 * i] + lanes[2 * i + 1]
-    return lanes[0]
-
-
-@aicore
-def _reduce_sum_arch35(c, dst, index, prod, count):
-    """dst[index] = the row sum of prod[:count] (fp32 products) as the arch35 kernel forms it (CalcGradScaleVF):
-
-    * count <= 64: one register ReduceSum of count lanes;
-    * else, with Q the largest power of two <= count: 64-lane chunk i (i < Q / 64) is added lane by lane
-      to chunk Q / 64 + i of the tail where the tail has lanes (the others are left as they are, so a -0.0
-      product keeps its sign), each chunk is register-ReduceSum'd into
-      partial[i], then the partials are folded in halves of 64-lane vectors down to one vector (only when
-      Q / 64 > 64) and register-ReduceSum'd over min(Q / 64, 64) lanes.
-
-    A register ReduceSum is modelled as the pairwise tree of WholeReduceSum with masked lanes absent (filled
-    with -0.0, which leaves any sum unchanged, also a -0.0 one): the lane order of the 950's in-register
-    reduction is not published.
-    """
-    if not asc.vf_call(c, count) or not asc.vf_operand(c, prod, count, False) \
-            or not asc.vf_operand(c, dst, index + 1, True):
-        return
-    lanes = np.zeros(VL_FP32, dtype=np.float32)
-    zero = np.float32(-0.0)     # masked-off lanes: -0.0 is the identity of IEEE addition, so they add nothing
-    if count <= VL_FP32:
-        for i in range(VL_FP32):
-            lanes[i] = prod[i] if i < count else zero
-        dst[index] = _tree_lanes(lanes, VL_FP32)
-        return
-    q = 1
-    while q * 2 <= count:
-        q *= 2
-    chunks = q // VL_FP32
-    partial = np.zeros(max(chunks, VL_FP32), dtype=np.float32)
-    for i in range(chunks):
-        for lane in range(VL_FP32):
-            k = i * VL_FP32 + lane
-            t = q + k
-            lanes[lane] = prod[k] + prod[t] if t < count else prod[k]    # no Add where the tail has no lane
-        partial[i] = _tree_lanes(lanes, VL_FP32)
-    if chunks > VL_FP32:
-        cur = chunks // VL_FP32
-        while cur > 1:
-            cur //= 2
-            for j in range(cur * VL_FP32):
-                partial[j] = partial[j] + partial[j + cur * VL_FP32]
-        last = VL_FP32
-    else:
-        last = chunks
-    for i in range(VL_FP32):
-        lanes[i] = partial[i] if i < last else zero
-    dst[index] = _tree_lanes(lanes, VL_FP32)
 
 
 @global_aicore
@@ -326,7 +257,7 @@ def prob_not_none_process(c, td, gm, tmpl):
                         input_loop_offset = asc.scalar_load(c, indices_array, input_loop_start + input_loop,
                                                             ARR_INDICES)
                         row_local = in_queue_permuted_tokens_local[input_loop * h_align * tok:]
-                        if _row_written(tmpl, input_loop_offset, td.num_out_tokens):
+                        if _row_written(input_loop_offset, td.num_out_tokens):
                             asc.data_copy_pad(c, row_local,
                                               asc.gm_at(gm.permuted_tokens, (input_loop_offset * h + h_off) * tok),
                                               row_params, asc.NO_PAD)
@@ -339,7 +270,7 @@ def prob_not_none_process(c, td, gm, tmpl):
                     for permute_loop in range(input_each_loop):
                         indices_index = input_loop_start + permute_loop
                         input_grad_offset = asc.scalar_load(c, indices_array, indices_index, ARR_INDICES)
-                        written = _row_written(tmpl, input_grad_offset, td.num_out_tokens)
+                        written = _row_written(input_grad_offset, td.num_out_tokens)
                         # permuted-token gradient: G * prob (ping-pong on MTE3 -> V events 0 / 1)
                         if written:
                             asc.muls(c, tmp_buffer_permuted_tokens_grad_fp32, tmp_buffer_unpermuted_fp32,
@@ -367,23 +298,12 @@ def prob_not_none_process(c, td, gm, tmpl):
                                h_tail_offset, h_tail_mask)
                         asc.mul(c, tmp_buffer_permuted_tokens_fp32, tmp_buffer_permuted_tokens_fp32,
                                 tmp_buffer_unpermuted_fp32, n)
-                        if not tmpl.arch35:
-                            reduce_sum(c, tmp_buffer_prob_grad_fp32[indices_index:], tmp_buffer_permuted_tokens_fp32,
-                                       n, STRICT)
-                        elif written:
-                            _reduce_sum_arch35(c, tmp_buffer_prob_grad_fp32, indices_index,
-                                               tmp_buffer_permuted_tokens_fp32, n)
-                        else:
-                            asc.set_value(c, tmp_buffer_prob_grad_fp32, indices_index, np.float32(0.0))
+                        reduce_sum(c, tmp_buffer_prob_grad_fp32[indices_index:], tmp_buffer_permuted_tokens_fp32, n,
+                                   STRICT)
                     asc.set_flag(c, asc.V_MTE2, event_permute)
                     ping_pong_permute_token = 1 - ping_pong_permute_token
-            if tmpl.arch35:
-                # one piece (the aclnn layer guarantees it): the row sums are the gradients themselves
-                copy_fp32(c, tmp_buffer_prob_grad_reduce_sum_fp32, tmp_buffer_prob_grad_fp32, idx_repeat_times,
-                          idx_tail_offset, idx_tail_mask)
-            else:
-                asc.add(c, tmp_buffer_prob_grad_reduce_sum_fp32, tmp_buffer_prob_grad_reduce_sum_fp32,
-                        tmp_buffer_prob_grad_fp32, indices_num_loop)
+            asc.add(c, tmp_buffer_prob_grad_reduce_sum_fp32, tmp_buffer_prob_grad_reduce_sum_fp32,
+                    tmp_buffer_prob_grad_fp32, indices_num_loop)
 
         # the batch's probs gradient in the probs dtype (ping-pong on MTE3 -> V events 0 / 1)
         event_v_mte3 = EVENT_ID0 if ping_pong_probs_grad else EVENT_ID1

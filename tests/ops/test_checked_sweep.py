@@ -196,7 +196,8 @@ DECLARED_KEYS = {
     "MoeTokenPermute": ("permute", set(PERMUTE_KERNELS), A2_A3),
     "MoeInitRoutingV3": ("permute", {10000000, 11000000}, ("ascend950",)),     # the MX keys: the quant-mode cases
     "MoeInitRoutingV2": ("permute", {11001, 11002}, ("ascend950",)),
-    "MoeTokenUnpermuteGrad": ("unpermute_grad", set(UNPERMUTE_GRAD_KERNELS), SOCS),
+    "MoeTokenUnpermuteGrad": ("unpermute_grad", set(UNPERMUTE_GRAD_KERNELS), A2_A3),
+    "MoeFinalizeRoutingV2Grad": ("unpermute_grad", {10001, 20011}, ("ascend950",)),
     "MoeTokenUnpermuteWithRoutingMapGrad": ("uwrmg", set(UWRMG_KERNELS), SOCS),
 }
 

@@ -1,18 +1,22 @@
 """MoeTokenUnpermuteGrad on Ascend 950: the probs gradient's summation order (arch35 CalcGradScaleVF) at row
 lengths on and around the powers of two, where the head / tail split of the row changes.
 
-The reference here is a scalar loop written from the README's description of the order ("The index family",
-MoeFinalizeRoutingV2Grad), one fp32 addition at a time; it shares no code with the kernel nor with
-ops.unpermute_grad.golden, and both are checked against it. A row of length L > 64 is summed as:
+The 950 path runs l0op::MoeFinalizeRoutingV2Grad's arch35 kernel (ops.l0.moe_finalize_routing_v2_grad, 20011).
+The reference here is a scalar loop written from that kernel's CalcGradScaleVF, one fp32 addition at a time; it
+shares no code with the kernel nor with ops.unpermute_grad.golden, and both are checked against it. A row of
+length L > 64, C = ceil(L / 64) chunks, is summed as:
 
 * Q = the largest power of two <= L (so L = Q exactly when L is a power of two: the whole row is the head
   and there is no tail);
-* head element i (i < L - Q) takes tail element Q + i in one addition; the other head elements stay as they are;
+* every element of the first C - Q / 64 head chunks takes one addition: of tail element Q + i where the tail
+  has one, else of +0.0 (the tail register's masked lanes are zeroed); the other head chunks stay as they are;
 * each 64-element chunk of the head is summed by a 64-lane pairwise tree ((x0 + x1) + (x2 + x3)) + ...;
 * while more than 64 chunk sums remain, the second half of them is added element-wise onto the first half;
-* the (at most 64) remaining sums, padded with -0.0 (which adds nothing), go through one more 64-lane tree.
+* the (at most 64) remaining sums, padded with +0.0 (ReduceSum's inactive lanes), go through one more tree.
 
-L <= 64 is a single tree over the row padded with -0.0.
+L <= 64 is a single tree over the row padded with +0.0. The pairwise tree is the assumed lane order of the
+in-register ReduceSum (not published); tests/ops/l0/test_moe_finalize_routing_v2_grad.py holds the same
+assumption in LANE_TREE.
 """
 from __future__ import annotations
 
@@ -26,12 +30,12 @@ from ops.unpermute_grad.golden import reduce_sum_rows_arch35
 F32 = np.float32
 BF16 = np.dtype(ml_dtypes.bfloat16)
 LANES = 64
-NEG_ZERO = F32(-0.0)
+PAD = F32(0.0)           # an inactive lane of ReduceSum
 
 
 def _tree64(values: list) -> np.float32:
-    """64-lane pairwise tree over `values` (at most 64 fp32 scalars), missing lanes -0.0."""
-    lanes = list(values) + [NEG_ZERO] * (LANES - len(values))
+    """64-lane pairwise tree over `values` (at most 64 fp32 scalars), missing lanes +0.0."""
+    lanes = list(values) + [PAD] * (LANES - len(values))
     while len(lanes) > 1:
         lanes = [F32(lanes[2 * i] + lanes[2 * i + 1]) for i in range(len(lanes) // 2)]
     return lanes[0]
@@ -47,8 +51,9 @@ def arch35_row_sum(row: np.ndarray, head: int | None = None) -> np.float32:
         return _tree64(x)
     q = head if head is not None else 2 ** (length.bit_length() - 1)
     h = x[:q]
-    for i in range(length - q):
-        h[i] = F32(h[i] + x[q + i])
+    paired = (-(-length // LANES) - q // LANES) * LANES
+    for i in range(paired):
+        h[i] = F32(h[i] + (x[q + i] if q + i < length else PAD))
     sums = [_tree64(h[c * LANES:(c + 1) * LANES]) for c in range(q // LANES)]
     while len(sums) > LANES:
         half = len(sums) // 2
@@ -77,7 +82,7 @@ HIDDEN = (63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 512, 513, 4096, 8191, 8
 
 
 def _dtype_for(length: int):
-    return F32 if length <= 6912 else BF16       # fp32 rows above 6912 take the cut-H kernel (not simulated)
+    return F32 if length <= 10544 else BF16      # fp32 rows above 10544 take the cut-H kernel (not simulated)
 
 
 @pytest.mark.parametrize("hidden", HIDDEN, ids=[f"h{h}" for h in HIDDEN])
