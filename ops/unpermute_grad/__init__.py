@@ -38,9 +38,9 @@ probs gradient is the fp32 sum of the whole row in the order of the arch35 CalcG
 power-of-two head, inactive lanes +0; the in-register ReduceSum's lane order is the one assumption). There is
 no topK limit. The l0 zeroes nothing with dropPadMode 0, so rows no index names (and, without probs, a non-empty
 probs_grad_out) hold undefined data on the chip: the simulator's fresh tensors are zeroed, so they come back 0.
-Not simulated on 950 (Arch35NotSimulatedError): the hidden sizes the l0 tiling cuts (keys 20012 / 20022, the
-split-H template: with probs, on the stock profile, fp32 rows longer than 10544 elements, bf16 / fp16 longer than
-21040).
+With probs, the hidden sizes the l0 tiling cuts (on the stock profile fp32 rows longer than 10544 elements, bf16 /
+fp16 longer than 21040) run its split-H kernel (key 20012), whose sums go block by block (ops/l0/
+moe_finalize_routing_v2_grad/split_h.py).
 """
 from __future__ import annotations
 
@@ -49,7 +49,6 @@ from collections import namedtuple
 import ml_dtypes
 import numpy as np
 
-from ascend_sim import SimulatorError
 from ascend_sim.dtypes import dt_of, gm_view
 from ascend_sim.datacopy import GlobalTensor
 from tiling import get_soc
@@ -77,17 +76,6 @@ NAMES = ("permuted_tokens", "unpermuted_tokens_grad", "sorted_indices", "probs",
          "probs_grad")
 # OpDef columns in NAMES order: tokens type t for permuted / gradient / output, probs type p for probs / probs_grad
 DTYPE_COLUMNS = [(t, t, _I32, p, t, p) for t in FLOAT_DTYPES for p in FLOAT_DTYPES]
-
-
-class Arch35NotSimulatedError(SimulatorError):
-    """The Ascend 950 path cannot be simulated for these shapes: l0op::MoeFinalizeRoutingV2Grad's tiling picks
-    its cut-H template (see the module docstring). Attributes: reason (str), hidden (int), limit (int or None:
-    unused, kept for callers)."""
-
-    def __init__(self, reason: str, *, hidden: int = 0, limit: int | None = None):
-        self.reason, self.hidden, self.limit = reason, hidden, limit
-        super().__init__(f"{reason} (the real op runs l0op::MoeFinalizeRoutingV2Grad here; the simulator does not "
-                         "cover this case)", op=OP)
 
 
 def _shape_error(message: str):
@@ -199,9 +187,6 @@ def _regbase(tensors: dict, padded_mode: bool, restore_shape, soc, indices_ndim:
                 grad_expanded_x_out=grad_expanded_x, grad_scales_out=grad_scales, soc=soc)
         except TilingError as e:
             raise InnerNullptrError(f"{L0_OP} returns nullptr: {e.message}") from None
-        except NotImplementedError:
-            raise Arch35NotSimulatedError(f"hidden size {g.shape[1]} takes {L0_OP}'s cut-H template (not simulated "
-                                          "yet)", hidden=g.shape[1]) from None
         result = executor.tiling
         steps.append(KernelStep(L0_OP, executor))
     steps += [view_copy_step(grad_expanded_x, out), view_copy_step(grad_scales, probs_grad)]

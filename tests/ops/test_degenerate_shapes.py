@@ -22,7 +22,6 @@ from ops.permute_with_routing_map.golden import permute_with_routing_map_golden
 from ops.permute_with_routing_map_grad import examples as pwrm_grad_ex
 from ops.permute_with_routing_map_grad.golden import golden as pwrm_grad_golden
 from ops.unpermute import examples as unpermute_ex
-from ops.unpermute_grad import Arch35NotSimulatedError
 from ops.unpermute_grad import examples as unpermute_grad_ex
 from ops.unpermute_with_routing_map import examples as uwrm_ex
 from ops.unpermute_with_routing_map_grad import examples as uwrm_grad_ex

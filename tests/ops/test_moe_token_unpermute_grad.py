@@ -10,7 +10,7 @@ import pytest
 from ascend_sim import OutOfBoundsError, SimulatorError
 from ops._framework import KernelStep
 from ops.common.reduce_sum_golden import reduce_sum_rows
-from ops.unpermute_grad import Arch35NotSimulatedError, allocate_outputs, moe_token_unpermute_grad
+from ops.unpermute_grad import allocate_outputs, moe_token_unpermute_grad
 from ops.unpermute_grad import get_workspace_size, run
 from ops.unpermute_grad.examples import make_inputs
 from ops.unpermute_grad.golden import golden, reduce_sum_rows_arch35
@@ -181,6 +181,26 @@ def test_950_top_k_above_512_runs(topk):
     _check(make_inputs(2, 24, topk=topk, dtype="bf16", probs_dtype="fp16", seed=topk), "ascend950")
 
 
+@pytest.mark.parametrize("dtype,hidden", [("fp32", 313), ("bf16", 1200)], ids=["fp32-h313", "bf16-h1200"])
+def test_950_cut_h_hidden_runs_the_split_h_kernel(dtype, hidden):
+    """A hidden size the l0 tiling cuts (an 8000-byte UB: mainFactor 144 fp32 / 288 16-bit) runs key 20012, whose
+    probs gradients go block by block; against the split-H golden of the l0's tests (written from the formulas)."""
+    from tests.ops.l0.test_moe_finalize_routing_v2_grad_split_h import golden as split_h_golden
+    from tiling.moe_finalize_routing_v2_grad import moe_finalize_routing_v2_grad as tiling_l0
+    small = get_soc("ascend950", ub_size=8000, aiv_num=3)
+    a = make_inputs(3, hidden, topk=2, dtype=dtype, probs_dtype="fp32", seed=hidden)
+    p, g, s, pr = a["permuted_tokens"], a["unpermuted_tokens_grad"], a["sorted_indices"], a["probs"]
+    out, probs_grad = allocate_outputs(p, g, s, pr)
+    size, executor = get_workspace_size(p, g, s, pr, False, None, out, probs_grad, soc=small)
+    run(np.zeros(size, np.uint8), size, executor)
+    assert [st.run.tiling_key for st in executor.report.steps if st.kind == "kernel"] == [20012]
+    f = tiling_l0(g, s, p, pr, None, None, 0, s.size, 0, 0, grad_expanded_x_out=out, grad_scales_out=probs_grad,
+                  soc=small).fields
+    want_x, want_s = split_h_golden(g, s, p, pr, np.zeros_like(out), f, s.size)
+    assert np.array_equal(out.view(np.uint8), want_x.view(np.uint8))
+    assert np.array_equal(probs_grad.view(np.uint8), want_s.view(np.uint8))
+
+
 @pytest.mark.parametrize("probs_dtype", DTYPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_950_every_dtype_pair(dtype, probs_dtype):
@@ -283,10 +303,6 @@ def _status_case(kind, soc):
         "permuted_rows": dict(permuted_tokens=p[:7]),
         "probs_grad_shape": dict(probs_grad_out=np.zeros((2, 4), BF16)),
         "indices_0d": dict(sorted_indices=np.array(0, np.int32)),
-        "fp32_hidden_12000": dict(permuted_tokens=np.zeros((8, 12000), np.float32),
-                                  unpermuted_tokens_grad=np.zeros((4, 12000), np.float32),
-                                  permuted_tokens_grad_out=np.zeros((8, 12000), np.float32),
-                                  probs=pr.astype(np.float32), probs_grad_out=pg.astype(np.float32)),
     }[kind]
     args.update(edit)
     return args
@@ -306,7 +322,6 @@ STATUS_CASES = [
     ("indices_short", "ascend950", 561103), ("probs_rows", "ascend950", 561103), ("out_rows", "ascend950", 561103),
     ("permuted_rows", "ascend950", 561103), ("probs_grad_shape", "ascend950", 561103),
     ("probs_grad_dtype", "ascend950", 561103), ("hidden_0", "ascend950", 561103),
-    ("fp32_hidden_12000", "ascend950", Arch35NotSimulatedError),     # the cut-H template (split_h, not yet here)
 ]
 
 

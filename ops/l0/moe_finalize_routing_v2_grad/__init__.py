@@ -12,8 +12,8 @@ of ReduceSum is the one assumption). Rows of grad_expanded_x no slot names are n
 the whole tensor first); without scales grad_scales is not touched.
 
 Templates (kernel.KERNELS): 10001 / 10002 without scales (one row piece / hiddenPrePart-element pieces,
-without_scale.py), 20011 with scales, not cut H (not_split_h.py). The cut-H keys 20012 / 20022 raise
-NotImplementedError (see split_h); bias / expert_idx (keys 2002x) and nothing but what the family passes, too.
+without_scale.py), 20011 with scales, not cut H (not_split_h.py), 20012 with scales, cut H (split_h.py); bias /
+expert_idx (keys 2002x, never passed by the family) raise NotImplementedError after the tiling.
 dropPadMode 0 and 1 are simulated (1 only adds the zeroing pass and a SyncAll).
 
 Tiling: tiling.moe_finalize_routing_v2_grad (every shared check, TilingError 561002) runs first. Two phases as
@@ -29,12 +29,13 @@ import numpy as np
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import DT_FLOAT, dt_of, gm_view
 from tiling import get_soc
-from tiling.moe_finalize_routing_v2_grad import (KEY_CUT_H, KEY_CUT_H_BIAS, NOT_SPLIT_H_FIELDS, SPLIT_H_FIELDS,
-                                                 WITHOUT_SCALE_FIELDS, moe_finalize_routing_v2_grad as _tiling)
+from tiling.moe_finalize_routing_v2_grad import (NOT_SPLIT_H_FIELDS, WITHOUT_SCALE_FIELDS,
+                                                 moe_finalize_routing_v2_grad as _tiling)
 
 from ..._framework import Executor, IndexLink, gm_tensor, run_executor
 from ..._validate import as_input, as_output, check_no_alias, int_attr, require
 from .kernel import GmTensors, Template, kernel_for
+from .split_h import MoeFinalizeRoutingV2GradSplitHTilingData
 
 OP = "MoeFinalizeRoutingV2Grad"
 API = "l0op::MoeFinalizeRoutingV2Grad"
@@ -43,7 +44,6 @@ GM_NAMES = ("grad_y", "expanded_row_idx", "expanded_x", "scales", "grad_expanded
 MoeFinalizeRoutingV2GradTilingData = namedtuple("MoeFinalizeRoutingV2GradTilingData", WITHOUT_SCALE_FIELDS)
 MoeFinalizeRoutingV2GradNotSplitHTilingData = namedtuple("MoeFinalizeRoutingV2GradNotSplitHTilingData",
                                                          NOT_SPLIT_H_FIELDS)
-MoeFinalizeRoutingV2GradSplitHTilingData = namedtuple("MoeFinalizeRoutingV2GradSplitHTilingData", SPLIT_H_FIELDS)
 _STRUCTS = {10001: MoeFinalizeRoutingV2GradTilingData, 10002: MoeFinalizeRoutingV2GradTilingData,
             20011: MoeFinalizeRoutingV2GradNotSplitHTilingData, 20021: MoeFinalizeRoutingV2GradNotSplitHTilingData,
             20012: MoeFinalizeRoutingV2GradSplitHTilingData, 20022: MoeFinalizeRoutingV2GradSplitHTilingData}
@@ -88,8 +88,8 @@ def get_workspace_size(grad_y, expanded_row_idx, expanded_x=None, scales=None, e
     grad_y (N, H) fp32 / fp16 / bf16; expanded_row_idx (N * topK,) int32; expanded_x (rows, H) (dropPadMode 1:
     (E, C, H)) in grad_y's dtype, required with scales; scales (N, topK) fp32 / fp16 / bf16 or None;
     grad_expanded_x_out (rows, H) in grad_y's dtype and grad_scales_out (the scales' shape and dtype; unused, any
-    array, without scales), filled by the run. Tiling failures raise TilingError (561002); bias / expert_idx and the
-    cut-H keys raise NotImplementedError after the tiling."""
+    array, without scales), filled by the run. Tiling failures raise TilingError (561002); bias / expert_idx raise
+    NotImplementedError after the tiling."""
     soc = get_soc(soc)
     for name, t in (("grad_y", grad_y), ("expanded_row_idx", expanded_row_idx),
                     ("grad_expanded_x_out", grad_expanded_x_out), ("grad_scales_out", grad_scales_out)):
@@ -109,8 +109,6 @@ def get_workspace_size(grad_y, expanded_row_idx, expanded_x=None, scales=None, e
         raise NotImplementedError(f"{OP}: only dropPadMode 0 / 1 without expert_idx / bias is simulated (what "
                                   "MoeTokenUnpermuteGrad passes)")
     key, f = result.tiling_key, result.fields
-    if key in (KEY_CUT_H, KEY_CUT_H_BIAS):
-        raise NotImplementedError("cut H: see split_h")
     td = _STRUCTS[key](*f.values())
     gm = GmTensors(gm_tensor(gy, 0), gm_tensor(idx, 1, np.int32), _expanded_x(ex, gy), *_byte_views(sc, 3, False),
                    gm_tensor(gex, 4), *_byte_views(gsc if sc is not None else None, 5, True))

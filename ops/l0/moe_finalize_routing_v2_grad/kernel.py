@@ -20,7 +20,7 @@ from collections import namedtuple
 from ascend_sim import SYNC_ALL, Kernel, PipePhase
 from ascend_sim.check import RaceWaiver
 
-from . import not_split_h, without_scale
+from . import not_split_h, split_h, without_scale
 from .base import init_out_not_cut_h_stage
 
 OP = "MoeFinalizeRoutingV2Grad"
@@ -84,9 +84,10 @@ KERNELS = {
                    without_scale.init_out_cut_h_stage, without_scale.cut_h_process, WITHOUT_SCALE_RACES),
     20011: _kernel("MoeFinalizeRoutingV2GradRegbaseNotCutH", not_split_h.BUFFERS_SUM, init_out_not_cut_h_stage,
                    not_split_h.not_cut_h_process, (TAIL_LOAD_RACE,)),
+    20012: split_h.KERNEL,
 }
-"""By tiling key; 20011 without binaryAddSumBuf (H < 64) is KERNELS_SMALL_H[20011]. The cut-H keys (20012 / 20022)
-are split_h's; the bias keys (20021 / 20022) are never launched by the family."""
+"""By tiling key; 20011 without binaryAddSumBuf (H < 64) is KERNELS_SMALL_H[20011]. The bias keys (20021 / 20022)
+are never launched by the family."""
 
 KERNELS_SMALL_H = {
     20011: _kernel("MoeFinalizeRoutingV2GradRegbaseNotCutH", not_split_h.BUFFERS, init_out_not_cut_h_stage,

@@ -12,8 +12,7 @@ lanes, masked lanes +0 (the simulator's ReduceSum; the lane order of the chip's 
 
 Most cases use a custom UB (8000 bytes: mainFactor 144 fp32 / 288 for 16-bit, not powers of two, so every block
 has a head and a tail) so that cut-H shapes stay small; the stock profile is run on both sides of its cut. The
-kernel is launched through a test-local launcher built as ops/l0/moe_finalize_routing_v2 builds its Executor
-(the l0's own __init__ is another branch's).
+kernel is launched through the l0's get_workspace_size / run.
 """
 from __future__ import annotations
 
@@ -21,11 +20,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ascend_sim.datacopy import GlobalTensor
-from ascend_sim.dtypes import dt_of, gm_view
-from ops._framework import Executor, gm_tensor, run_executor
-from ops.l0.moe_finalize_routing_v2_grad.kernel import GmTensors, Template
-from ops.l0.moe_finalize_routing_v2_grad.split_h import KERNEL, MoeFinalizeRoutingV2GradSplitHTilingData
+import ops.l0.moe_finalize_routing_v2_grad as l0
 from tiling import get_soc
 from tiling.moe_finalize_routing_v2_grad import KEY_CUT_H, moe_finalize_routing_v2_grad as tiling
 
@@ -34,35 +29,19 @@ f32 = np.float32
 DT = {"fp32": F32, "fp16": F16, "bf16": BF16}
 SMALL = get_soc("ascend950", ub_size=8000, aiv_num=3)
 STOCK = get_soc("ascend950")
-API = "l0op::MoeFinalizeRoutingV2Grad"
-GM_NAMES = ("grad_y", "expanded_row_idx", "expanded_x", "scales", "grad_expanded_x", "grad_scales")
 SENTINEL = 0x7A                                  # every byte of grad_expanded_x before the launch
 
 
 # ---------------------------------------------------------------------------------------------------- launcher
 
-def _scales_views(a, write):
-    raw = gm_view(a).reshape(-1).view(np.uint8)
-    u16, f32 = raw[: raw.size - raw.size % 2].view(np.uint16), raw[: raw.size - raw.size % 4].view(np.float32)
-    if not write:
-        for v in (u16, f32):
-            v.setflags(write=False)
-    return GlobalTensor(u16, 3 if not write else 5, 0), GlobalTensor(f32, 3 if not write else 5, 0)
-
-
 def launch(gy, idx, ex, sc, gex, gsc, *, soc, mode=0, active_num=0, expert_num=0, expert_capacity=0, check=None):
-    """Tiling (must pick 20012), then the kernel on gex / gsc in place. Returns the TilingResult."""
-    result = tiling(gy, idx, ex, sc, None, None, mode, active_num, expert_num, expert_capacity,
-                    grad_expanded_x_out=gex, grad_scales_out=gsc, soc=soc)
+    """The l0 (tiling, which must pick 20012, then the kernel on gex / gsc in place). Returns the TilingResult."""
+    _, executor = l0.get_workspace_size(gy, idx, ex, sc, drop_pad_mode=mode, active_num=active_num,
+                                        expert_num=expert_num, expert_capacity=expert_capacity,
+                                        grad_expanded_x_out=gex, grad_scales_out=gsc, soc=soc)
+    result = executor.tiling
     assert result.tiling_key == KEY_CUT_H, result.tiling_key
-    td = MoeFinalizeRoutingV2GradSplitHTilingData(*result.fields.values())
-    gm = GmTensors(gm_tensor(gy, 0), gm_tensor(idx, 1, np.int32), gm_tensor(ex, 2), *_scales_views(sc, False),
-                   gm_tensor(gex, 4), *_scales_views(gsc, True))
-    tmpl = Template(dt_of(gy.dtype), dt_of(sc.dtype), 1, mode)
-    tensors = dict(grad_y=gy, expanded_row_idx=idx, expanded_x=ex, scales=sc, grad_expanded_x=gex, grad_scales=gsc)
-    executor = Executor("MoeFinalizeRoutingV2Grad", result, KERNEL, (td, gm, tmpl), GM_NAMES, api=API,
-                        tensors=tensors, writes=(gex, gsc))
-    run_executor(API, np.zeros(result.workspace_size, np.uint8), result.workspace_size, executor, None, check)
+    l0.run(np.zeros(result.workspace_size, np.uint8), result.workspace_size, executor, check=check)
     return result
 
 
