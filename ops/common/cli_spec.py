@@ -151,10 +151,12 @@ def routing_title(op: str, soc) -> str:
 
 def routing_demo(op: str, examples, table, soc, values: bool) -> list:
     """Demo cases of a routing-map op: (label, make_inputs keywords) rows at tokens 512, hidden 4096, experts 64,
-    bf16 (seed 3)."""
+    bf16 (seed 3); a label may be a (910B / 910_93 label, 950 label) pair where the kernels differ."""
     tokens, hidden, experts = 512, 4096, 64
     cases = []
     for label, case in table:
+        if isinstance(label, tuple):
+            label = label[1] if soc.is_regbase else label[0]
         args = examples.make_inputs(tokens, hidden, experts, dtype="bf16", seed=3, values=values, **case)
         shape = f"{tokens}x{hidden} E{experts} " + (f"cap {case['capacity']}" if "capacity" in case
                                                       else f"topK {case['topk']}")
@@ -187,10 +189,12 @@ def slots_per_token(a: argparse.Namespace, op: str) -> int:
 
 
 def index_demo(op: str, make_args, table, soc) -> list:
-    """Demo cases of an index-family op from (label, make_inputs keywords) rows; make_args(keywords) builds one."""
+    """Demo cases of an index-family op from (label, label on 950, make_inputs keywords) rows; make_args(keywords)
+    builds one. The 950 label names what runs there (another family's l0 operator, not this op's kernel keys)."""
     tokens, hidden, _, top_k = INDEX_DEMO_SHAPE
     cases = []
-    for label, case in table:
+    for label_membase, label_regbase, case in table:
+        label = label_regbase if soc.is_regbase else label_membase
         shape = f"{tokens}x{hidden} topK {top_k}" + (f" keep {case['num_out_tokens']}" if "num_out_tokens" in case
                                                      else "")
         cases.append(DemoCase(op, label, soc, make_args(case), shape))

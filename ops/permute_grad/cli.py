@@ -48,9 +48,9 @@ def _golden(args: dict, tiling) -> tuple:
 
 
 DEMO = [
-    # (label, make_inputs keywords)
-    ("key 0 (kernel G, no probs)", dict()),
-    ("key 0, rows dropped by numOutTokens", dict(num_out_tokens=3000)),
+    # (label, label on 950, make_inputs keywords)
+    ("key 0 (kernel G, no probs)", "MoeInitRoutingV2Grad", dict()),
+    ("key 0, rows dropped by numOutTokens", "rows dropped by numOutTokens", dict(num_out_tokens=3000)),
 ]
 
 

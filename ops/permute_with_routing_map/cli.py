@@ -32,7 +32,8 @@ DEMO = [
     # (label, make_inputs keywords)
     ("non-pad, probs (masked select, sort, copy)", dict(topk=8)),
     ("non-topK rows (-1 slots: rank, scatter)", dict(topk=8, full_topk=False)),
-    ("key 9 dropAndPad (last-dim sort + GatherV2)", dict(capacity=128, drop_and_pad=True)),
+    (("key 9 dropAndPad (last-dim sort + GatherV2)", "key 9 dropAndPad (last-dim sort, in-kernel gathers)"),
+     dict(capacity=128, drop_and_pad=True)),
 ]
 
 SPEC = OpSpec(

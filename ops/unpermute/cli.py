@@ -30,11 +30,11 @@ def _inputs(a: argparse.Namespace) -> dict:
 
 
 DEMO = [
-    # (label, make_inputs keywords)
-    ("key 1 probs (kernel G)", dict()),
-    ("key 25 bf16 tokens, fp32 probs", dict(probs_dtype="fp32")),
-    ("key 0 no probs", dict(with_probs=False)),
-    ("key 1, rows dropped by numOutTokens", dict(num_out_tokens=3000)),
+    # (label, label on 950, make_inputs keywords)
+    ("key 1 probs (kernel G)", "probs (MoeFinalizeRoutingV2)", dict()),
+    ("key 25 bf16 tokens, fp32 probs", "bf16 tokens, fp32 probs", dict(probs_dtype="fp32")),
+    ("key 0 no probs", "no probs", dict(with_probs=False)),
+    ("key 1, rows dropped by numOutTokens", "probs, rows dropped by numOutTokens", dict(num_out_tokens=3000)),
 ]
 
 

@@ -44,10 +44,10 @@ def _inputs(a: argparse.Namespace) -> dict:
 
 
 DEMO = [
-    # (label, make_inputs keywords)
-    ("key 0 no probs (copy)", dict(with_probs=False)),
-    ("key 1 probs (ReduceSumFunc)", dict()),
-    ("key 1 bf16 grads, fp32 probs", dict(probs_dtype="fp32")),
+    # (label, label on 950, make_inputs keywords)
+    ("key 0 no probs (copy)", "no probs (row copies)", dict(with_probs=False)),
+    ("key 1 probs (ReduceSumFunc)", "probs (CalcGradScaleVF)", dict()),
+    ("key 1 bf16 grads, fp32 probs", "bf16 grads, fp32 probs", dict(probs_dtype="fp32")),
 ]
 
 
