@@ -9,20 +9,33 @@ from .._memory import data_address
 from ..faults import fault
 from ..layout import (CALL_R_ARANGE, CALL_R_CAST, CALL_R_DUPLICATE, CALL_R_GATHER_MASK, CALL_R_INTERLEAVE, F_ELEM_TYPE,
                       F_PARAM, P_MASK)
-from .registers import KIND_CAST, KIND_MOVE, ZEROING, _instr, _same_type, _vtmp_u8
+from .registers import KIND_CAST, KIND_MOVE, ZEROING, _instr, _lane, _same_type, _splat, _vtmp_u8
+
+
+def _move_lanes(fetch, name: str):
+    """The masked lane loop of a move: dst[i] = fetch(src, i) on the active lanes (src a register, or a scalar),
+    the others zeroed (ZEROING) or kept (MERGING). `fetch` is bound when the loop is made, so each loop compiles
+    only its own operand read."""
+    def lanes(dst, src, mask, mode):
+        isz = dst.itemsize
+        for i in range(dst.size):
+            if mask[i * isz] != 0:
+                dst[i] = fetch(src, i)
+            elif mode == ZEROING:
+                dst[i] = 0
+    lanes.__name__ = lanes.__qualname__ = name
+    return aicore(lanes)
+
+
+_fill_lanes = _move_lanes(_splat, "_fill_lanes")
+_copy_lanes = _move_lanes(_lane, "_copy_lanes")
 
 
 @aicore
 def vduplicate(c, dst, s, mask, mode=ZEROING):
     """MicroAPI::Duplicate(dst, scalar, mask)."""
-    if not _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
-        return
-    isz = dst.itemsize
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            dst[i] = s
-        elif mode == ZEROING:
-            dst[i] = 0
+    if _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
+        _fill_lanes(dst, s, mask, mode)
 
 
 @aicore
@@ -37,33 +50,16 @@ def vduplicate_all(c, dst, s):
 @aicore
 def vduplicate_reg(c, dst, src, mask, mode=ZEROING):
     """MicroAPI::Duplicate(dst, srcReg, mask): lane 0 of src in every active lane of dst."""
-    if not _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
-        return
-    if not _same_type(c, CALL_R_DUPLICATE, dst, src):
-        return
-    isz = dst.itemsize
-    v = src[0]
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            dst[i] = v
-        elif mode == ZEROING:
-            dst[i] = 0
+    if _instr(c, CALL_R_DUPLICATE, KIND_MOVE) and _same_type(c, CALL_R_DUPLICATE, dst, src):
+        _fill_lanes(dst, src[0], mask, mode)
 
 
 @aicore
 def vcopy(c, dst, src, mask, mode=ZEROING):
     """MicroAPI::Copy<T, mode>(dst, src, mask): the active lanes of src into dst; the others zeroed (ZEROING) or
     kept (MERGING)."""
-    if not _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
-        return
-    if not _same_type(c, CALL_R_DUPLICATE, dst, src):
-        return
-    isz = dst.itemsize
-    for i in range(dst.size):
-        if mask[i * isz] != 0:
-            dst[i] = src[i]
-        elif mode == ZEROING:
-            dst[i] = 0
+    if _instr(c, CALL_R_DUPLICATE, KIND_MOVE) and _same_type(c, CALL_R_DUPLICATE, dst, src):
+        _copy_lanes(dst, src, mask, mode)
 
 
 @aicore
