@@ -10,7 +10,7 @@ from ..dtypes import (CAST_CEIL, CAST_FLOOR, CAST_ODD, CAST_RINT, CAST_ROUND, CA
                       DT_FLOAT16, DT_INT32, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
                       f32_bits_to_f16_bits)
 from ..faults import fault
-from ..layout import CALL_R_CAST, F_CAST_PAIR, F_ELEM_TYPE, F_PARAM, P_MASK
+from ..layout import CALL_R_CAST, CALL_R_TRUNCATE, F_CAST_PAIR, F_ELEM_TYPE, F_PARAM, P_MASK
 from .registers import KIND_CAST, ZEROING, _b16_operands, _instr
 
 LAYOUT_ZERO = 0          # RegLayout::ZERO: the narrow element sits in the even (low) half of its wide lane
@@ -79,13 +79,13 @@ def vcast_i32_to_f32(c, dst, src, rnd, mask, mode=ZEROING):
 def vtruncate(c, dst, src, rnd, mask, mode=ZEROING):
     """MicroAPI::Truncate<float, rnd>(dst, src, mask): fp32 rounded to an integral fp32 (RINT / ROUND / FLOOR /
     CEIL / TRUNC); the sign of a zero result is the source's; Inf and NaN pass through."""
-    if not _instr(c, CALL_R_CAST, KIND_CAST):
+    if not _instr(c, CALL_R_TRUNCATE, KIND_CAST):
         return
     if src.itemsize != 4 or dst.itemsize != 4:
-        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+        fault(c, F_ELEM_TYPE, CALL_R_TRUNCATE, dst.itemsize, src.itemsize)
         return
     if rnd != CAST_RINT and rnd != CAST_ROUND and rnd != CAST_FLOOR and rnd != CAST_CEIL and rnd != CAST_TRUNC:
-        fault(c, F_CAST_PAIR, CALL_R_CAST, DT_FLOAT, DT_FLOAT, rnd)
+        fault(c, F_CAST_PAIR, CALL_R_TRUNCATE, DT_FLOAT, DT_FLOAT, rnd)
         return
     for i in range(dst.size):
         if mask[i * 4] != 0:

@@ -9,7 +9,8 @@ import numpy as np
 from .. import check as chk
 from .._jit import aicore
 from ..faults import fault
-from ..layout import CALL_R_STORE, CALL_VF, F_ELEM_TYPE, F_PARAM, N_UREGS, P_COUNT, PIPE_V, UREG_BASE, UREG_WORDS
+from ..layout import (CALL_R_STORE, CALL_R_STORE_UNALIGN, CALL_R_STORE_UNALIGN_POST, CALL_VF, F_ELEM_TYPE, F_PARAM,
+                      N_UREGS, P_COUNT, PIPE_V, UREG_BASE, UREG_WORDS)
 from ..local import note_ub_write
 from .registers import KIND_STORE, VL, _instr
 from .ub_access import _ub_reach, _ub_span
@@ -50,15 +51,15 @@ def reg_store_unalign(c, t, src, offset, count):
     implied: the bytes land at once). Returns offset + count."""
     lanes = src.size
     isz = src.itemsize
-    if not _instr(c, CALL_R_STORE, KIND_STORE):
+    if not _instr(c, CALL_R_STORE_UNALIGN, KIND_STORE):
         return offset + count
     if isz != t.itemsize:
-        fault(c, F_ELEM_TYPE, CALL_R_STORE, t.itemsize, isz)
+        fault(c, F_ELEM_TYPE, CALL_R_STORE_UNALIGN, t.itemsize, isz)
         return offset + count
     if count < 0 or count > lanes:
-        fault(c, F_PARAM, CALL_R_STORE, P_COUNT, count, 0, lanes)
+        fault(c, F_PARAM, CALL_R_STORE_UNALIGN, P_COUNT, count, 0, lanes)
         return offset + count
-    a = _ub_span(c, CALL_R_STORE, t, offset, count * isz, isz)
+    a = _ub_span(c, CALL_R_STORE_UNALIGN, t, offset, count * isz, isz)
     if a < 0:
         return offset + count
     chk.ub(c, CALL_VF, PIPE_V, a, count * isz, True)
@@ -195,21 +196,21 @@ def reg_store_unalign_stream(c, t, src, u, offset, count):
     """
     lanes = src.size
     isz = src.itemsize
-    if not _instr(c, CALL_R_STORE, KIND_STORE):
+    if not _instr(c, CALL_R_STORE_UNALIGN, KIND_STORE):
         return offset + count
     if isz != t.itemsize:
-        fault(c, F_ELEM_TYPE, CALL_R_STORE, t.itemsize, isz)
+        fault(c, F_ELEM_TYPE, CALL_R_STORE_UNALIGN, t.itemsize, isz)
         return offset + count
     if count < 0 or count > lanes:
-        fault(c, F_PARAM, CALL_R_STORE, P_COUNT, count, 0, lanes)
+        fault(c, F_PARAM, CALL_R_STORE_UNALIGN, P_COUNT, count, 0, lanes)
         return offset + count
-    a = _ub_reach(c, CALL_R_STORE, t, offset, count * isz, isz)
+    a = _ub_reach(c, CALL_R_STORE_UNALIGN, t, offset, count * isz, isz)
     if a < 0:
         return offset + count
     w = _ureg_words(c, u)
     held = w[0:4].view(np.uint8)
     if w[5] > 0 and w[4] + w[5] != a:
-        fault(c, F_PARAM, CALL_R_STORE, P_COUNT, a, w[4] + w[5], w[4] + w[5])
+        fault(c, F_PARAM, CALL_R_STORE_UNALIGN, P_COUNT, a, w[4] + w[5], w[4] + w[5])
         return offset + count
     if w[5] == 0:
         w[4] = a
@@ -227,14 +228,14 @@ def reg_store_unalign_stream(c, t, src, u, offset, count):
 def reg_store_unalign_post(c, t, u, offset, post):
     """DataCopyUnAlignPost(addr, ureg u, post): write the bytes u holds (the stream's tail) and empty u; the
     address must be where the stream stopped. Returns offset + post."""
-    if not _instr(c, CALL_R_STORE, KIND_STORE):
+    if not _instr(c, CALL_R_STORE_UNALIGN_POST, KIND_STORE):
         return offset + post
-    a = _ub_reach(c, CALL_R_STORE, t, offset, 0, t.itemsize)
+    a = _ub_reach(c, CALL_R_STORE_UNALIGN_POST, t, offset, 0, t.itemsize)
     if a < 0:
         return offset + post
     w = _ureg_words(c, u)
     if w[5] > 0 and w[4] + w[5] != a:
-        fault(c, F_PARAM, CALL_R_STORE, P_COUNT, a, w[4] + w[5], w[4] + w[5])
+        fault(c, F_PARAM, CALL_R_STORE_UNALIGN_POST, P_COUNT, a, w[4] + w[5], w[4] + w[5])
         return offset + post
     _ureg_write_held(c, w)
     return offset + post
