@@ -34,7 +34,7 @@ from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST
                      f32_bits_to_bf16_bits_rint,
                      f32_bits_to_f16_bits, i64_to_f32_bits)
 from .faults import fault, issue
-from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset
+from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset, vector_operands
 
 CopyRepeatParams = namedtuple("CopyRepeatParams", ["dstStride", "srcStride", "dstRepeatSize", "srcRepeatSize"])
 """Copy strides in 32-byte blocks: between blocks of a repeat, and between repeats."""
@@ -349,15 +349,7 @@ def _copy_operands(c, dst, src, dst_elems, src_elems):
     """The operand checks of both Copy forms: dst and src 32-byte aligned, holding the dst_elems / src_elems
     elements from their starts that the instruction touches; in checked mode the accesses are recorded. dst's UB
     offset, or -1 after a fault."""
-    d = ub_aligned_offset(c, dst, CALL_COPY)
-    s = ub_aligned_offset(c, src, CALL_COPY)
-    if d < 0 or s < 0:
-        return -1
-    if not check_count(c, dst, dst_elems, CALL_COPY) or not check_count(c, src, src_elems, CALL_COPY):
-        return -1
-    if c.state[CHK_MODE] != 0:
-        chk.vector_access(c, CALL_COPY, d, dst_elems * dst.itemsize, s, src_elems * src.itemsize, -1, 0)
-    return d
+    return vector_operands(c, CALL_COPY, dst, dst_elems, src, src_elems)
 
 
 @outline
