@@ -26,8 +26,8 @@ from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._outline import outline
 from . import check as chk
 from .layout import (CALL_ADD, CALL_ADDS, CALL_BLOCK_REDUCE_SUM, CALL_CAST, CALL_COPY, CALL_DUPLICATE, CALL_MUL,
-                     CALL_MULS, CALL_WHOLE_REDUCE_SUM, CHK_MODE, CNT_V_ELEMS, F_CAST_PAIR, F_PARAM, F_UB_ALIGN,
-                     F_UB_OOB, PIPE_V, P_BLK_STRIDE, P_COUNT, P_MASK, P_REPEAT)
+                     CALL_MULS, CALL_WHOLE_REDUCE_SUM, CHK_MODE, CNT_V_ELEMS, F_CAST_PAIR, F_ELEM_TYPE, F_PARAM,
+                     F_UB_ALIGN, F_UB_OOB, PIPE_V, P_BLK_STRIDE, P_COUNT, P_MASK, P_REPEAT)
 from .timeline import repeats_of, vector
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16,
                      DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
@@ -349,6 +349,10 @@ def _copy_operands(c, dst, src, dst_elems, src_elems):
     """The operand checks of both Copy forms: dst and src 32-byte aligned, holding the dst_elems / src_elems
     elements from their starts that the instruction touches; in checked mode the accesses are recorded. dst's UB
     offset, or -1 after a fault."""
+    if dst.itemsize != src.itemsize:
+        # Copy<T> takes one T (fp16 and bf16 share their storage: the element width is what a view tells apart)
+        fault(c, F_ELEM_TYPE, CALL_COPY, dst.itemsize, src.itemsize)
+        return -1
     return vector_operands(c, CALL_COPY, dst, dst_elems, src, src_elems)
 
 
