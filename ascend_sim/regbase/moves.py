@@ -9,33 +9,20 @@ from .._memory import data_address
 from ..faults import fault
 from ..layout import (CALL_R_ARANGE, CALL_R_COPY, CALL_R_DEINTERLEAVE, CALL_R_DUPLICATE, CALL_R_GATHER_MASK,
                       CALL_R_INTERLEAVE, CALL_R_PACK, CALL_R_UNPACK, F_ELEM_TYPE, F_PARAM, P_MASK)
-from .registers import KIND_CAST, KIND_MOVE, ZEROING, _instr, _lane, _same_type, _splat, _vtmp_u8
-
-
-def _move_lanes(fetch, name: str):
-    """The masked lane loop of a move: dst[i] = fetch(src, i) on the active lanes (src a register, or a scalar),
-    the others zeroed (ZEROING) or kept (MERGING). `fetch` is bound when the loop is made, so each loop compiles
-    only its own operand read."""
-    def lanes(dst, src, mask, mode):
-        isz = dst.itemsize
-        for i in range(dst.size):
-            if mask[i * isz] != 0:
-                dst[i] = fetch(src, i)
-            elif mode == ZEROING:
-                dst[i] = 0
-    lanes.__name__ = lanes.__qualname__ = name
-    return aicore(lanes)
-
-
-_fill_lanes = _move_lanes(_splat, "_fill_lanes")
-_copy_lanes = _move_lanes(_lane, "_copy_lanes")
+from .registers import KIND_CAST, KIND_MOVE, ZEROING, _instr, _same_type, _vtmp_u8
 
 
 @aicore
 def vduplicate(c, dst, s, mask, mode=ZEROING):
     """MicroAPI::Duplicate(dst, scalar, mask)."""
-    if _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
-        _fill_lanes(dst, s, mask, mode)
+    if not _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
+        return
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = s
+        elif mode == ZEROING:
+            dst[i] = 0
 
 
 @aicore
@@ -47,19 +34,38 @@ def vduplicate_all(c, dst, s):
         dst[i] = s
 
 
+# vduplicate_reg and vcopy keep their own lane loops: one loop shared through a device function of its own (the
+# operand read its argument) compiles 8 more specialisations over the test_regbase* files than these 6 lines cost.
 @aicore
 def vduplicate_reg(c, dst, src, mask, mode=ZEROING):
     """MicroAPI::Duplicate(dst, srcReg, mask): lane 0 of src in every active lane of dst."""
-    if _instr(c, CALL_R_DUPLICATE, KIND_MOVE) and _same_type(c, CALL_R_DUPLICATE, dst, src):
-        _fill_lanes(dst, src[0], mask, mode)
+    if not _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
+        return
+    if not _same_type(c, CALL_R_DUPLICATE, dst, src):
+        return
+    isz = dst.itemsize
+    v = src[0]
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = v
+        elif mode == ZEROING:
+            dst[i] = 0
 
 
 @aicore
 def vcopy(c, dst, src, mask, mode=ZEROING):
     """MicroAPI::Copy<T, mode>(dst, src, mask): the active lanes of src into dst; the others zeroed (ZEROING) or
     kept (MERGING)."""
-    if _instr(c, CALL_R_COPY, KIND_MOVE) and _same_type(c, CALL_R_COPY, dst, src):
-        _copy_lanes(dst, src, mask, mode)
+    if not _instr(c, CALL_R_COPY, KIND_MOVE):
+        return
+    if not _same_type(c, CALL_R_COPY, dst, src):
+        return
+    isz = dst.itemsize
+    for i in range(dst.size):
+        if mask[i * isz] != 0:
+            dst[i] = src[i]
+        elif mode == ZEROING:
+            dst[i] = 0
 
 
 @aicore

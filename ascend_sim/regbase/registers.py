@@ -124,19 +124,6 @@ def _vtmp_u8(c):
     return c.state[VTMP_BASE: VTMP_BASE + 2 * VREG_WORDS].view(np.uint8)
 
 
-# Operand fetches of the masked lane loops (arith, moves): what lane i of an instruction reads from an operand.
-@aicore
-def _lane(x, i):
-    """A register operand: its lane i."""
-    return x[i]
-
-
-@aicore
-def _splat(x, i):
-    """A scalar operand: the same value in every lane."""
-    return x
-
-
 @aicore
 def _same_type(c, call, x, y):
     if x.itemsize != y.itemsize:
