@@ -98,7 +98,7 @@ def attach(state: np.ndarray, mode: int, ub_size: int, waivers=()) -> np.ndarray
     The shadow is flat int64: SHADOW_COLS words per 32-byte block (a run's record lives in its first block),
     then the run-start bitmap, one bit per block and a sentinel bit. It starts as one run nothing has accessed."""
     if len(waivers) > CHK_WAIVERS:
-        raise ValueError(f"a kernel may waive at most {CHK_WAIVERS} races, got {len(waivers)}")
+        raise ConfigError(f"a kernel may waive at most {CHK_WAIVERS} races, got {len(waivers)}", setting="waivers")
     blocks = (ub_size + SHADOW_BLOCK - 1) // SHADOW_BLOCK
     shadow = np.zeros(blocks * SHADOW_COLS + blocks // 64 + 1, dtype=np.int64)
     bitmap = shadow[blocks * SHADOW_COLS:].view(np.uint64)
@@ -123,9 +123,14 @@ class RaceWaiver:
 
     def __init__(self, first_pipe: str, first: str, second_pipe: str, second: str, reason: str):
         ids = {name: k for k, name in CALL_NAMES.items()}
-        for call in (first, second):
+        for setting, call in (("first", first), ("second", second)):
             if call not in ids:
-                raise ValueError(f"unknown AscendC call {call!r}")
+                raise ConfigError(f"RaceWaiver {setting}: unknown AscendC call {call!r} (the names of "
+                                  f"layout.CALL_NAMES)", setting=setting)
+        for setting, pipe in (("first_pipe", first_pipe), ("second_pipe", second_pipe)):
+            if pipe not in PIPE_NAMES:
+                raise ConfigError(f"RaceWaiver {setting}: unknown pipe {pipe!r}, not one of {', '.join(PIPE_NAMES)}",
+                                  setting=setting)
         self.first_pipe, self.first, self.second_pipe, self.second, self.reason = (
             first_pipe, first, second_pipe, second, reason)
         self._codes = (PIPE_NAMES.index(first_pipe), ids[first], PIPE_NAMES.index(second_pipe), ids[second])

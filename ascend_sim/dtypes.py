@@ -19,6 +19,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from ._jit import aicore
+from .errors import UnsupportedDtypeError
 
 # ge::DataType codes (CANN graph engine); used as dtype tags inside kernels.
 DT_FLOAT = 0
@@ -69,7 +70,7 @@ def dt_of(dtype) -> int:
     try:
         return _NUMPY_TO_DT[np.dtype(dtype)]
     except (KeyError, TypeError):
-        raise ValueError(f"unsupported dtype {dtype!r}") from None
+        raise UnsupportedDtypeError(f"unsupported dtype {dtype!r}", dtype=dtype) from None
 
 
 def dt_name(code: int) -> str:

@@ -21,6 +21,38 @@ class ConfigError(ValueError):
         self.setting = setting
 
 
+class UnsupportedDtypeError(ValueError):
+    """A dtype that is no ge::DataType the simulator knows (dtypes.dt_of). A ValueError, as the argument checks
+    that turn it into an AclnnError catch it.
+
+    Attributes:
+        dtype: the dtype (or whatever was passed as one) at fault.
+    """
+
+    def __init__(self, message: str, *, dtype=None):
+        super().__init__(message)
+        self.dtype = dtype
+
+
+class BufferPlanError(ConfigError):
+    """A launch's UB plan whose buffers of one TPipe are not the kernel's (names or order). Raised before anything
+    is compiled or launched.
+
+    Attributes:
+        kernel: the kernel's name.
+        pipe: the TPipe the rows belong to.
+        plan_buffers: the buffer names the plan gives that TPipe, in order.
+        kernel_buffers: the buffer names the kernel declares for it.
+    """
+
+    def __init__(self, message: str, *, kernel: str, pipe: str, plan_buffers: tuple, kernel_buffers: tuple):
+        super().__init__(message, setting="plan")
+        self.kernel = kernel
+        self.pipe = pipe
+        self.plan_buffers = tuple(plan_buffers)
+        self.kernel_buffers = tuple(kernel_buffers)
+
+
 def whole_number(name: str, value, low: int, high: int, unit: str, error=ConfigError) -> int:
     """`value` as an int if it is a whole number (Python or NumPy integer, not a bool) in [low, high];
     otherwise `error` with a message naming the setting, the range and the unit."""

@@ -108,8 +108,9 @@ def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, cal
         kind = {0: "TQue", 1: "TQueBind", 2: "TBuf"}.get(a[1], str(a[1]))
         return errors.QueueError(f"'{que(a[0])}' is a {kind}, which this call does not accept", **where)
     if code == F_ELEM_TYPE:
-        return errors.ElementTypeError(f"the two sides of the copy have different element types ({a[0]}-byte and "
-                                     f"{a[1]}-byte elements); AscendC's DataCopy/DataCopyPad take one T", **where)
+        return errors.ElementTypeError(f"different element types, or ones this call does not take: {a[0]}-byte "
+                                     f"destination and {a[1]}-byte source elements (DataCopy, DataCopyPad and Copy "
+                                     f"take one T for both sides)", **where)
     if code == F_QUE_INDEX:
         return errors.QueueError(f"queue/TBuf index {a[0]} is not one of the {a[1]} buffers this TPipe's "
                                  f"InitBuffer calls created", **where)

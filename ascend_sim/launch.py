@@ -287,8 +287,9 @@ def _group_plan(kernel: Kernel, phases: list[PipePhase], plan: Sequence[UbBuffer
         rows = [b for b in plan if b.pipe == phase.pipe]
         names = tuple(b.name for b in rows)
         if names != phase.buffers:
-            raise ValueError(f"{kernel.name}: buffer plan of {phase.pipe!r} {names} does not match the kernel's "
-                             f"buffers {phase.buffers}")
+            raise errors.BufferPlanError(f"{kernel.name}: buffer plan of {phase.pipe!r} {names} does not match the "
+                                         f"kernel's buffers {phase.buffers}", kernel=kernel.name, pipe=phase.pipe,
+                                         plan_buffers=names, kernel_buffers=phase.buffers)
         groups.append(rows)
     return groups
 

@@ -228,15 +228,45 @@ CALL_R_CREATE_MASK = 49
 CALL_R_UPDATE_MASK = 50
 CALL_R_LOAD = 51
 CALL_R_STORE = 52
-CALL_R_ARITH = 53
+CALL_R_ADD = 53
 CALL_R_DUPLICATE = 54
 CALL_R_ARANGE = 55
 CALL_R_CAST = 56
 CALL_R_COMPARE = 57
 CALL_R_SELECT = 58
-CALL_R_REDUCE = 59
+CALL_R_REDUCE_SUM = 59
 CALL_R_GATHER_MASK = 62
 CALL_R_INTERLEAVE = 63
+# Each register instruction names its own AscendC call. Ids from 64 on are past the per-call cost table (N_CALL_IDS)
+# and the 6 bits the checked-mode shadow keeps of a call id: neither ever sees a register instruction.
+CALL_R_MASK_OR = 64
+CALL_R_MASK_DEINTERLEAVE = 65
+CALL_R_COPY = 66
+CALL_R_PACK = 67
+CALL_R_UNPACK = 68
+CALL_R_DEINTERLEAVE = 69
+CALL_R_TRUNCATE = 70
+CALL_R_COMPARE_SCALAR = 71
+CALL_R_LOAD_UNALIGN = 72
+CALL_R_LOAD_ALIGN = 73
+CALL_R_GATHER = 74
+CALL_R_STORE_UNALIGN = 75
+CALL_R_STORE_UNALIGN_POST = 76
+CALL_R_SUB = 77
+CALL_R_MUL = 78
+CALL_R_DIV = 79
+CALL_R_MAX = 80
+CALL_R_MIN = 81
+CALL_R_ABS = 82
+CALL_R_ADDS = 83
+CALL_R_MULS = 84
+CALL_R_MAXS = 85
+CALL_R_AND = 86
+CALL_R_SHIFT_LEFTS = 87
+CALL_R_SHIFT_RIGHTS = 88
+CALL_R_REDUCE_MAX = 89
+CALL_R_REDUCE_MIN = 90
+CALL_R_REDUCE_MAX_WITH_DATABLOCK = 91
 CALL_COMPARE_SCALAR = 60   # masked-select instructions (mask.py)
 CALL_GATHER_MASK = 61
 CALL_SIMT = 31             # Simt::VF_CALL / asc_vf_call (simt.py)
@@ -288,15 +318,43 @@ CALL_NAMES = {
     CALL_R_UPDATE_MASK: "MicroAPI::UpdateMask",
     CALL_R_LOAD: "MicroAPI::DataCopy(UB->RegTensor)",
     CALL_R_STORE: "MicroAPI::DataCopy(RegTensor->UB)",
-    CALL_R_ARITH: "MicroAPI arithmetic (Add/Sub/Mul/Div/Max/Min/Abs/Adds/Muls)",
+    CALL_R_ADD: "MicroAPI::Add",
+    CALL_R_SUB: "MicroAPI::Sub",
+    CALL_R_MUL: "MicroAPI::Mul",
+    CALL_R_DIV: "MicroAPI::Div",
+    CALL_R_MAX: "MicroAPI::Max",
+    CALL_R_MIN: "MicroAPI::Min",
+    CALL_R_ABS: "MicroAPI::Abs",
+    CALL_R_ADDS: "MicroAPI::Adds",
+    CALL_R_MULS: "MicroAPI::Muls",
+    CALL_R_MAXS: "MicroAPI::Maxs",
+    CALL_R_AND: "MicroAPI::And",
+    CALL_R_SHIFT_LEFTS: "MicroAPI::ShiftLefts",
+    CALL_R_SHIFT_RIGHTS: "MicroAPI::ShiftRights",
     CALL_R_DUPLICATE: "MicroAPI::Duplicate",
     CALL_R_ARANGE: "MicroAPI::Arange",
     CALL_R_CAST: "MicroAPI::Cast",
     CALL_R_COMPARE: "MicroAPI::Compare",
     CALL_R_SELECT: "MicroAPI::Select",
-    CALL_R_REDUCE: "MicroAPI reduction (ReduceSum/ReduceMax/ReduceMin)",
+    CALL_R_REDUCE_SUM: "MicroAPI::ReduceSum",
+    CALL_R_REDUCE_MAX: "MicroAPI::ReduceMax",
+    CALL_R_REDUCE_MIN: "MicroAPI::ReduceMin",
+    CALL_R_REDUCE_MAX_WITH_DATABLOCK: "MicroAPI::ReduceMaxWithDataBlock",
     CALL_R_GATHER_MASK: "MicroAPI::GatherMask",
-    CALL_R_INTERLEAVE: "MicroAPI::Interleave / DeInterleave",
+    CALL_R_INTERLEAVE: "MicroAPI::Interleave",
+    CALL_R_DEINTERLEAVE: "MicroAPI::DeInterleave",
+    CALL_R_MASK_OR: "MicroAPI::MaskOr",
+    CALL_R_MASK_DEINTERLEAVE: "MicroAPI::MaskDeInterleave",
+    CALL_R_COPY: "MicroAPI::Copy",
+    CALL_R_PACK: "MicroAPI::Pack",
+    CALL_R_UNPACK: "MicroAPI::UnPack",
+    CALL_R_TRUNCATE: "MicroAPI::Truncate",
+    CALL_R_COMPARE_SCALAR: "MicroAPI::CompareScalar",
+    CALL_R_LOAD_UNALIGN: "MicroAPI::DataCopyUnAlign(UB->RegTensor)",
+    CALL_R_LOAD_ALIGN: "MicroAPI::LoadAlign",
+    CALL_R_GATHER: "MicroAPI::DataCopyGather",
+    CALL_R_STORE_UNALIGN: "MicroAPI::DataCopyUnAlign(RegTensor->UB)",
+    CALL_R_STORE_UNALIGN_POST: "MicroAPI::DataCopyUnAlignPost",
     CALL_COMPARE_SCALAR: "CompareScalar",
     CALL_GATHER_MASK: "GatherMask",
     CALL_SIMT: "asc_vf_call (SIMT)",

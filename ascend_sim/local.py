@@ -10,9 +10,10 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
+from . import check as chk
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import data_address, ub_view
-from .layout import CALL_REINTERPRET_CAST, CNT_UB_HWM, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB
+from .layout import CALL_REINTERPRET_CAST, CHK_MODE, CNT_UB_HWM, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB
 from .faults import fault
 
 
@@ -118,3 +119,19 @@ def check_count(c, t, count, call):
         fault(c, F_UB_OOB, call, data_address(t) - data_address(c.ub), count * t.itemsize, t.nbytes)
         return False
     return True
+
+
+@aicore
+def vector_operands(c, call, dst, dst_elems, src, src_elems):
+    """The operand checks of a one-source vector instruction: dst and src 32-byte aligned, holding the dst_elems /
+    src_elems elements from their starts that it touches (both alignments are checked before either span); in
+    checked mode the two accesses are recorded. dst's UB byte offset, or -1 after a fault."""
+    d = ub_aligned_offset(c, dst, call)
+    s = ub_aligned_offset(c, src, call)
+    if d < 0 or s < 0:
+        return -1
+    if not check_count(c, dst, dst_elems, call) or not check_count(c, src, src_elems, call):
+        return -1
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, call, d, dst_elems * dst.itemsize, s, src_elems * src.itemsize, -1, 0)
+    return d

@@ -34,7 +34,7 @@ from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_RINT, CAST_ROUND, CA
                      DT_FLOAT16, DT_INT32, DT_UINT8, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits,
                      f32_bits_to_bf16_bits, f32_bits_to_f16_bits, i64_to_f32_bits, view_f32_as_u32)
 from .faults import fault, issue
-from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset
+from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset, vector_operands
 
 # AscendC CMPMODE
 CMP_LT = 0
@@ -314,15 +314,7 @@ def _cast_checks(c, supported, dst_dt, src_dt, mode, dst, src, count):
     c.state[CNT_V_ELEMS] += count
     if count == 0:
         return -1
-    d = ub_aligned_offset(c, dst, CALL_CAST)
-    s = ub_aligned_offset(c, src, CALL_CAST)
-    if d < 0 or s < 0:
-        return -1
-    if not check_count(c, dst, count, CALL_CAST) or not check_count(c, src, count, CALL_CAST):
-        return -1
-    if c.state[CHK_MODE] != 0:
-        chk.vector_access(c, CALL_CAST, d, count * dst.itemsize, s, count * src.itemsize, -1, 0)
-    return d
+    return vector_operands(c, CALL_CAST, dst, count, src, count)
 
 
 @outline

@@ -26,15 +26,15 @@ from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._outline import outline
 from . import check as chk
 from .layout import (CALL_ADD, CALL_ADDS, CALL_BLOCK_REDUCE_SUM, CALL_CAST, CALL_COPY, CALL_DUPLICATE, CALL_MUL,
-                     CALL_MULS, CALL_WHOLE_REDUCE_SUM, CHK_MODE, CNT_V_ELEMS, F_CAST_PAIR, F_PARAM, F_UB_ALIGN,
-                     F_UB_OOB, PIPE_V, P_BLK_STRIDE, P_COUNT, P_MASK, P_REPEAT)
+                     CALL_MULS, CALL_WHOLE_REDUCE_SUM, CHK_MODE, CNT_V_ELEMS, F_CAST_PAIR, F_ELEM_TYPE, F_PARAM,
+                     F_UB_ALIGN, F_UB_OOB, PIPE_V, P_BLK_STRIDE, P_COUNT, P_MASK, P_REPEAT)
 from .timeline import repeats_of, vector
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16,
                      DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
                      f32_bits_to_bf16_bits_rint,
                      f32_bits_to_f16_bits, i64_to_f32_bits)
 from .faults import fault, issue
-from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset
+from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset, vector_operands
 
 CopyRepeatParams = namedtuple("CopyRepeatParams", ["dstStride", "srcStride", "dstRepeatSize", "srcRepeatSize"])
 """Copy strides in 32-byte blocks: between blocks of a repeat, and between repeats."""
@@ -349,15 +349,11 @@ def _copy_operands(c, dst, src, dst_elems, src_elems):
     """The operand checks of both Copy forms: dst and src 32-byte aligned, holding the dst_elems / src_elems
     elements from their starts that the instruction touches; in checked mode the accesses are recorded. dst's UB
     offset, or -1 after a fault."""
-    d = ub_aligned_offset(c, dst, CALL_COPY)
-    s = ub_aligned_offset(c, src, CALL_COPY)
-    if d < 0 or s < 0:
+    if dst.itemsize != src.itemsize:
+        # Copy<T> takes one T (fp16 and bf16 share their storage: the element width is what a view tells apart)
+        fault(c, F_ELEM_TYPE, CALL_COPY, dst.itemsize, src.itemsize)
         return -1
-    if not check_count(c, dst, dst_elems, CALL_COPY) or not check_count(c, src, src_elems, CALL_COPY):
-        return -1
-    if c.state[CHK_MODE] != 0:
-        chk.vector_access(c, CALL_COPY, d, dst_elems * dst.itemsize, s, src_elems * src.itemsize, -1, 0)
-    return d
+    return vector_operands(c, CALL_COPY, dst, dst_elems, src, src_elems)
 
 
 @outline

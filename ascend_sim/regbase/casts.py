@@ -10,7 +10,7 @@ from ..dtypes import (CAST_CEIL, CAST_FLOOR, CAST_ODD, CAST_RINT, CAST_ROUND, CA
                       DT_FLOAT16, DT_INT32, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
                       f32_bits_to_f16_bits)
 from ..faults import fault
-from ..layout import CALL_R_CAST, F_CAST_PAIR, F_ELEM_TYPE, F_PARAM, P_MASK
+from ..layout import CALL_R_CAST, CALL_R_TRUNCATE, F_CAST_PAIR, F_ELEM_TYPE, F_PARAM, P_MASK
 from .registers import KIND_CAST, ZEROING, _b16_operands, _instr
 
 LAYOUT_ZERO = 0          # RegLayout::ZERO: the narrow element sits in the even (low) half of its wide lane
@@ -79,13 +79,13 @@ def vcast_i32_to_f32(c, dst, src, rnd, mask, mode=ZEROING):
 def vtruncate(c, dst, src, rnd, mask, mode=ZEROING):
     """MicroAPI::Truncate<float, rnd>(dst, src, mask): fp32 rounded to an integral fp32 (RINT / ROUND / FLOOR /
     CEIL / TRUNC); the sign of a zero result is the source's; Inf and NaN pass through."""
-    if not _instr(c, CALL_R_CAST, KIND_CAST):
+    if not _instr(c, CALL_R_TRUNCATE, KIND_CAST):
         return
     if src.itemsize != 4 or dst.itemsize != 4:
-        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+        fault(c, F_ELEM_TYPE, CALL_R_TRUNCATE, dst.itemsize, src.itemsize)
         return
     if rnd != CAST_RINT and rnd != CAST_ROUND and rnd != CAST_FLOOR and rnd != CAST_CEIL and rnd != CAST_TRUNC:
-        fault(c, F_CAST_PAIR, CALL_R_CAST, DT_FLOAT, DT_FLOAT, rnd)
+        fault(c, F_CAST_PAIR, CALL_R_TRUNCATE, DT_FLOAT, DT_FLOAT, rnd)
         return
     for i in range(dst.size):
         if mask[i * 4] != 0:
@@ -143,35 +143,6 @@ def vcast_u16_to_u32(c, dst, src, layout, mask, mode=ZEROING):
 
 
 @aicore
-def vcast_f32_to_f16(c, dst, src, rnd, layout, mask, mode=ZEROING):
-    """MicroAPI::Cast<half, float, CastTrait{layout, .., rnd}>(dst, src, mask): fp32 lane i (active by mask byte 4i)
-    to the half in uint16 slot 2i + layout of dst (a vreg_u16); the other slot of the lane is zeroed. Round modes
-    RINT / ROUND / FLOOR / CEIL / TRUNC / ODD; overflow goes to +-Inf (or the largest finite for the modes that
-    round towards it), NaN stays a quiet NaN."""
-    if not _instr(c, CALL_R_CAST, KIND_CAST):
-        return
-    if src.itemsize != 4 or dst.itemsize != 2:
-        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
-        return
-    if (rnd != CAST_RINT and rnd != CAST_ROUND and rnd != CAST_FLOOR and rnd != CAST_CEIL and rnd != CAST_TRUNC
-            and rnd != CAST_ODD):
-        fault(c, F_CAST_PAIR, CALL_R_CAST, DT_FLOAT16, DT_FLOAT, rnd)
-        return
-    if layout != LAYOUT_ZERO and layout != LAYOUT_ONE:
-        fault(c, F_PARAM, CALL_R_CAST, P_MASK, layout, LAYOUT_ZERO, LAYOUT_ONE)
-        return
-    bits = src.view(np.uint32)
-    for i in range(64):
-        if mask[i * 4] != 0:
-            h = f32_bits_to_f16_bits(bits[i], rnd)
-            dst[2 * i + layout] = h
-            dst[2 * i + 1 - layout] = 0
-        elif mode == ZEROING:
-            dst[2 * i] = 0
-            dst[2 * i + 1] = 0
-
-
-@aicore
 def vcast_f16_to_bf16(c, dst, src, rnd, mask, mode=ZEROING):
     """MicroAPI::Cast<bfloat16_t, half, CastTrait{UNKNOWN, UNKNOWN, .., rnd}>(dst, src, mask), same width (vreg_u16
     bit patterns in and out): the fp16 value (exact in fp32) rounded to bf16 by rnd (CAST_TRUNC: towards zero;
@@ -226,28 +197,45 @@ def vcast_half_to_f32(c, dst, src, src_t, layout, mask, mode=ZEROING):
             bits[i] = 0
 
 
-@aicore
-def vcast_f32_to_bf16(c, dst, src, rnd, layout, mask, mode=ZEROING):
-    """MicroAPI::Cast<bfloat16_t, float, CastTrait{layout, .., rnd}>(dst, src, mask): fp32 lane i to the bf16 in
-    16-bit slot 2i + layout of dst (a vreg_u16), the lane's other slot zeroed; RINT / ROUND / FLOOR / CEIL / TRUNC /
-    ODD as f32_bits_to_bf16_bits (NaN stays NaN)."""
-    if not _instr(c, CALL_R_CAST, KIND_CAST):
-        return
-    if src.itemsize != 4 or dst.itemsize != 2:
-        fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
-        return
-    if (rnd != CAST_RINT and rnd != CAST_ROUND and rnd != CAST_FLOOR and rnd != CAST_CEIL and rnd != CAST_TRUNC
-            and rnd != CAST_ODD):
-        fault(c, F_CAST_PAIR, CALL_R_CAST, DT_BF16, DT_FLOAT, rnd)
-        return
-    if layout != LAYOUT_ZERO and layout != LAYOUT_ONE:
-        fault(c, F_PARAM, CALL_R_CAST, P_MASK, layout, LAYOUT_ZERO, LAYOUT_ONE)
-        return
-    bits = src.view(np.uint32)
-    for i in range(64):
-        if mask[i * 4] != 0:
-            dst[2 * i + layout] = f32_bits_to_bf16_bits(bits[i], rnd)
-            dst[2 * i + 1 - layout] = 0
-        elif mode == ZEROING:
-            dst[2 * i] = 0
-            dst[2 * i + 1] = 0
+def _f32_to_b16_cast(convert, dst_t, name, doc):
+    """MicroAPI::Cast<half | bfloat16_t, float, CastTrait{layout, .., rnd}>(dst, src, mask) as its own device
+    function: fp32 lane i (active by mask byte 4i) to the 16-bit value convert(bits, rnd) in uint16 slot 2i + layout
+    of dst (a vreg_u16), the lane's other slot zeroed. Round modes RINT / ROUND / FLOOR / CEIL / TRUNC / ODD; dst_t
+    (DT_FLOAT16 or DT_BF16) names the pair in an F_CAST_PAIR fault. `convert` is bound when the cast is made, so
+    each compiles only its own rounding."""
+    def cast(c, dst, src, rnd, layout, mask, mode=ZEROING):
+        if not _instr(c, CALL_R_CAST, KIND_CAST):
+            return
+        if src.itemsize != 4 or dst.itemsize != 2:
+            fault(c, F_ELEM_TYPE, CALL_R_CAST, dst.itemsize, src.itemsize)
+            return
+        if (rnd != CAST_RINT and rnd != CAST_ROUND and rnd != CAST_FLOOR and rnd != CAST_CEIL and rnd != CAST_TRUNC
+                and rnd != CAST_ODD):
+            fault(c, F_CAST_PAIR, CALL_R_CAST, dst_t, DT_FLOAT, rnd)
+            return
+        if layout != LAYOUT_ZERO and layout != LAYOUT_ONE:
+            fault(c, F_PARAM, CALL_R_CAST, P_MASK, layout, LAYOUT_ZERO, LAYOUT_ONE)
+            return
+        bits = src.view(np.uint32)
+        for i in range(64):
+            if mask[i * 4] != 0:
+                dst[2 * i + layout] = convert(bits[i], rnd)
+                dst[2 * i + 1 - layout] = 0
+            elif mode == ZEROING:
+                dst[2 * i] = 0
+                dst[2 * i + 1] = 0
+    cast.__name__ = cast.__qualname__ = name
+    cast.__doc__ = doc
+    return aicore(cast)
+
+
+vcast_f32_to_f16 = _f32_to_b16_cast(f32_bits_to_f16_bits, DT_FLOAT16, "vcast_f32_to_f16", """\
+MicroAPI::Cast<half, float, CastTrait{layout, .., rnd}>(dst, src, mask): fp32 lane i (active by mask byte 4i) to the
+half in uint16 slot 2i + layout of dst (a vreg_u16); the other slot of the lane is zeroed. Round modes RINT / ROUND /
+FLOOR / CEIL / TRUNC / ODD; overflow goes to +-Inf (or the largest finite for the modes that round towards it), NaN
+stays a quiet NaN.""")
+
+vcast_f32_to_bf16 = _f32_to_b16_cast(f32_bits_to_bf16_bits, DT_BF16, "vcast_f32_to_bf16", """\
+MicroAPI::Cast<bfloat16_t, float, CastTrait{layout, .., rnd}>(dst, src, mask): fp32 lane i to the bf16 in 16-bit slot
+2i + layout of dst (a vreg_u16), the lane's other slot zeroed; RINT / ROUND / FLOOR / CEIL / TRUNC / ODD as
+f32_bits_to_bf16_bits (NaN stays NaN).""")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .._jit import aicore
-from ..layout import CALL_R_COMPARE, CALL_R_SELECT
+from ..layout import CALL_R_COMPARE, CALL_R_COMPARE_SCALAR, CALL_R_SELECT
 from .registers import KIND_CMPSEL, _instr, _same_type
 
 CMP_EQ, CMP_NE, CMP_GT, CMP_GE, CMP_LT, CMP_LE = range(6)   # CMPMODE
@@ -41,7 +41,7 @@ def vcompare(c, dst_mask, a, b, cmp, mask):
 @aicore
 def vcompare_scalar(c, dst_mask, a, s, cmp, mask):
     """MicroAPI::CompareScalar(dst_mask, a, scalar, mask)."""
-    if not _instr(c, CALL_R_COMPARE, KIND_CMPSEL):
+    if not _instr(c, CALL_R_COMPARE_SCALAR, KIND_CMPSEL):
         return
     isz = a.itemsize
     for i in range(a.size):

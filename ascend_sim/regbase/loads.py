@@ -9,7 +9,8 @@ from .. import check as chk
 from .._jit import aicore
 from .._memory import data_address, ub_view
 from ..faults import fault
-from ..layout import CALL_R_LOAD, CALL_VF, F_ELEM_TYPE, F_PARAM, F_UB_OOB, P_COUNT, P_MASK, PIPE_V
+from ..layout import (CALL_R_GATHER, CALL_R_LOAD, CALL_R_LOAD_ALIGN, CALL_R_LOAD_UNALIGN, CALL_VF, F_ELEM_TYPE, F_PARAM,
+                      F_UB_OOB, P_COUNT, P_MASK, PIPE_V)
 from ..local import ub_offset
 from .registers import HALF_LANES, KIND_LOAD, VL, _b16_operands, _instr
 from .ub_access import _ub_reach, _ub_span
@@ -53,15 +54,15 @@ def reg_load_unalign(c, dst, t, offset, count):
     """DataCopyUnAlign (with its UnalignReg pre-load): `count` (<= lanes) elements from any element address into the
     first lanes of dst; the rest of dst is zeroed. Returns offset + count (post-update)."""
     lanes = dst.size
-    if not _instr(c, CALL_R_LOAD, KIND_LOAD):
+    if not _instr(c, CALL_R_LOAD_UNALIGN, KIND_LOAD):
         return offset + count
     if dst.itemsize != t.itemsize:
-        fault(c, F_ELEM_TYPE, CALL_R_LOAD, dst.itemsize, t.itemsize)
+        fault(c, F_ELEM_TYPE, CALL_R_LOAD_UNALIGN, dst.itemsize, t.itemsize)
         return offset + count
     if count < 0 or count > lanes:
-        fault(c, F_PARAM, CALL_R_LOAD, P_COUNT, count, 0, lanes)
+        fault(c, F_PARAM, CALL_R_LOAD_UNALIGN, P_COUNT, count, 0, lanes)
         return offset + count
-    a = _ub_span(c, CALL_R_LOAD, t, offset, count * t.itemsize, t.itemsize)
+    a = _ub_span(c, CALL_R_LOAD_UNALIGN, t, offset, count * t.itemsize, t.itemsize)
     if a < 0:
         return offset + count
     chk.ub(c, CALL_VF, PIPE_V, a, count * t.itemsize, False)
@@ -173,17 +174,17 @@ def reg_load_align(c, dst, t, offset, unpack):
     Returns offset + the elements of the span (POST_MODE_UPDATE)."""
     lanes = dst.size
     n = lanes // 2 if unpack else lanes
-    if not _instr(c, CALL_R_LOAD, KIND_LOAD):
+    if not _instr(c, CALL_R_LOAD_ALIGN, KIND_LOAD):
         return offset + n
     if dst.itemsize != t.itemsize or (unpack and dst.itemsize != 2):
-        fault(c, F_ELEM_TYPE, CALL_R_LOAD, dst.itemsize, t.itemsize)
+        fault(c, F_ELEM_TYPE, CALL_R_LOAD_ALIGN, dst.itemsize, t.itemsize)
         return offset + n
     avail = t.size - offset
     if avail > n:
         avail = n
     if avail < 1:
         avail = 1           # the first element must lie in t (the fault names it)
-    a = _ub_span(c, CALL_R_LOAD, t, offset, avail * t.itemsize, 32)
+    a = _ub_span(c, CALL_R_LOAD_ALIGN, t, offset, avail * t.itemsize, 32)
     if a < 0:
         return offset + n
     chk.ub(c, CALL_VF, PIPE_V, a, avail * t.itemsize, False)
@@ -224,12 +225,12 @@ def reg_load_unpack4_b8(c, dst, t, offset):
 def reg_gather(c, dst, t, index, mask):
     """MicroAPI::DataCopyGather(dst, ubAddr, index, mask): active lane i reads element index[i] of t (element
     indices of t's type, every one checked to lie in t); inactive lanes are zeroed."""
-    if not _instr(c, CALL_R_LOAD, KIND_LOAD):
+    if not _instr(c, CALL_R_GATHER, KIND_LOAD):
         return
     if dst.itemsize != t.itemsize or index.itemsize != dst.itemsize:
-        fault(c, F_ELEM_TYPE, CALL_R_LOAD, dst.itemsize, t.itemsize)
+        fault(c, F_ELEM_TYPE, CALL_R_GATHER, dst.itemsize, t.itemsize)
         return
-    base = ub_offset(c, t, CALL_R_LOAD)
+    base = ub_offset(c, t, CALL_R_GATHER)
     if base < 0:
         return
     isz = dst.itemsize
@@ -237,7 +238,7 @@ def reg_gather(c, dst, t, index, mask):
         if mask[i * isz] != 0:
             k = np.int64(index[i])
             if k < 0 or k >= t.size:
-                fault(c, F_UB_OOB, CALL_R_LOAD, base, k * isz + isz, t.nbytes)
+                fault(c, F_UB_OOB, CALL_R_GATHER, base, k * isz + isz, t.nbytes)
                 return
     for i in range(dst.size):
         if mask[i * isz] != 0:

@@ -7,7 +7,8 @@ import numpy as np
 
 from .._jit import aicore
 from ..faults import fault
-from ..layout import CALL_R_CREATE_MASK, CALL_R_MASK_AND, CALL_R_UPDATE_MASK, F_PARAM, P_COUNT, P_MASK
+from ..layout import (CALL_R_CREATE_MASK, CALL_R_MASK_AND, CALL_R_MASK_DEINTERLEAVE, CALL_R_MASK_OR, CALL_R_UPDATE_MASK,
+                      F_PARAM, P_COUNT, P_MASK)
 from .registers import KIND_MASK, VL, _instr, _vtmp_u8
 
 # MaskPattern (CreateMask): a positive value n is VLn (the first n lanes); the others are:
@@ -83,7 +84,7 @@ def vmask_and(c, dst, a, b, mask):
 @aicore
 def vmask_or(c, dst, a, b, mask):
     """MicroAPI::MaskOr(dst, a, b, mask): predicate bytes a | b where mask is set, else 0."""
-    if not _instr(c, CALL_R_MASK_AND, KIND_MASK):
+    if not _instr(c, CALL_R_MASK_OR, KIND_MASK):
         return
     for i in range(VL):
         dst[i] = (1 if a[i] != 0 or b[i] != 0 else 0) if mask[i] != 0 else 0
@@ -93,10 +94,10 @@ def vmask_or(c, dst, a, b, mask):
 def vmask_deinterleave(c, dst0, dst1, a, b, elem_bytes):
     """MicroAPI::MaskDeInterleave<T>(dst0, dst1, a, b): the 2 * lanes predicates of T-lanes (a's, then b's) split
     into the even lanes (to dst0) and the odd ones (to dst1); in place allowed."""
-    if not _instr(c, CALL_R_MASK_AND, KIND_MASK):
+    if not _instr(c, CALL_R_MASK_DEINTERLEAVE, KIND_MASK):
         return
     if elem_bytes != 1 and elem_bytes != 2 and elem_bytes != 4:
-        fault(c, F_PARAM, CALL_R_MASK_AND, P_MASK, elem_bytes, 1, 4)
+        fault(c, F_PARAM, CALL_R_MASK_DEINTERLEAVE, P_MASK, elem_bytes, 1, 4)
         return
     tmp = _vtmp_u8(c)
     lanes = VL // elem_bytes

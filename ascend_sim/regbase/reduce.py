@@ -3,7 +3,7 @@ ReduceMaxWithDataBlock (one result per 32-byte block)."""
 from __future__ import annotations
 
 from .._jit import aicore
-from ..layout import CALL_R_REDUCE
+from ..layout import CALL_R_REDUCE_MAX, CALL_R_REDUCE_MAX_WITH_DATABLOCK, CALL_R_REDUCE_MIN, CALL_R_REDUCE_SUM
 from .registers import KIND_REDUCE, _instr, _same_type
 
 
@@ -11,9 +11,9 @@ from .registers import KIND_REDUCE, _instr, _same_type
 def vreduce_sum(c, dst, src, mask):
     """MicroAPI::ReduceSum(dst, src, mask): dst lane 0 = pairwise-tree sum of the active lanes (inactive ones add
     0), the other lanes 0. Integers wrap."""
-    if not _instr(c, CALL_R_REDUCE, KIND_REDUCE):
+    if not _instr(c, CALL_R_REDUCE_SUM, KIND_REDUCE):
         return
-    if not _same_type(c, CALL_R_REDUCE, dst, src):
+    if not _same_type(c, CALL_R_REDUCE_SUM, dst, src):
         return
     isz = src.itemsize
     n = src.size
@@ -29,10 +29,10 @@ def vreduce_sum(c, dst, src, mask):
 
 
 @aicore
-def _reduce_ext(c, dst, src, mask, want_max):
-    if not _instr(c, CALL_R_REDUCE, KIND_REDUCE):
+def _reduce_ext(c, call, dst, src, mask, want_max):
+    if not _instr(c, call, KIND_REDUCE):
         return
-    if not _same_type(c, CALL_R_REDUCE, dst, src):
+    if not _same_type(c, call, dst, src):
         return
     isz = src.itemsize
     found = False
@@ -53,22 +53,22 @@ def _reduce_ext(c, dst, src, mask, want_max):
 @aicore
 def vreduce_max(c, dst, src, mask):
     """MicroAPI::ReduceMax: dst lane 0 = the largest active lane (a NaN wins), others 0; no active lane: all 0."""
-    _reduce_ext(c, dst, src, mask, True)
+    _reduce_ext(c, CALL_R_REDUCE_MAX, dst, src, mask, True)
 
 
 @aicore
 def vreduce_min(c, dst, src, mask):
     """MicroAPI::ReduceMin, as vreduce_max."""
-    _reduce_ext(c, dst, src, mask, False)
+    _reduce_ext(c, CALL_R_REDUCE_MIN, dst, src, mask, False)
 
 
 @aicore
 def vreduce_max_with_datablock(c, dst, src, mask):
     """MicroAPI::ReduceMaxWithDataBlock(dst, src, mask): lane k of dst (k < 8) = the largest active lane of the
     register's 32-byte block k (0 if none is active; a NaN wins for floats), lanes 8.. zeroed; in place allowed."""
-    if not _instr(c, CALL_R_REDUCE, KIND_REDUCE):
+    if not _instr(c, CALL_R_REDUCE_MAX_WITH_DATABLOCK, KIND_REDUCE):
         return
-    if not _same_type(c, CALL_R_REDUCE, dst, src):
+    if not _same_type(c, CALL_R_REDUCE_MAX_WITH_DATABLOCK, dst, src):
         return
     isz = src.itemsize
     per = 32 // isz

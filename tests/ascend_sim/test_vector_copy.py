@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import AlignmentError, OutOfBoundsError
+from ascend_sim import AlignmentError, ElementTypeError, OutOfBoundsError
 from ascend_sim._jit import global_aicore
 from tiling import get_soc
 
@@ -19,16 +19,22 @@ X = np.arange(256, dtype=np.float32) + 0.5
 @global_aicore
 def copy_kernel(c, p, src, dst):
     """x = src (256 fp32) in UB, y = -1; p[0] 0: Copy(y[p[5]:p[1]], x[:p[2]], p[3]); 1: Copy(y[:p[1]], x[:p[2]],
-    mask p[3], repeatTime p[4], block stride 1, repeat stride 8); y dumped to dst."""
+    mask p[3], repeatTime p[4], block stride 1, repeat stride 8); 2 / 3: forms 0 / 1 with y seen as uint16 (a
+    different T); y dumped to dst."""
     x = asc.tbuf_get(c, 0, asc.ub_f32(c))
     y = asc.tbuf_get(c, 1, asc.ub_f32(c))
     asc.data_copy(c, x, asc.gm_at(src, 0), x.size)
     asc.duplicate(c, y, -1.0, y.size)
     asc.pipe_barrier(c, asc.PIPE_ALL)
+    yh = asc.view_as(c, y, asc.ub_u16(c))
     if p[0] == 0:
         asc.copy_count(c, y[p[5]: p[1]], x[: p[2]], p[3])
-    else:
+    elif p[0] == 1:
         asc.copy(c, y[: p[1]], x[: p[2]], p[3], p[4], asc.CopyRepeatParams(1, 1, 8, 8))
+    elif p[0] == 2:
+        asc.copy_count(c, yh[p[5]: p[1]], x[: p[2]], p[3])
+    else:
+        asc.copy(c, yh[: p[1]], x[: p[2]], p[3], p[4], asc.CopyRepeatParams(1, 1, 8, 8))
     asc.pipe_barrier(c, asc.PIPE_ALL)
     asc.data_copy(c, asc.gm_at(dst, 0), y, y.size)
 
@@ -68,3 +74,10 @@ def test_copy_by_hand(p, spans):
 def test_copy_operand_checks(p, error):
     with pytest.raises(error):
         launch(p)
+
+
+@pytest.mark.parametrize("p", [(2, 512, 256, 70), (3, 512, 256, 16, 2)], ids=["count-u16-from-f32", "repeat-u16-from-f32"])
+def test_copy_takes_one_element_type(p):
+    with pytest.raises(ElementTypeError) as exc:
+        launch(p)
+    assert exc.value.call.startswith("Copy (call #") and "2-byte destination and 4-byte source" in str(exc.value)
