@@ -186,10 +186,9 @@ def calibrate(rows: list[OpRow], soc, figures: list[Figure], pipes: dict | None 
             for pipe, measured in pipes.get(row.line, {}).items():
                 if pipe == "total":
                     continue
-                cores = getattr(est, "cores", None)
-                if not cores:
+                if getattr(est, "modelled", False) or not est.cores:
                     raise row.error(f"--pipe-csv: {row.op_type} is modelled, not simulated: it has no pipe times")
-                simulated = float(np.mean([est.cost.us(t.busy_of(pipe)) for t in cores]))
+                simulated = float(np.mean([est.cost.us(t.busy_of(pipe)) for t in est.cores]))
                 res.append(math.log((simulated + PIPE_EPS_US) / (measured + PIPE_EPS_US)))
         return np.array(res)
 
