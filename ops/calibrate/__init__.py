@@ -8,7 +8,7 @@ CostModel figures the fit minimises
   + sum over the rows' measured pipes of log((simulated busy_us + 1e-3) / (measured busy_us + 1e-3)) ** 2
 
 (the log-ratio weighs a 10 % miss on a 2 us kernel like one on a 2 ms kernel), each figure kept inside its
-bounds, with ascend_sim.fit's bounded Levenberg-Marquardt and coordinate search. Every evaluation runs the
+bounds, with ops.calibrate.fit's bounded Levenberg-Marquardt and coordinate search. Every evaluation runs the
 rows' kernels under the trial figures (a cost figure changes no kernel, so nothing recompiles).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from ascend_sim.cost import CostModel
 from ascend_sim.cost_file import cost_file_text
 from ascend_sim.errors import ConfigError, SimulatorError
-from ascend_sim.fit import FitResult, fit_bounded
+from .fit import FitResult, fit_bounded
 from tiling import get_soc
 from tiling.status import AclnnError
 

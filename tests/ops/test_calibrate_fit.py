@@ -1,10 +1,10 @@
-"""ascend_sim.fit: bounded least squares recovers known parameters, keeps to its bounds and rounds whole numbers."""
+"""ops.calibrate.fit: bounded least squares recovers known parameters, keeps to its bounds and rounds whole numbers."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ascend_sim.fit import fit_bounded
+from ops.calibrate.fit import fit_bounded
 
 SIZES = np.array([1e2, 1e3, 1e4, 1e5, 1e6])
 
