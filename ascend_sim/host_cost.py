@@ -149,18 +149,28 @@ class ModelledEstimate:
         cost: the cost model used.
         work: what the step does.
         cores: vector cores the modelled kernel runs on.
-        gm_cycles / hbm_cycles / vec_cycles / fixed_cycles / launch_cycles: the parts (module docstring).
+        read_cycles / write_cycles: the reads at the cores' MTE2 rate, the writes at their MTE3 rate.
+        hbm_cycles: all the bytes at the chip's HBM rate.
+        row_cycles: the per-row DMA cost of a gather (0 otherwise).
+        vec_cycles / fixed_cycles / launch_cycles: the vector work, the pipeline fill, the launch cost.
     """
     cost: CostModel
     work: HostWork
     cores: int
-    gm_cycles: float
+    read_cycles: float
+    write_cycles: float
     hbm_cycles: float
+    row_cycles: float
     vec_cycles: float
     fixed_cycles: float
     launch_cycles: float
 
     modelled = True
+
+    @property
+    def gm_cycles(self) -> float:
+        """The GM part: the longest of reads, writes and the HBM, plus the rows' DMA cost."""
+        return max(self.read_cycles, self.write_cycles, self.hbm_cycles) + self.row_cycles
 
     @property
     def cycles(self) -> int:
@@ -183,11 +193,9 @@ class ModelledEstimate:
             return "launch"
         if self.vec_cycles > self.gm_cycles:
             return "V"
-        if self.hbm_cycles >= self.gm_cycles:
+        if self.hbm_cycles >= max(self.read_cycles, self.write_cycles):
             return "HBM"
-        w = self.work
-        return "MTE2" if w.read_bytes * self.cost.mte3_bytes_per_cycle >= w.write_bytes * self.cost.mte2_bytes_per_cycle \
-            else "MTE3"
+        return "MTE2" if self.read_cycles >= self.write_cycles else "MTE3"
 
     # what front ends read of an Estimate
     @property
@@ -242,9 +250,8 @@ def modelled_estimate(work: HostWork, aiv_num: int, cost: CostModel) -> Modelled
     elif work.vec_passes:
         per_core_repeats = math.ceil(work.elems * work.elem_bytes / REPEAT_BYTES / cores)
         vec = work.vec_passes * (per_core_repeats * cost.cycles_per_repeat(work.call) + cost.vec_issue_cycles)
-    hbm = (read + write) / cost.hbm_bytes_per_cycle
-    gm = max(read / (cores * r2), write / (cores * r3), hbm)
-    if work.rows:
-        gm += math.ceil(work.rows / cores) * (cost.dma_issue_cycles + cost.burst_cycles)
+    rows = math.ceil(work.rows / cores) * (cost.dma_issue_cycles + cost.burst_cycles) if work.rows else 0
     fixed = cost.mte2_latency_cycles + cost.mte3_latency_cycles
-    return ModelledEstimate(cost, work, cores, gm, hbm, vec, float(fixed), launch_cost_cycles(cost))
+    return ModelledEstimate(cost, work, cores, read / (cores * r2), write / (cores * r3),
+                            (read + write) / cost.hbm_bytes_per_cycle, float(rows), vec, float(fixed),
+                            launch_cost_cycles(cost))

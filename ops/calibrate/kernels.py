@@ -124,6 +124,9 @@ def _unpermute(row: OpRow) -> Estimator:
 
 
 register_op("MoeTokenPermute", _permute)
+# on Ascend 950 the permute call is MoeInitRoutingV3 (V2 for the V1 call) + Slice / ViewCopy steps: the same
+# inputs first, so the same builder, its kernel picked from the chain by name
+register_op("MoeInitRoutingV3", _permute)
 register_op("MoeTokenUnpermute", _unpermute)
 
 
