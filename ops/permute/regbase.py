@@ -82,7 +82,8 @@ def _slice_copy(api: str, name: str, src: np.ndarray, dst: np.ndarray) -> HostSt
     if dst.ndim != src.ndim or any(d > s for d, s in zip(dst.shape, src.shape)):
         _l0_fail(api, "Slice", f"{name} has shape {dst.shape}, which is not a leading slice of the "
                                f"MoeInitRoutingV3 result of shape {src.shape}")
-    work = host_cost.move(dst.nbytes)      # on the chip the slice is a tensor of its own, copied once
+    # on the chip these are two copies of dst's bytes: the Slice kernel into a tensor of its own, then the ViewCopy
+    work = host_cost.move(2 * dst.nbytes)
     if src is dst:
         return HostStep(f"l0op::Slice + l0op::ViewCopy ({name})", lambda: None, work)
     region = src[tuple(slice(0, d) for d in dst.shape)]
