@@ -140,9 +140,10 @@ class Calibration:
             out.append(f"  {f.name}: {f.start:g} -> {self.fitted[f.name]:g}  (bounds {f.lower:g} .. {f.upper:g})")
         return out
 
-    def cost_file(self) -> str:
-        """The fitted figures as a cost file (ascend_sim.cost_file) for --cost-file and get_soc(cost=...)."""
-        return cost_file_text(self.fitted, soc=self.soc_name, source="ascend-sim calibrate",
+    def cost_file(self, start: dict | None = None, source: str = "ascend-sim calibrate") -> str:
+        """The fitted figures, over the `start` figures the fit began from ({field: value}, e.g. a cost file's),
+        as a cost file (ascend_sim.cost_file) for --cost-file and get_soc(cost=...)."""
+        return cost_file_text({**(start or {}), **self.fitted}, soc=self.soc_name, source=source,
                               rows=len(self.rows), rms_log_error=round(self.rms_log_error(True), 6))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from ascend_sim.cost_file import cost_file_text, load_cost_file
+from ascend_sim.cost_file import load_cost_file
 from tiling import get_soc
 
 from ..calibrate import calibrate, parse_fit, read_op_summary, read_pipe_utilization
@@ -67,8 +67,7 @@ def command(a) -> int:
     figures_out = {**start, **result.fitted}
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
-            f.write(cost_file_text(figures_out, soc=result.soc_name, source=f"ascend-sim calibrate {a.csv}",
-                                   rows=len(result.rows), rms_log_error=round(result.rms_log_error(True), 6)))
+            f.write(result.cost_file(start, source=f"ascend-sim calibrate {a.csv}"))
     if a.json:
         print(json.dumps(dict(soc=result.soc_name, fitted=result.fitted, cost=figures_out, rows=[
             dict(line=r.row.line, op_type=r.row.op_type, measured_us=r.row.duration_us, before_us=r.before_us,

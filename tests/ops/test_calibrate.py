@@ -186,3 +186,16 @@ def test_op_row_errors_carry_their_fields():
     row = OpRow("x.csv", 7, "n", "Sort", 1.0, ((4,),), (None,))
     e = row.error("broken", "Input Shapes")
     assert (e.path, e.line, e.column, e.reason) == ("x.csv", 7, "Input Shapes", "broken")
+
+
+def test_a_fit_started_from_a_cost_file_keeps_its_other_figures(tmp_path, capsys):
+    path, _ = _measured_on(get_soc("ascend910b", cost={"hbm_bytes_per_cycle": 500.0}), MODELLED[:1], tmp_path)
+    start = tmp_path / "start.json"
+    start.write_text(json.dumps({"cost": {"scalar_call_cycles": 6, "hbm_bytes_per_cycle": 700.0}}), encoding="utf-8")
+    out = tmp_path / "fit.json"
+    assert main(["calibrate", str(path), "--fit", "hbm_bytes_per_cycle", "--cost-file", str(start), "--out", str(out),
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fitted"]["hbm_bytes_per_cycle"] == pytest.approx(500.0, rel=0.05)
+    saved = json.loads(out.read_text())["cost"]
+    assert saved["scalar_call_cycles"] == 6 and saved["hbm_bytes_per_cycle"] == pytest.approx(500.0, rel=0.05)
