@@ -77,6 +77,8 @@ def _step_estimate(report, op_type: str, row: OpRow, soc):
                         f"{', '.join(s.name for s in report.steps)})")
     if report is None or report.estimate is None:
         raise row.error(f"{row.op_type}: nothing to launch at these shapes")
+    if report.op.lower() != op_type.lower():
+        raise row.error(f"{row.op_type} is no kernel of this call on {soc.name} (it launches {report.op})")
     return report.estimate
 
 

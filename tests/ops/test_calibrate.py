@@ -199,3 +199,11 @@ def test_a_fit_started_from_a_cost_file_keeps_its_other_figures(tmp_path, capsys
     assert doc["fitted"]["hbm_bytes_per_cycle"] == pytest.approx(500.0, rel=0.05)
     saved = json.loads(out.read_text())["cost"]
     assert saved["scalar_call_cycles"] == 6 and saved["hbm_bytes_per_cycle"] == pytest.approx(500.0, rel=0.05)
+
+
+def test_a_kernel_the_call_does_not_launch_on_that_chip_is_named(tmp_path):
+    # MoeInitRoutingV3 is the permute call's kernel on ascend950 only: on 910B the call launches MoeTokenPermute
+    path = tmp_path / "v3.csv"
+    _write_summary(path, [("MoeInitRoutingV3", "64,256;64,2", "DT_BF16;INT32", "", 5.0)])
+    with pytest.raises(InputError, match="line 2: MoeInitRoutingV3 is no kernel of this call on ascend910b"):
+        calibrate(read_op_summary(str(path)), "ascend910b", parse_fit("mte2_latency_cycles", get_soc("910b").cost))
