@@ -19,6 +19,9 @@ from .pipe import PipePlan, UbBuffer, plan_pipe  # noqa: F401
 from .report import CoreReport, RunReport  # noqa: F401
 from .cost import CostModel  # noqa: F401
 from .estimate import CoreTime, Estimate, LaunchSequence  # noqa: F401
+# imported here so the package holds them whatever the caller imports: kernel stamps (_jit.source_stamp) hash the
+# submodules the package holds, and a submodule imported later would make a cached kernel look stale
+from . import cost_file, host_cost  # noqa: F401
 from .trace import tracing, write_json  # noqa: F401
 
 __all__ = [

@@ -17,6 +17,8 @@ from ascend_sim import CoreReport, Kernel, OutOfBoundsError, RunReport, launch, 
 from ascend_sim.check import resolve as resolve_check
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.estimate import LaunchSequence
+from ascend_sim.host_cost import HostWork, modelled_estimate
+from ascend_sim.launch import chip_cost
 from ascend_sim.dtypes import dt_of, gm_view
 from tiling.common import TilingResult, dtype_name
 from tiling.status import ParamInvalidError, ParamNullptrError
@@ -178,9 +180,12 @@ class HostStep:
     Attributes:
         name: the l0 call, e.g. "l0op::Sort".
         run: fills its output arrays in place (they were allocated in phase one).
+        work: what the step moves and computes as the device kernel it is on the chip (ascend_sim.host_cost), for
+            its modelled estimate; None for a step that is no chip kernel (nothing is estimated for it).
     """
     name: str
     run: Callable[[], None]
+    work: HostWork | None = None
 
 
 @dataclass(frozen=True)
@@ -198,19 +203,22 @@ class KernelStep:
 @dataclass(frozen=True)
 class StepReport:
     """What one step of a composite run did: `run` is the RunReport of a simulated kernel (None for a host
-    step, or a kernel that had nothing to launch)."""
+    step, or a kernel that had nothing to launch); `work` what a host step does on the chip (None: not estimated)."""
     name: str
     kind: str                   # "kernel" or "host"
     run: RunReport | None
     wall_time_s: float
+    work: HostWork | None = None
 
 
 @dataclass(frozen=True)
 class CompositeReport:
     """`executor.report` of a composite aclnn: every step in order. The RunReport-like properties describe
-    the simulated kernels together (the op's own kernel first), so front ends print either kind alike."""
+    the simulated kernels together (the op's own kernel first), so front ends print either kind alike; `soc` is the
+    chip profile the host steps' modelled estimates use (None: they are not estimated)."""
     op: str
     steps: tuple[StepReport, ...]
+    soc: Any = None
 
     @property
     def kernel_runs(self) -> list[RunReport]:
@@ -230,11 +238,27 @@ class CompositeReport:
     def wall_time_s(self) -> float:
         return sum(s.wall_time_s for s in self.steps)
 
+    def step_estimates(self) -> list:
+        """(step name, Estimate or ModelledEstimate) of every step that has one, in order: a simulated kernel's
+        timeline estimate, or a host step's modelled estimate (ascend_sim.host_cost) on `soc`."""
+        out = []
+        for s in self.steps:
+            if s.run is not None and s.run.estimate is not None:
+                out.append((s.name, s.run.estimate))
+            elif s.run is None and s.work is not None and self.soc is not None:
+                out.append((s.name, modelled_estimate(s.work, self.soc.aiv_num, chip_cost(self.soc))))
+        return out
+
     @property
     def estimate(self) -> LaunchSequence:
-        """The simulated kernels' estimated chip time, one launch after another (host steps are not estimated)."""
-        return LaunchSequence(tuple((s.name, s.run.estimate) for s in self.steps
-                                    if s.run is not None and s.run.estimate is not None))
+        """The whole aclnn call's estimated chip time: its steps one after another on one stream (the sum of the
+        simulated kernels' estimates and the host steps' modelled ones, no overlap between steps)."""
+        return LaunchSequence(tuple(self.step_estimates()))
+
+    def breakdown(self) -> list[tuple[str, str, float, str]]:
+        """(step, "simulated" | "modelled", us, bound) per estimated step: what `ascend-sim profile` tabulates."""
+        return [(name, "modelled" if getattr(e, "modelled", False) else "simulated", e.time_us, e.bound)
+                for name, e in self.step_estimates()]
 
     def to_csv(self, path=None) -> str:
         """PipeUtilization.csv rows of every simulated kernel, with a leading `kernel` column."""
@@ -260,8 +284,11 @@ class CompositeReport:
             lines.append(f"  {k}. {s.name} [{where}] {s.wall_time_s * 1e3:.2f} ms")
             if s.run is not None:
                 lines += ["     " + line for line in str(s.run).splitlines()]
-        if len(self.kernel_runs) > 1:
-            lines.append(f"  all simulated kernels: estimate {self.estimate.time_us:,.2f} us (host steps not estimated)")
+        est = self.estimate
+        if len(est.launches) > 1:
+            modelled = sum(1 for _, kind, _, _ in self.breakdown() if kind == "modelled")
+            lines.append(f"  whole call: estimate {est.time_us:,.2f} us over {len(est.launches)} steps "
+                         f"({modelled} modelled, not simulated)")
         return "\n".join(lines)
 
 
@@ -277,6 +304,7 @@ class Composite:
         tensors: the validated inputs and outputs by name (the workspace must not overlap them).
         report: CompositeReport of the last run.
         workspace_size: bytes the first phase asks for (the kernels run one after another on it).
+        soc: the chip profile, where neither `tiling` nor a kernel step has one (for the host steps' estimates).
     """
     op: str
     tiling: TilingResult | None
@@ -285,9 +313,17 @@ class Composite:
     tensors: dict = field(default_factory=dict)
     report: CompositeReport | None = None
     workspace_size: int = 0
+    soc: Any = None
 
     def stage_calls(self) -> list:
         return [call for s in self.steps if isinstance(s, KernelStep) for call in s.executor.stage_calls()]
+
+    def _soc(self):
+        """The chip the call runs on: its own tiling's, else the first kernel step's (None if neither has one)."""
+        if self.soc is not None:
+            return self.soc
+        tilings = [self.tiling] + [s.executor.tiling for s in self.steps if isinstance(s, KernelStep)]
+        return next((t.soc for t in tilings if t is not None and getattr(t, "soc", None) is not None), None)
 
     def run(self, workspace: np.ndarray | None = None, threads: int | None = None,
             check: str | None = None) -> CompositeReport:
@@ -301,8 +337,8 @@ class Composite:
                 done.append(StepReport(step.name, "kernel", run, wall))
             else:
                 step.run()
-                done.append(StepReport(step.name, "host", None, time.perf_counter() - start))
-        self.report = CompositeReport(self.op, tuple(done))
+                done.append(StepReport(step.name, "host", None, time.perf_counter() - start, step.work))
+        self.report = CompositeReport(self.op, tuple(done), self._soc())
         return self.report
 
 

@@ -15,6 +15,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from ascend_sim import host_cost
 from ascend_sim.dtypes import f32_from_bits, view_f32_as_u32
 
 from ._framework import HostStep
@@ -69,7 +70,36 @@ def transpose_2d(src: np.ndarray, dst: np.ndarray) -> None:
 def transpose_step(src: np.ndarray, dst: np.ndarray):
     """l0op::Transpose as a host step: transpose_2d(src, dst) with its checks and views done once, in phase one
     (at the demo's (512, 64) they cost a tenth of the copy)."""
-    return HostStep("l0op::Transpose", _transpose_fn(src, dst))
+    return HostStep("l0op::Transpose", _transpose_fn(src, dst), transpose_work(src))
+
+
+def transpose_work(src: np.ndarray) -> host_cost.HostWork:
+    """l0op::Transpose on the chip: every element through the vector unit's transpose, in and out once."""
+    return host_cost.elementwise(src.nbytes, src.nbytes, src.size, src.dtype.itemsize)
+
+
+def cast_work(src: np.ndarray, dst: np.ndarray) -> host_cost.HostWork:
+    """l0op::Cast on the chip: one vector Cast per element, sized by the wider side."""
+    return host_cost.elementwise(src.nbytes, dst.nbytes, src.size, max(src.dtype.itemsize, dst.dtype.itemsize),
+                                 call="Cast")
+
+
+def mul_work(a: np.ndarray, w: np.ndarray, out: np.ndarray) -> host_cost.HostWork:
+    """l0op::Mul of (R, H) rows by one factor a row: a widening Cast, the Mul in fp32 and (for a half-precision
+    output) a rounding Cast per element."""
+    passes = (1 if a.dtype.itemsize < 4 else 0) + 1 + (1 if out.dtype.itemsize < 4 else 0)
+    return host_cost.elementwise(a.nbytes + w.nbytes, out.nbytes, a.size, 4, passes=passes)
+
+
+def gather_work(x: np.ndarray, indices: np.ndarray, out: np.ndarray) -> host_cost.HostWork:
+    """l0op::GatherV2 along axis 0 on the chip: one DMA row per output row."""
+    rows = out.shape[0] if out.ndim else 0
+    return host_cost.gather(rows, out.nbytes // rows if rows else 0, indices.nbytes)
+
+
+def masked_scatter_work(dst: np.ndarray, mask: np.ndarray, values: np.ndarray) -> host_cost.HostWork:
+    """l0op::MaskedScatter on the chip: the mask and the values read, dst written (the selects in the vector unit)."""
+    return host_cost.elementwise(mask.nbytes + values.nbytes + dst.nbytes, dst.nbytes, dst.size, dst.dtype.itemsize)
 
 
 # --- float32 <-> half bit conversions ---------------------------------------------------------------------
@@ -359,14 +389,17 @@ def _zero_bits(arr: np.ndarray) -> None:
 
 def zeros_like_step(arr: np.ndarray):
     """l0op::ZerosLike into a preallocated array."""
-    return HostStep("l0op::ZerosLike", lambda: _zero_bits(arr))
+    return HostStep("l0op::ZerosLike", lambda: _zero_bits(arr), host_cost.fill(arr.nbytes, arr.size, arr.dtype.itemsize))
 
 
 def view_copy_step(src: np.ndarray, dst: np.ndarray):
-    """l0op::ViewCopy; moves nothing when the l0 operator already wrote the caller's array."""
+    """l0op::ViewCopy; moves nothing here when the l0 operator already wrote the caller's array. On the chip the l0
+    result is a tensor of its own that the ViewCopy copies into the caller's, so its modelled estimate is the copy
+    of dst's bytes either way."""
+    work = host_cost.move(dst.nbytes)
     if src is dst:
-        return HostStep("l0op::ViewCopy", lambda: None)
-    return HostStep("l0op::ViewCopy", lambda: np.copyto(dst, src))
+        return HostStep("l0op::ViewCopy", lambda: None, work)
+    return HostStep("l0op::ViewCopy", lambda: np.copyto(dst, src), work)
 
 
 def sort_ids_as_fp32_step(ids: np.ndarray, values: np.ndarray, order: np.ndarray):
@@ -382,7 +415,7 @@ def sort_ids_as_fp32_step(ids: np.ndarray, values: np.ndarray, order: np.ndarray
             perm = np.argsort(ids.view(np.float32), kind="stable")
         np.copyto(order, perm.astype(order.dtype))
         np.copyto(values, ids[perm])
-    return HostStep("l0op::Sort", run)
+    return HostStep("l0op::Sort", run, host_cost.sort(ids.size, ids.dtype.itemsize))
 
 
 def index_add_rows_step(var: np.ndarray, ids: np.ndarray, source: np.ndarray, bad_id):
@@ -401,7 +434,10 @@ def index_add_rows_step(var: np.ndarray, ids: np.ndarray, source: np.ndarray, ba
             acc = var.astype(np.float32)
             np.add.at(acc, slots, source[:n].astype(np.float32))
             np.copyto(var, acc.astype(var.dtype))
-    return HostStep("l0op::MoeInplaceIndexAddAiCore", run)
+    rows = min(ids.size, source.shape[0] if source.ndim else 0)
+    row_elems = int(np.prod(var.shape[1:], dtype=np.int64)) if var.ndim else 1
+    work = host_cost.index_add(rows, row_elems, var.dtype.itemsize, ids.dtype.itemsize * rows)
+    return HostStep("l0op::MoeInplaceIndexAddAiCore", run, work)
 
 
 def _index_add_fast(var: np.ndarray, slots: np.ndarray, source: np.ndarray) -> bool:

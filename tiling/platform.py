@@ -6,10 +6,12 @@ GetCoreMemSize(UB) hands tiling the ini ub_size minus 256 bytes.
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, replace
 
 from ascend_sim.cost import STOCK_COSTS, CostModel, check_cost
+from ascend_sim.cost_file import load_cost_file
 from ascend_sim.errors import ConfigError, whole_number
 
 LIB_API_WORKSPACE_BYTES = 16 * 1024 * 1024   # GetLibApiWorkSpaceSize() on these chips
@@ -137,11 +139,12 @@ def _check_profile(soc: SocProfile) -> None:
 
 
 def get_soc(name="ascend910b", *, ub_size: int | None = None, aiv_num: int | None = None,
-            cost: dict | CostModel | None = None) -> SocProfile:
+            cost: dict | CostModel | str | os.PathLike | None = None) -> SocProfile:
     """A chip profile by name (case-insensitive; "910b", "910_93", "950" also accepted), or a
     SocProfile as is; `ub_size` (bytes per vector core) / `aiv_num` (vector cores) override the
     profile's values (custom profile); `cost` replaces its cost model (a CostModel) or some of its
-    figures ({"hbm_bytes_per_cycle": 900, ...}). Raises ProfileError (a ValueError) for an unknown name, a
+    figures ({"hbm_bytes_per_cycle": 900, ...}, or the path of a cost file as `ascend-sim calibrate` writes it,
+    ascend_sim.cost_file). Raises ProfileError (a ValueError) for an unknown name, a
     value that is not a whole number, outside [MIN_UB_BYTES, MAX_UB_BYTES] / [1, MAX_AIV_NUM], beyond
     the host-memory budget, or a cost figure that is unknown or out of range."""
     if isinstance(name, SocProfile):
@@ -161,6 +164,8 @@ def get_soc(name="ascend910b", *, ub_size: int | None = None, aiv_num: int | Non
         soc = replace(soc, name=f"{soc.name}{suffix}", ub_size=ub, aiv_num=cores)
     if cost is not None:
         try:
+            if isinstance(cost, (str, os.PathLike)):
+                cost = load_cost_file(cost)
             model = cost if isinstance(cost, CostModel) else soc.cost.with_overrides(dict(cost))
         except (ConfigError, TypeError, ValueError) as e:
             raise ProfileError(str(e)) from None

@@ -1,6 +1,7 @@
 """ascend-sim command line: `demo`, `tiling OP ...`, `run OP ...`, `profile OP ...`, `limits OP ...`, `moe-layer`.
 
     ascend-sim demo [--soc ascend910b] [--ub-size B] [--cores N]
+    ascend-sim calibrate op_summary.csv --soc ascend910b --fit hbm_bytes_per_cycle,mte2_latency_cycles --out fit.json
     ascend-sim run moe_token_permute --tokens 4096 --hidden 7168 --experts 256 --topk 8 --soc ascend950 --quant-mode 3
     ascend-sim tiling moe_token_unpermute_with_routing_map_grad --tokens 4096 --hidden 7168 --experts 256 --topk 8
     ascend-sim run moe_token_unpermute_with_routing_map_grad --tokens 512 --hidden 4096 --experts 64 --capacity 64 \\
@@ -22,14 +23,15 @@ import sys
 from ascend_sim import ConfigError, SimulatorError
 from tiling.status import AclnnError
 
-from . import demo, limits, moe_layer, profile, run, tiling
+from . import calibrate, demo, limits, moe_layer, profile, run, tiling
 from .common import CliError, Parser, prepare_op, run_op
 from .demo import demo_cases
 from .operators import OPS
 
 __all__ = ["CliError", "OPS", "build_parser", "demo_cases", "main", "prepare_op", "run_op"]
 
-COMMANDS = {"demo": demo, "tiling": tiling, "run": run, "profile": profile, "limits": limits, "moe-layer": moe_layer}
+COMMANDS = {"demo": demo, "tiling": tiling, "run": run, "profile": profile, "limits": limits, "moe-layer": moe_layer,
+            "calibrate": calibrate}
 """Sub-command name: its module, in the order of the help."""
 
 

@@ -4,8 +4,12 @@ The command runs the operator as `ascend-sim run` does (same shape flags, no gol
 prints the timeline's estimate per kernel: time, bounding pipe, pipe use and roofline. With
 `--trace` it writes a Chrome / Perfetto JSON of every call of the selected cores, with `--csv`
 msprof's PipeUtilization.csv, with `--plot` a PNG of pipe occupancy. When the chip is changed
-(`--ub-size`, `--cores`, `--cost`), the same call also runs on the stock profile and both
+(`--ub-size`, `--cores`, `--cost`, `--cost-file`), the same call also runs on the stock profile and both
 estimates are printed side by side, so the gain of a UB size or a tiling change is visible.
+
+A composite aclnn (several l0 operators) gets a per-step breakdown: each step's time, whether it was
+simulated (an ops-transformer kernel) or modelled (an l0 operator of another CANN library, estimated from its
+bytes by ascend_sim.host_cost), and what bounds it; the call's estimate is their sum.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import json
 import numpy as np
 
 from ascend_sim.cost import parse_override
+from ascend_sim.cost_file import load_cost_file
 from ascend_sim.errors import ConfigError
 from ascend_sim.trace import DEFAULT_MAX_EVENTS, plot_occupancy, tracing, write_json
 from tiling import get_soc
@@ -41,6 +46,9 @@ def add_parser(sub) -> None:
                         "counted and the trace says how many were left out")
     p.add_argument("--cost", action="append", default=[], metavar="NAME=VALUE",
                    help="what-if: replace one cost-model figure (e.g. hbm_bytes_per_cycle=1536); repeatable")
+    p.add_argument("--cost-file", metavar="FILE.json",
+                   help="what-if: cost-model figures from a JSON file (as `ascend-sim calibrate --out` writes); "
+                        "--cost figures apply on top")
 
 
 def _core_list(text: str) -> tuple[int, ...]:
@@ -61,6 +69,11 @@ def _core_list(text: str) -> tuple[int, ...]:
 
 def _overrides(a) -> dict:
     out = {}
+    if getattr(a, "cost_file", None):
+        try:
+            out.update(load_cost_file(a.cost_file))
+        except ConfigError as e:
+            raise CliError(str(e)) from None
     for text in a.cost:
         try:
             name, value = parse_override(text)
@@ -105,7 +118,7 @@ def _summary(t, rep) -> dict:
 
 def command(a) -> int:
     spec = op_spec(a.op)
-    custom = a.ub_size is not None or a.cores is not None or bool(a.cost)
+    custom = a.ub_size is not None or a.cores is not None or bool(a.cost) or bool(a.cost_file)
     soc = _profile_soc(a, custom)
     wants_trace = bool(a.trace or a.plot)
     if a.trace_cores and not wants_trace:
@@ -127,10 +140,26 @@ def command(a) -> int:
         return 0
     for line in rep.estimate.lines():
         print("  " + line)
+    for line in breakdown_lines(rep):
+        print("  " + line)
     if stock_summary is not None:
         _print_what_if(stock_summary[1], _summary(tiling_result, rep), stock_summary[0], soc.name)
     _write_files(a, soc, rep, request, quiet=False)
     return 0
+
+
+def breakdown_lines(rep) -> list[str]:
+    """The per-step table of a composite aclnn's estimate (step, simulated / modelled, us, bound) and its total;
+    nothing for a single kernel."""
+    rows = rep.breakdown() if hasattr(rep, "breakdown") else []
+    if not rows:
+        return []
+    width = max(len("step"), *(len(name) for name, *_ in rows))
+    out = [f"per-step breakdown (steps run one after another: the call's estimate is their sum)",
+           f"  {'step':<{width}}  {'how':<9}  {'us':>10}  bound"]
+    out += [f"  {name:<{width}}  {how:<9}  {us:>10,.2f}  {bound}" for name, how, us, bound in rows]
+    out.append(f"  {'whole call':<{width}}  {'':<9}  {sum(r[2] for r in rows):>10,.2f}")
+    return out
 
 
 def _write_files(a, soc, rep, request, *, quiet: bool) -> None:
@@ -157,7 +186,8 @@ def _json(a, soc, t, rep, stock_summary) -> dict:
         est = rep.estimate
         launches = est.launches if hasattr(est, "launches") else ((rep.kernel, est),)
         out["estimate"] = dict(time_us=est.time_us, cycles=est.cycles, bound=est.bound, kernels=[
-            dict(kernel=label, time_us=e.time_us, cycles=e.cycles, bound=e.bound, core_bound_cycles=e.core_bound_cycles,
+            dict(kernel=label, modelled=bool(getattr(e, "modelled", False)), time_us=e.time_us, cycles=e.cycles,
+                 bound=e.bound, core_bound_cycles=e.core_bound_cycles,
                  hbm_bound_cycles=e.hbm_bound_cycles, roofline_us=e.cost.us(e.roofline_cycles),
                  utilisation=e.utilisation()) for label, e in launches])
     if stock_summary is not None:

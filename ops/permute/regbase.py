@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ascend_sim import host_cost
 from ascend_sim.layout import POISON_PAIR
 from tiling.status import AclnnError, InnerNullptrError
 
 from .._framework import Composite, HostStep, KernelStep
-from .._host import view_copy_step
+from .._host import cast_work, view_copy_step
 
 V3_EXPERT_NUM = 10240          # EXPERT_NUM of both aclnn files: the ids MoeInitRoutingV3 keeps are [0, 10240)
 EXPERT_TOKENS_NUM_TYPE_COUNT = 1
@@ -81,15 +82,17 @@ def _slice_copy(api: str, name: str, src: np.ndarray, dst: np.ndarray) -> HostSt
     if dst.ndim != src.ndim or any(d > s for d, s in zip(dst.shape, src.shape)):
         _l0_fail(api, "Slice", f"{name} has shape {dst.shape}, which is not a leading slice of the "
                                f"MoeInitRoutingV3 result of shape {src.shape}")
+    # on the chip these are two copies of dst's bytes: the Slice kernel into a tensor of its own, then the ViewCopy
+    work = host_cost.move(2 * dst.nbytes)
     if src is dst:
-        return HostStep(f"l0op::Slice + l0op::ViewCopy ({name})", lambda: None)
+        return HostStep(f"l0op::Slice + l0op::ViewCopy ({name})", lambda: None, work)
     region = src[tuple(slice(0, d) for d in dst.shape)]
-    return HostStep(f"l0op::Slice + l0op::ViewCopy ({name})", lambda: np.copyto(dst, region))
+    return HostStep(f"l0op::Slice + l0op::ViewCopy ({name})", lambda: np.copyto(dst, region), work)
 
 
 def _cast_int64_to_int32(src: np.ndarray, dst: np.ndarray) -> HostStep:
     """l0op::Cast int64 -> int32 of the expert ids (low 32 bits, as the vector Cast's truncating convert)."""
-    return HostStep("l0op::Cast", lambda: np.copyto(dst, src.astype(np.int32, casting="unsafe")))
+    return HostStep("l0op::Cast", lambda: np.copyto(dst, src.astype(np.int32, casting="unsafe")), cast_work(src, dst))
 
 
 def v3_chain(api: str, op: str, tokens, indices, permute_out, sorted_out, scale_out, quant_mode: int, soc,

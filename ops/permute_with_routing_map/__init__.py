@@ -45,7 +45,7 @@ from tiling.moe_token_permute_with_routing_map import (FIELDS, LIB_API_WORKSPACE
 from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_routing_map as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError
 
-from .._host import gather_rows, transpose_step
+from .._host import gather_rows, gather_work, transpose_step
 from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
                           validate_check)
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
@@ -192,7 +192,7 @@ def get_workspace_size(tokens, routing_map, probs=None, num_out_tokens=0, drop_a
                         ub_plan=plan, writes=(kernel_tokens_out, out_p, out_s))
     steps.append(KernelStep(f"l0op::{OP}", executor))
     if not gathers_in_kernel:
-        steps.append(HostStep("l0op::GatherV2", lambda: gather_rows(x, out_s, out_t)))
+        steps.append(HostStep("l0op::GatherV2", lambda: gather_rows(x, out_s, out_t), gather_work(x, out_s, out_t)))
     return result.workspace_size, Composite(OP, result, steps, api=API, tensors=tensors,
                                             workspace_size=result.workspace_size)
 

@@ -48,7 +48,7 @@ from tiling.status import ParamInvalidError, ParamNullptrError, TilingError
 
 from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
                           validate_check)
-from .._host import (index_add_rows_step, masked_scatter_rows, nonzero_mask, sort_ids_as_fp32_step, transpose_step,
+from .._host import (cast_work, index_add_rows_step, masked_scatter_rows, masked_scatter_work, nonzero_mask, sort_ids_as_fp32_step, transpose_step,
                      view_copy_step, zeros_like_step)
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
@@ -194,7 +194,7 @@ def _masked_scatter_steps(mask_src, gp, probs_zeros, probs_out, soc) -> list:
     zeros_t = np.empty((e, n), dtype=probs_zeros.dtype)
     mask_t = np.empty((e, n), dtype=bool)
     back = np.empty((n, e), dtype=probs_zeros.dtype)
-    steps = [HostStep("l0op::Cast", lambda: nonzero_mask(mask_src, mask)),
+    steps = [HostStep("l0op::Cast", lambda: nonzero_mask(mask_src, mask), cast_work(mask_src, mask)),
              transpose_step(probs_zeros, zeros_t),
              transpose_step(mask, mask_t)]
     if soc.is_regbase:
@@ -210,7 +210,7 @@ def _masked_scatter_steps(mask_src, gp, probs_zeros, probs_out, soc) -> list:
                          "values")
         masked_scatter_rows(zeros_t, mask_t, gp[:ones])     # row-major over (E, N): expert-major order
 
-    return steps + [HostStep("l0op::MaskedScatter", masked_scatter),
+    return steps + [HostStep("l0op::MaskedScatter", masked_scatter, masked_scatter_work(zeros_t, mask_t, gp)),
                     transpose_step(zeros_t, back),
                     view_copy_step(back, probs_out)]
 

@@ -45,7 +45,7 @@ from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrErro
 
 from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
                           validate_check)
-from .._host import (index_add_rows_step, mul_rows, round_to_half, sort_ids_as_fp32_step, view_copy_step,
+from .._host import (cast_work, index_add_rows_step, mul_rows, mul_work, round_to_half, sort_ids_as_fp32_step, view_copy_step,
                      zeros_like_step)
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
@@ -240,11 +240,13 @@ def _padded(p, s, pr, out, oi, tid, opp, l0, mixed, soc, deterministic, tensors)
             pp = l0.permute_probs
 
             # the product in fp32, kept as fp32 (mixed) or rounded once to the tokens' dtype
-            steps.append(HostStep("l0op::Mul", lambda source=source, pp=pp: mul_rows(p, pp, source)))
+            steps.append(HostStep("l0op::Mul", lambda source=source, pp=pp: mul_rows(p, pp, source),
+                                  mul_work(p, pp, source)))
     var = np.empty(out.shape, dtype=_F32) if mixed else out
     steps.append(zeros_like_step(var))
     if mixed:
-        steps.append(HostStep("l0op::Cast", lambda: None))    # Cast of zeros to FP32: var is already FP32 zeros
+        # Cast of zeros to FP32: var is already FP32 zeros here, the chip's Cast still runs over them
+        steps.append(HostStep("l0op::Cast", lambda: None, cast_work(out, var)))
     values = np.empty(s.shape, dtype=np.int32)
     positions = np.empty(s.shape, dtype=np.int32)
     steps.append(sort_ids_as_fp32_step(s, values, positions))
@@ -278,10 +280,10 @@ def _padded(p, s, pr, out, oi, tid, opp, l0, mixed, soc, deterministic, tensors)
     steps.append(view_copy_step(positions, _view_copy_target("out_index", oi, s.shape)))
     steps.append(view_copy_step(values, _view_copy_target("permute_token_id", tid, s.shape)))
     if mixed:
-        steps.append(HostStep("l0op::Cast", lambda: round_to_half(var, out)))   # round half to even
+        steps.append(HostStep("l0op::Cast", lambda: round_to_half(var, out), cast_work(var, out)))   # half to even
     steps.append(view_copy_step(out, out))
     tiling = l0.executor.tiling if l0 is not None else None
-    return workspace, Composite(OP, tiling, steps, api=API, tensors=tensors, workspace_size=workspace)
+    return workspace, Composite(OP, tiling, steps, api=API, tensors=tensors, workspace_size=workspace, soc=soc)
 
 
 def _ub_advice(result) -> str:
