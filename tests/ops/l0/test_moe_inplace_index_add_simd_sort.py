@@ -198,8 +198,10 @@ def test_an_index_outside_var_faults(bad, slot):
         _launch(var, idx, upd, get_soc(CHIP, aiv_num=1))
 
 
-def test_the_split_after_branch_is_not_modelled():
-    var, idx, upd = _inputs(8, 40, 16384, F32, "random")       # 64 KiB rows: ProcessAfter
-    assert not l0.modelled(var, idx, upd)
-    with pytest.raises(NotImplementedError, match="ProcessIndices"):
-        l0.get_workspace_size(var, idx, upd)
+def test_the_pre_split_branch_is_not_modelled():
+    """Axis 1 of (8, 1, 64) with 5 ids: fewer ids than pre rows, rows under 1 KiB per core -> ProcessPre."""
+    rng = np.random.default_rng(8)
+    var = rng.uniform(-2, 2, (8, 1, 64)).astype(F32)
+    idx, upd = np.zeros(5, np.int32), rng.uniform(-2, 2, (8, 5, 64)).astype(F32)
+    with pytest.raises(NotImplementedError, match="ProcessPre"):
+        l0.get_workspace_size(var, idx, upd, None, 1)
