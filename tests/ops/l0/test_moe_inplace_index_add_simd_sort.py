@@ -22,11 +22,12 @@ from ops.l0 import moe_inplace_index_add as l0
 from tiling import get_soc
 from tiling.moe_inplace_index_add import KEY_SIMD_SORT
 
-from .index_add_golden import check_within_bound, window_score
+from .index_add_golden import add_windows, check_within_bound
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 DTYPES = {"fp32": F32, "fp16": F16, "bf16": BF16}
 CHIP = "ascend950"
+INDICES_SORT_THRESHOLD = 128     # ProcessIndices sorts a window of more ids than this only
 
 
 def _windows(f, m):
@@ -39,24 +40,9 @@ def _windows(f, m):
 
 
 def golden(var, idx, upd, f):
-    """The kernel's sequence of roundings, windows in core order. Returns (result, windows that sorted)."""
-    dt = var.dtype
-    out = var.astype(np.float32)
-    sorted_windows = 0
-    for first, n in _windows(f, len(idx)):
-        ids, rows = idx[first:first + n], upd[first:first + n].astype(np.float32)
-        if window_score(ids, var.shape[1]) > np.float32(0.01) and n > 128:
-            sorted_windows += 1
-            for v in np.unique(ids):
-                s = np.zeros(var.shape[1], np.float32)
-                for r in rows[ids == v]:          # slot order within the run
-                    s = s + r
-                s = s.astype(dt).astype(np.float32)
-                out[v] = (out[v] + s).astype(dt).astype(np.float32)
-        else:
-            for v, r in zip(ids, rows):
-                out[v] = (out[v] + r).astype(dt).astype(np.float32)
-    return out.astype(dt), sorted_windows
+    """The kernel's sequence of roundings, windows in core order; windows of 128 ids or fewer never sort.
+    Returns (result, windows that sorted)."""
+    return add_windows(var, idx, upd, _windows(f, len(idx)), INDICES_SORT_THRESHOLD)
 
 
 def _slot_order(var, idx, upd):
