@@ -2,8 +2,7 @@
 
     keys 100000 / 100001 / 100027 (+100: 64-bit offsets)   MoeInplaceIndexAddSimt<float | half | bfloat16_t>  simt.py
     key 400000                                             MoeInplaceIndexAddSimd<DTYPE_VAR> ProcessAfter     simd.py
-    key 200000                                             MoeInplaceIndexAddSimdSort ProcessAfter,          simd_sort.py
-                                                           ProcessIndices
+    key 200000                                             MoeInplaceIndexAddSimdSort After / Indices  simd_sort.py
     key 500000                                             MoeInplaceIndexAddSimtSort<..., CAST_MODE>     simt_sort.py
     keys 300000 / 300001 / 300002, pre or column split     MoeInplaceIndexAddDeterminsticNotQuant    deterministic.py
 

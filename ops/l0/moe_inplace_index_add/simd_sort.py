@@ -11,8 +11,8 @@ the update reads and atomic var writes are shifted to the core's columns (CopyOu
 one element, and one core's windows follow each other: the result is a fixed sequence of roundings on any
 number of cores.
 
-ProcessIndices: each of usedCoreNumBefore cores owns eachCoreIndexCount consecutive ids and walks them in windows of
-ubIndexFactor (the last core its own count and tail). Per window:
+ProcessIndices: each of usedCoreNumBefore cores owns eachCoreIndexCount consecutive ids and walks them in windows
+of ubIndexFactor (the last core its own count and tail). Per window:
 
 * CopyIndiceIn copies the ids in and scores them (IndexStatisticInt32): every id, shifted right by
   lastDimShift, is FNV-1a hashed (xor 0x811C9DC5, times 0x01000193, uint32 wrap) and the hash's low byte goes
@@ -237,7 +237,8 @@ def compute_sum(c, updates_local, sum_local, count_local, origin_local, unique, 
 @aicore
 def copy_out_split_indices(c, td, gm, tmpl, ids_local, out_local, pre, rows, col_len, col_idx):
     """CopyOutSplitIndices: row i of out_local added to var[pre, ids[i], piece] with an atomic DataCopyPad in T."""
-    _atomic_rows_out(c, td, gm, tmpl, ids_local, out_local, pre, rows, col_len, np.int64(col_idx) * td.after_axis_factor)
+    _atomic_rows_out(c, td, gm, tmpl, ids_local, out_local, pre, rows, col_len,
+                     np.int64(col_idx) * td.after_axis_factor)
 
 
 @aicore
