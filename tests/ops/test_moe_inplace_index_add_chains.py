@@ -122,6 +122,26 @@ def test_permute_grad_on_950_runs_the_simd_sort_kernel(case):
     assert np.array_equal(outs[1].view(np.uint32), want[1].view(np.uint32))
 
 
+def _simd_sort_split(composite):
+    """(isSplitAfterAxis, isSplitIndicesAxis) of the chain's MoeInplaceIndexAddAiCore launch."""
+    (step,) = [s for s in composite.steps if s.name == STEP]
+    f = step.executor.tiling.fields
+    return f["is_split_after_axis"], f["is_split_indices_axis"]
+
+
+def test_permute_grad_on_950_runs_the_simd_sort_column_split():
+    """16384 fp32 columns (1 KiB per core on 64 cores), 40 slots for 6 tokens: the SIMD-sort template's column
+    split (ProcessAfter), simulated: every core sorts the id windows itself for its 256 columns."""
+    tokens, hidden, experts, capacity = 6, 16384, 8, 5
+    a, outs, ex = _grad(tokens, hidden, experts, capacity, "ascend950")
+    assert _simd_sort_split(ex) == (1, 0)
+    step = _index_add(ex.report)
+    assert step.kind == "kernel" and step.run.tiling_key == 200000 and step.run.kernel == "MoeInplaceIndexAddSimdSort"
+    want = grad_golden(**a)
+    _within_order_bound(outs[0], want[0], _grad_terms(a, tokens))   # run sums against the golden's slot order
+    assert np.array_equal(outs[1].view(np.uint32), want[1].view(np.uint32))
+
+
 # --- UnpermuteWithRoutingMap, padded ---------------------------------------------------------------------------
 def _unpermute(tokens, hidden, experts, capacity, dtype, probs_dtype, soc, deterministic=False, check=None):
     a = unpermute_inputs(tokens, hidden, experts, capacity=capacity, dtype=dtype, probs_dtype=probs_dtype,
@@ -217,4 +237,17 @@ def test_unpermute_padded_deterministic_on_950_runs_the_deterministic_kernel(tok
     assert step.run.kernel == "MoeInplaceIndexAddDeterminsticNotQuant"
     want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
     assert np.array_equal(outs[0].view(np.uint8), want[0].view(np.uint8))
+    assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])
+
+
+def test_unpermute_padded_on_950_runs_the_simd_sort_column_split():
+    """16384 fp32 accumulator columns, 40 slots for 6 tokens: the column split (ProcessAfter), simulated."""
+    a, outs, ex = _unpermute(6, 16384, 8, 5, "fp32", "fp32", "ascend950")
+    assert _simd_sort_split(ex) == (1, 0)
+    step = _index_add(ex.report)
+    assert step.kind == "kernel" and step.run.tiling_key == 200000 and step.run.kernel == "MoeInplaceIndexAddSimdSort"
+    want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
+    k, mag = _unpermute_terms(a, outs)
+    bound = 2 * ((1 + 2.0 ** -24) ** k[:, None] - 1) * mag
+    assert np.all(np.abs(outs[0].astype(np.float64) - want[0].astype(np.float64)) <= bound)
     assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])

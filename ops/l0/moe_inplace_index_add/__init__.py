@@ -6,12 +6,13 @@ aclnnMoeTokenUnpermuteWithRoutingMap (padded mode) where they do not take the so
 
 The tiling (tiling.moe_inplace_index_add) chooses one of five templates; the simulated kernels are SIMT
 (keys 1000xx / 1001xx, atomic adds in an order that depends on timing), SIMD's column split (key 400000,
-deterministic: slot order per element), SIMD sort's id split (key 200000, ProcessIndices: windows of ids
-scored, sorted and summed per run, simd_sort.py), SIMT sort (key 500000: the same windows summed per run by
-SIMT threads, simt_sort.py) and the deterministic template's pre and column splits (keys 300000 + 0/1/2 with
-the context's deterministic switch: slot order per element, deterministic.py), for float32 / float16 / bfloat16
-var and int32 indices. The deterministic id split (the quantising kernel), SIMT sort with 64-bit offsets
-(500010) and the other dtypes / branches raise NotImplementedError; `modelled(...)` tells a chain beforehand.
+deterministic: slot order per element), SIMD sort's column and id splits (key 200000, ProcessAfter /
+ProcessIndices: windows of ids scored, sorted and summed per run, simd_sort.py), SIMT sort (key 500000: the same
+windows summed per run by SIMT threads, simt_sort.py) and the deterministic template's pre and column splits
+(keys 300000 + 0/1/2 with the context's deterministic switch: slot order per element, deterministic.py), for
+float32 / float16 / bfloat16 var and int32 indices. The deterministic id split (the quantising kernel), SIMD sort's
+pre split, SIMT sort with 64-bit offsets (500010) and the other dtypes / branches raise NotImplementedError;
+`modelled(...)` tells a chain beforehand.
 
 The deterministic switch is the keyword-only `deterministic=False` of get_workspace_size (and of the chains'
 get_workspace_size, whose docstrings call it the context's ACL_OPT_DETERMINISTIC option): the real op reads it in
@@ -55,8 +56,9 @@ _I32 = np.dtype(np.int32)
 
 def modelled(var, indices, updates, *, soc="ascend950", deterministic=False) -> bool:
     """True if the l0 call (axis 0, no alpha) runs a simulated kernel: ascend950, float var, int32 indices, and
-    the SIMT template, SIMD's column split, SIMD sort's id split, SIMT sort with 32-bit offsets or (deterministic)
-    the deterministic template's pre / column split. TilingError where the real tiling fails."""
+    the SIMT template, SIMD's column split, SIMD sort's column or id split (not its pre split), SIMT sort with
+    32-bit offsets or (deterministic) the deterministic template's pre / column split. TilingError where the real
+    tiling fails."""
     soc = get_soc(soc)
     if not soc.is_regbase or var.dtype not in _FLOATS or indices.dtype != _I32:
         return False
@@ -68,7 +70,7 @@ def modelled(var, indices, updates, *, soc="ascend950", deterministic=False) -> 
     if template == TEMPLATE_DETERMINISTIC:
         return _not_quantised(_tiling(var, indices, updates, None, 0, soc=soc, deterministic=True).fields)
     if template == TEMPLATE_SIMD_SORT:
-        return _tiling(var, indices, updates, None, 0, soc=soc).fields["is_split_indices_axis"] == 1
+        return not _tiling(var, indices, updates, None, 0, soc=soc).fields["is_split_pre_axis"]
     return template == TEMPLATE_SIMD and _tiling(var, indices, updates, None, 0, soc=soc).fields[
         "is_split_after_axis"] == 1
 
@@ -116,8 +118,9 @@ def get_workspace_size(var, indices, updates, alpha=None, axis=0, *, var_out=Non
         td = MoeInplaceIndexAddSimtSortTilingData(*result.fields.values())
         kernel = SIMT_SORT_CAST_KERNEL if result.fields["indices_cast_mode"] else SIMT_SORT_KERNEL
     elif result.tiling_key == KEY_SIMD_SORT:
-        if result.fields["is_split_indices_axis"] != 1:
-            raise NotImplementedError(f"{OP}: only the SIMD-sort template's id split (ProcessIndices) is modelled")
+        if result.fields["is_split_pre_axis"] == 1:
+            raise NotImplementedError(f"{OP}: the SIMD-sort template's pre split (ProcessPre) is not modelled, only "
+                                      "its column and id splits (ProcessAfter, ProcessIndices)")
         td, kernel = MoeInplaceIndexAddSimdSortTilingData(*result.fields.values()), SIMD_SORT_KERNEL
     elif result.tiling_key == KEY_SIMD:
         if result.fields["is_split_after_axis"] != 1:

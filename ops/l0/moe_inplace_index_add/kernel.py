@@ -2,7 +2,7 @@
 
     keys 100000 / 100001 / 100027 (+100: 64-bit offsets)   MoeInplaceIndexAddSimt<float | half | bfloat16_t>  simt.py
     key 400000                                             MoeInplaceIndexAddSimd<DTYPE_VAR> ProcessAfter     simd.py
-    key 200000                                             MoeInplaceIndexAddSimdSort ProcessIndices     simd_sort.py
+    key 200000                                             MoeInplaceIndexAddSimdSort After / Indices  simd_sort.py
     key 500000                                             MoeInplaceIndexAddSimtSort<..., CAST_MODE>     simt_sort.py
     keys 300000 / 300001 / 300002, pre or column split     MoeInplaceIndexAddDeterminsticNotQuant    deterministic.py
 
@@ -44,7 +44,7 @@ SORTED_PAD_RACE = RaceWaiver("S", "LocalTensor::SetValue", "V", "vector function
                              "SortIndices (moe_inplace_index_add_common.h) sets the pad after the sorted ids with "
                              "SetValue and only a PipeBarrier<PIPE_V> before ComputeUniqueIdNum reads it")
 SIMD_SORT_KERNEL = Kernel(OP, "MoeInplaceIndexAddSimdSort", (PipePhase("pipe", simd_sort.BUFFERS,
-                                                                     (simd_sort.simd_sort_process_indices,), _args),),
+                                                                     (simd_sort.simd_sort_process,), _args),),
                           (SORTED_PAD_RACE,))
 # CAST_MODE 0 builds no castIndicesQue_: one Kernel per buffer list, the same stage
 SIMT_SORT_KERNEL = Kernel(OP, "MoeInplaceIndexAddSimtSort", (PipePhase("pipe", simt_sort.BUFFERS,

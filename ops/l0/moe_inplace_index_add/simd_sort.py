@@ -1,10 +1,18 @@
 """MoeInplaceIndexAddSimdSort (op_kernel/arch35/moe_inplace_index_add_simd_sort.h with the base class of
-moe_inplace_index_add_common.h and the id statistic of indices_sort_utils.h): key 200000, the ProcessIndices
-branch (isSplitIndicesAxis: more ids than pre rows and rows under 1 KiB per core), int32 ids, no alpha,
-float32 / float16 / bfloat16 var (the chains' case: ids repeat topK times).
+moe_inplace_index_add_common.h and the id statistic of indices_sort_utils.h): key 200000, the ProcessAfter branch
+(isSplitAfterAxis: rows of at least 1 KiB per core) and the ProcessIndices branch (isSplitIndicesAxis: more ids
+than pre rows and rows under 1 KiB per core), int32 ids, no alpha, float32 / float16 / bfloat16 var (the chains'
+case: ids repeat topK times). One stage (Process) runs both branches.
 
-Each of usedCoreNumBefore cores owns eachCoreIndexCount consecutive ids and walks them in windows of
-ubIndexFactor (the last core its own count and tail). Per window:
+ProcessAfter: each of usedCoreNumBefore cores owns eachCoreAfterAxisCount consecutive columns (the last core
+tailCoreAfterAxisCount), walks all the ids in windows of ubIndexFactor and scores, sorts and sums each window
+itself, exactly as below, with two differences: a window sorts on maxScore > 0.01 alone (no 128-id floor), and
+the update reads and atomic var writes are shifted to the core's columns (CopyOutSplitAfter). No two cores touch
+one element, and one core's windows follow each other: the result is a fixed sequence of roundings on any
+number of cores.
+
+ProcessIndices: each of usedCoreNumBefore cores owns eachCoreIndexCount consecutive ids and walks them in windows
+of ubIndexFactor (the last core its own count and tail). Per window:
 
 * CopyIndiceIn copies the ids in and scores them (IndexStatisticInt32): every id, shifted right by
   lastDimShift, is FNV-1a hashed (xor 0x811C9DC5, times 0x01000193, uint32 wrap) and the hash's low byte goes
@@ -21,8 +29,8 @@ ubIndexFactor (the last core its own count and tail). Per window:
 * otherwise: per pre row and column piece every update row is added to var[pre, indices[i]] with its own
   atomic DataCopyPad, slots ascending (CopyInAndCopyOutSlitIndices).
 
-On one core the result is therefore a fixed sequence of roundings (bit-exact against a golden doing the same);
-cores adding to one var row race (atomic adds in T, timing-dependent order).
+In ProcessIndices on one core the result is therefore a fixed sequence of roundings (bit-exact against a golden
+doing the same); cores adding to one var row race (atomic adds in T, timing-dependent order).
 
 Quirks modelled: the run count and the run lengths are uint16 in the VF loops; the first window's statistic of
 the uint8 tail bytes; -1 pads that a sorted -1 would join. Simulator refusal: an id outside [0, varInAxis) on
@@ -229,13 +237,25 @@ def compute_sum(c, updates_local, sum_local, count_local, origin_local, unique, 
 @aicore
 def copy_out_split_indices(c, td, gm, tmpl, ids_local, out_local, pre, rows, col_len, col_idx):
     """CopyOutSplitIndices: row i of out_local added to var[pre, ids[i], piece] with an atomic DataCopyPad in T."""
+    _atomic_rows_out(c, td, gm, tmpl, ids_local, out_local, pre, rows, col_len,
+                     np.int64(col_idx) * td.after_axis_factor)
+
+
+@aicore
+def copy_out_split_after(c, td, gm, tmpl, ids_local, out_local, pre, rows, col_len, col_idx):
+    """CopyOutSplitAfter: CopyOutSplitIndices with the var column offset of this core's column range."""
+    _atomic_rows_out(c, td, gm, tmpl, ids_local, out_local, pre, rows, col_len,
+                     np.int64(c.block_idx) * td.each_core_after_axis_count + np.int64(col_idx) * td.after_axis_factor)
+
+
+@aicore
+def _atomic_rows_out(c, td, gm, tmpl, ids_local, out_local, pre, rows, col_len, col_offset):
     size = out_local.itemsize
     col_align = (col_len * size + UB_ALIGN_BYTES - 1) // UB_ALIGN_BYTES * UB_ALIGN_BYTES // size
     asc.set_atomic_add(c, tmpl.var_t)
     for i in range(rows):
         row = np.int64(pre) * td.var_in_axis + asc.get_value(c, ids_local, i)
-        offset = row * td.after_axis + np.int64(col_idx) * td.after_axis_factor
-        asc.data_copy_pad(c, asc.gm_at(gm.var, offset), out_local[i * col_align:],
+        asc.data_copy_pad(c, asc.gm_at(gm.var, row * td.after_axis + col_offset), out_local[i * col_align:],
                           asc.DataCopyExtParams(1, col_len * size, 0, 0))
     asc.set_atomic_none(c)
 
@@ -246,8 +266,10 @@ def _updates_params(td, row_len, col_len, size):
 
 
 @aicore
-def compute_sum_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, unique):
-    """ComputeSumAndCopyOutSlitIndices: per pre row, the window's update rows in, the run sums out."""
+def compute_sum_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, unique, split_after):
+    """ComputeSumAndCopyOutSlitIndices (split_after False) / ComputeSumAndCopyOutSlitAfter (True): per pre row, the
+    window's update rows in, the run sums out. The two differ only in the var offset of the copy-out (the update
+    offsets agree: eachCoreIndexCount is 0 in the column split, eachCoreAfterAxisCount 0 in the id split)."""
     T = asc.ub_like(c, gm.var)
     size = T.itemsize
     updates_local = asc.alloc_tensor(c, UPDATES_QUE, T)
@@ -269,15 +291,20 @@ def compute_sum_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len
         asc.en_que(c, UNIQUE_COUNT_QUE, count_local)
         asc.en_que(c, ORIGIN_QUE, origin_local)
         asc.sync_pipes(c, asc.V_MTE3)
-        copy_out_split_indices(c, td, gm, tmpl, sum_idx_local, sum_local, pre, unique, col_len, col_idx)
+        if split_after:
+            copy_out_split_after(c, td, gm, tmpl, sum_idx_local, sum_local, pre, unique, col_len, col_idx)
+        else:
+            copy_out_split_indices(c, td, gm, tmpl, sum_idx_local, sum_local, pre, unique, col_len, col_idx)
     asc.free_tensor(c, UPDATES_QUE, updates_local)
     asc.free_tensor(c, UPDATES_CAST_QUE, sum_local)
     asc.en_que(c, SUM_IDX_QUE, sum_idx_local)
 
 
 @aicore
-def copy_in_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len):
-    """CopyInAndCopyOutSlitIndices: per pre row, the window's update rows in and each added to its own var row."""
+def copy_in_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, split_after):
+    """CopyInAndCopyOutSlitIndices (split_after False) / CopyInAndCopyOutSlitAfter (True): per pre row, the
+    window's update rows in and each added to its own var row; the column split reads and writes this core's
+    column range."""
     T = asc.ub_like(c, gm.var)
     size = T.itemsize
     indices_local = asc.de_que(c, INDICES_QUE, asc.ub_i32(c))
@@ -286,12 +313,17 @@ def copy_in_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len):
     for pre in range(td.pre_axis):
         updates_offset = np.int64(td.after_axis) * (np.int64(pre) * td.updates_in_axis + indices_offset) \
             + np.int64(col_idx) * td.after_axis_factor
+        if split_after:
+            updates_offset += np.int64(c.block_idx) * td.each_core_after_axis_count
         asc.sync_pipes(c, asc.MTE3_MTE2)
         asc.data_copy_pad(c, updates_local, asc.gm_at(gm.updates, updates_offset),
                           _updates_params(td, row_len, col_len, size), asc.NO_PAD)
         asc.sync_pipes(c, asc.MTE2_V)
         asc.sync_pipes(c, asc.V_MTE3)
-        copy_out_split_indices(c, td, gm, tmpl, indices_local, updates_local, pre, row_len, col_len, col_idx)
+        if split_after:
+            copy_out_split_after(c, td, gm, tmpl, indices_local, updates_local, pre, row_len, col_len, col_idx)
+        else:
+            copy_out_split_indices(c, td, gm, tmpl, indices_local, updates_local, pre, row_len, col_len, col_idx)
     asc.free_tensor(c, UPDATES_QUE, updates_local)
     asc.en_que(c, INDICES_QUE, indices_local)
 
@@ -335,11 +367,17 @@ def _sort_window(c, td, row_len, first_slot):
     return unique
 
 
-@global_aicore
-def simd_sort_process_indices(c, td, gm, tmpl):
-    """Process -> ProcessIndices: this core's id windows x column pieces."""
-    if c.block_idx >= td.used_core_num_before:
-        return
+@aicore
+def _free_runs(c):
+    """The sort branch's end: the run ids, run lengths and origin positions dequeued and freed."""
+    asc.free_tensor(c, SUM_IDX_QUE, asc.de_que(c, SUM_IDX_QUE, asc.ub_i32(c)))
+    asc.free_tensor(c, UNIQUE_COUNT_QUE, asc.de_que(c, UNIQUE_COUNT_QUE, asc.ub_i32(c)))
+    asc.free_tensor(c, ORIGIN_QUE, asc.de_que(c, ORIGIN_QUE, asc.ub_u32(c)))
+
+
+@aicore
+def process_indices(c, td, gm, tmpl):
+    """ProcessIndices: this core's id windows x column pieces."""
     last = c.block_idx == td.used_core_num_before - 1
     row_loops = td.tail_core_indices_loop if last else td.main_core_indices_loop
     row_tail = td.tail_core_tail_indices if last else td.main_core_tail_indices
@@ -352,12 +390,48 @@ def simd_sort_process_indices(c, td, gm, tmpl):
             unique = _sort_window(c, td, row_len, first_slot)
             for col_idx in range(col_loops):
                 col_len = col_tail if col_idx == col_loops - 1 else td.after_axis_factor
-                compute_sum_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, unique)
-            asc.free_tensor(c, SUM_IDX_QUE, asc.de_que(c, SUM_IDX_QUE, asc.ub_i32(c)))
-            asc.free_tensor(c, UNIQUE_COUNT_QUE, asc.de_que(c, UNIQUE_COUNT_QUE, asc.ub_i32(c)))
-            asc.free_tensor(c, ORIGIN_QUE, asc.de_que(c, ORIGIN_QUE, asc.ub_u32(c)))
+                compute_sum_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, unique, False)
+            _free_runs(c)
         else:
             for col_idx in range(col_loops):
                 col_len = col_tail if col_idx == col_loops - 1 else td.after_axis_factor
-                copy_in_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len)
+                copy_in_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, False)
             asc.free_tensor(c, INDICES_QUE, asc.de_que(c, INDICES_QUE, asc.ub_i32(c)))
+
+
+@aicore
+def process_after(c, td, gm, tmpl):
+    """ProcessAfter: every core walks all the ids in windows of ubIndexFactor (each core sorts each window
+    itself) over its own eachCoreAfterAxisCount columns (the last core tailCoreAfterAxisCount) in pieces of
+    afterAxisFactor. Unlike ProcessIndices, a window sorts on its score alone, whatever its length."""
+    last = c.block_idx == td.used_core_num_before - 1
+    row_loops, row_tail = td.indices_loop_size, td.indice_axis_tail_num
+    col_loops = td.tail_update_loop_size if last else td.update_loop_size
+    col_tail = td.tail_update_axis_num if last else td.update_tail_num
+    for row_idx in range(row_loops):
+        row_len = row_tail if row_idx == row_loops - 1 else td.ub_index_factor
+        # eachCoreIndexCount is 0 here: CopyIndiceIn's core offset vanishes and every core reads the same ids
+        score = copy_indices_in(c, td, gm, row_idx, row_len)
+        if score > SORT_HIST_THRESHOLD:
+            unique = _sort_window(c, td, row_len, np.int64(row_idx) * td.ub_index_factor)
+            for col_idx in range(col_loops):
+                col_len = col_tail if col_idx == col_loops - 1 else td.after_axis_factor
+                compute_sum_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, unique, True)
+            _free_runs(c)
+        else:
+            for col_idx in range(col_loops):
+                col_len = col_tail if col_idx == col_loops - 1 else td.after_axis_factor
+                copy_in_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, True)
+            asc.free_tensor(c, INDICES_QUE, asc.de_que(c, INDICES_QUE, asc.ub_i32(c)))
+
+
+@global_aicore
+def simd_sort_process(c, td, gm, tmpl):
+    """Process: the column split (isSplitAfterAxis) or the id split (isSplitIndicesAxis); the pre split is refused
+    by the l0 before launch."""
+    if c.block_idx >= td.used_core_num_before:
+        return
+    if td.is_split_after_axis == 1:
+        process_after(c, td, gm, tmpl)
+    elif td.is_split_indices_axis == 1:
+        process_indices(c, td, gm, tmpl)

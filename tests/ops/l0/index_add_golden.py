@@ -50,3 +50,26 @@ def check_within_bound(got, var, idx, upd):
     assert np.all(err <= bound), f"max excess {np.max(err - bound)}"
     untouched = adds == 0
     assert np.array_equal(got3[:, untouched].view(np.uint8), var3[:, untouched].view(np.uint8))
+
+
+def add_windows(var, idx, upd, windows, sort_floor):
+    """The SIMD-sort kernels' sequence of roundings on (N, H) var, windows in the given order (first slot, length):
+    a window whose score passes 0.01 and whose length passes sort_floor is cut into runs of equal ids (ascending),
+    each summed in fp32 from +0 in slot order, rounded to T and added to var in T; any other window adds its slots
+    one by one in T. Returns (result, number of windows that sorted)."""
+    dt = var.dtype
+    out = var.astype(np.float32)
+    sorted_windows = 0
+    for first, n in windows:
+        ids, rows = idx[first:first + n], upd[first:first + n].astype(np.float32)
+        if window_score(ids, var.shape[1]) > np.float32(0.01) and n > sort_floor:
+            sorted_windows += 1
+            for v in np.unique(ids):
+                s = np.zeros(var.shape[1], np.float32)
+                for r in rows[ids == v]:          # slot order within the run
+                    s = s + r
+                out[v] = (out[v] + s.astype(dt).astype(np.float32)).astype(dt).astype(np.float32)
+        else:
+            for v, r in zip(ids, rows):
+                out[v] = (out[v] + r).astype(dt).astype(np.float32)
+    return out.astype(dt), sorted_windows

@@ -22,11 +22,12 @@ from ops.l0 import moe_inplace_index_add as l0
 from tiling import get_soc
 from tiling.moe_inplace_index_add import KEY_SIMD_SORT
 
-from .index_add_golden import check_within_bound, window_score
+from .index_add_golden import add_windows, check_within_bound
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 DTYPES = {"fp32": F32, "fp16": F16, "bf16": BF16}
 CHIP = "ascend950"
+INDICES_SORT_THRESHOLD = 128     # ProcessIndices sorts a window of more ids than this only
 
 
 def _windows(f, m):
@@ -39,24 +40,9 @@ def _windows(f, m):
 
 
 def golden(var, idx, upd, f):
-    """The kernel's sequence of roundings, windows in core order. Returns (result, windows that sorted)."""
-    dt = var.dtype
-    out = var.astype(np.float32)
-    sorted_windows = 0
-    for first, n in _windows(f, len(idx)):
-        ids, rows = idx[first:first + n], upd[first:first + n].astype(np.float32)
-        if window_score(ids, var.shape[1]) > np.float32(0.01) and n > 128:
-            sorted_windows += 1
-            for v in np.unique(ids):
-                s = np.zeros(var.shape[1], np.float32)
-                for r in rows[ids == v]:          # slot order within the run
-                    s = s + r
-                s = s.astype(dt).astype(np.float32)
-                out[v] = (out[v] + s).astype(dt).astype(np.float32)
-        else:
-            for v, r in zip(ids, rows):
-                out[v] = (out[v] + r).astype(dt).astype(np.float32)
-    return out.astype(dt), sorted_windows
+    """The kernel's sequence of roundings, windows in core order; windows of 128 ids or fewer never sort.
+    Returns (result, windows that sorted)."""
+    return add_windows(var, idx, upd, _windows(f, len(idx)), INDICES_SORT_THRESHOLD)
 
 
 def _slot_order(var, idx, upd):
@@ -198,8 +184,10 @@ def test_an_index_outside_var_faults(bad, slot):
         _launch(var, idx, upd, get_soc(CHIP, aiv_num=1))
 
 
-def test_the_split_after_branch_is_not_modelled():
-    var, idx, upd = _inputs(8, 40, 16384, F32, "random")       # 64 KiB rows: ProcessAfter
-    assert not l0.modelled(var, idx, upd)
-    with pytest.raises(NotImplementedError, match="ProcessIndices"):
-        l0.get_workspace_size(var, idx, upd)
+def test_the_pre_split_branch_is_not_modelled():
+    """Axis 1 of (8, 1, 64) with 5 ids: fewer ids than pre rows, rows under 1 KiB per core -> ProcessPre."""
+    rng = np.random.default_rng(8)
+    var = rng.uniform(-2, 2, (8, 1, 64)).astype(F32)
+    idx, upd = np.zeros(5, np.int32), rng.uniform(-2, 2, (8, 5, 64)).astype(F32)
+    with pytest.raises(NotImplementedError, match="ProcessPre"):
+        l0.get_workspace_size(var, idx, upd, None, 1)
