@@ -266,12 +266,6 @@ def test_tiling(case):
     assert r.data() == [c.fields.get(name, 0) for name in names]
 
 
-def test_simd_threshold_follows_the_core_count():
-    soc = tiling.get_soc(SOC, aiv_num=8)            # 8 * 128 = 1024 columns
-    assert select_template(*_args(10, 20, 1023), soc=soc) == TEMPLATE_SIMT
-    assert select_template(*_args(10, 20, 1024), soc=soc) == TEMPLATE_SIMD
-
-
 # --- UB plans ---------------------------------------------------------------------------------------------------
 UB_PLANS = {
     "simd-stock-fp32": [("updatesQue_", 107 * 128 * 4, 2), ("indicesQue_", 107 * 4, 2)],
@@ -350,6 +344,15 @@ def test_failing_tilings(args, kwargs, words):
     with pytest.raises(TilingError) as e:
         tiling.moe_inplace_index_add(*args, soc=SOC, **kwargs)
     assert e.value.status == 561002 and words in e.value.message
+
+
+def test_simd_sort_column_split_without_room_for_a_column_is_refused():
+    """The real tiling would go on with afterAxisFactor <= 0 (its kernel then adds nothing); a UB-limit error here."""
+    operands = (T((6, 16384), "float32"), T((48,), "int32"), T((48, 16384), "float32"))
+    assert tiling.moe_inplace_index_add(*operands, soc=tiling.get_soc(SOC, ub_size=65536)).tiling_key == 200000
+    with pytest.raises(TilingError) as e:
+        tiling.moe_inplace_index_add(*operands, soc=tiling.get_soc(SOC, ub_size=32768))
+    assert e.value.status == 561002 and "column split" in e.value.message and "ub_size" in e.value.message
 
 
 def test_alpha_must_hold_one_element():

@@ -11,7 +11,7 @@ from ascend_sim.pipe import UbBuffer
 
 from ..common import TilingResult, align_down, align_up, ceil_div, struct_fields, tdiv
 from .base import (BLOCK_BYTES, CAST_SIZE, HASH_BUCKET_BYTES, KEY_SIMD_SORT, LIB_WORKSPACE, SORT_PAD_BLOCKS, Shapes,
-                   cast_mode, column_factor, radix_sort_tmp_bytes, shrink_until_fits, sort_value_size)
+                   cast_mode, column_factor, fail, radix_sort_tmp_bytes, shrink_until_fits, sort_value_size)
 from .simd import SIMD_AFTER_HANDLE_BYTES, SIMD_DB_BUFFER, SIMD_INDICES_MIN_BLOCK, SIMD_RESERVE_BYTES
 
 SIMD_SORT_FIELDS = (
@@ -116,6 +116,12 @@ def _split_after(s: Shapes, z: _SortSizes, cores: int, ub_size: int, f: dict) ->
     one_id = _one_id_bytes(z)
     if one_id + align_up(s.var_size * each, BLOCK_BYTES) + align_up(4 * each, BLOCK_BYTES) > half_ub:
         index_factor, after_factor = _big_rows(s, z, half_ub, one_id)
+        if after_factor <= 0:
+            # the real tiling carries on with a column piece of <= 0 elements: its kernel's column loops never
+            # run and var comes back unchanged, without an error. Refused here, as a UB-limit error a user can act on.
+            fail(f"SIMD sort, column split: a UB of {ub_size} bytes left after the SIMT data cache holds an id "
+                 f"window of {index_factor} ids but no column of {s.var_size}-byte elements beside it "
+                 f"(afterAxisFactor {after_factor}); the real kernel would add nothing. Use a larger ub_size")
     else:
         after_factor = align_up(each, align)
         start = tdiv(half_ub, after_factor * (s.var_size + 4) + one_id)
