@@ -38,6 +38,9 @@ from .layout import (CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR
                      TL_CALL, TL_CPR, TL_DCACHE, TL_DCACHE_MASK, TL_DCACHE_SHIFT, TL_DMA_ISSUE, TL_DONE, TL_END,
                      TL_EVENT, TL_FLAG_CALL, TL_FLAG_T, TL_GM_HIT, TL_GM_MISS, TL_GM_WRITE, TL_LATENCY, TL_ON, TL_RATE,
                      TL_SCALAR_UB, TL_TRACE_ADDR, TL_TRACE_CAP, TL_TRACE_N, TL_VEC_ISSUE, TRACE_COLS)
+from .layout import (L2_EPOCH_SHIFT, TL_L2_ADDR, TL_L2_CLOCK, TL_L2_HIT_BYTES, TL_L2_MASK, TL_L2_RATE, TL_L2_SHIFT, TL_L2_TAG,
+                     TL_LAUNCH, TL_VEC_WIDTH, TRACE_L2_SHIFT)
+from ._memory import load_i64
 from . import check as chk
 from ._memory import store_i64
 from .cost import CostModel
@@ -64,7 +67,13 @@ def cost_words(cost: CostModel, cores_running: int) -> np.ndarray:
     put(TL_RATE + PIPE_MTE3, cost.dma_rate_scaled(cost.mte3_bytes_per_cycle, cores_running))
     put(TL_LATENCY + PIPE_MTE2, cost.mte2_latency_cycles)
     put(TL_LATENCY + PIPE_MTE3, cost.mte3_latency_cycles)
-    put(TL_BURST, cost.burst_cycles)
+    put(TL_BURST, int(round(cost.burst_cycles * RATE_SCALE)))
+    lines, shift = cost.l2_table(cores_running)
+    put(TL_L2_MASK, lines - 1)
+    put(TL_L2_SHIFT, shift)
+    put(TL_L2_RATE, cost.l2_rate_scaled(cores_running))
+    put(TL_LAUNCH, cost.launch_cycles)
+    put(TL_VEC_WIDTH, cost.vec_issue_width)
     put(TL_DMA_ISSUE, cost.dma_issue_cycles)
     put(TL_VEC_ISSUE, cost.vec_issue_cycles)
     put(TL_CALL, cost.scalar_call_cycles)
@@ -89,6 +98,15 @@ def cost_words(cost: CostModel, cores_running: int) -> np.ndarray:
 def load_costs(state: np.ndarray, cost: CostModel, cores_running: int) -> None:
     """Start a core's timeline: clocks zero, `cost` loaded (host side, before its first stage)."""
     state[TL_BASE:TL_FLAG_T] = cost_words(cost, cores_running)
+
+
+def attach_l2(states: np.ndarray, tables: np.ndarray, epoch: int) -> None:
+    """Give every core of a launch its L2 tag table (host side): row i of `tables` (C-contiguous int64, kept alive
+    by the caller until the launch has ended) for core i, and the launch's `epoch`, so tags an earlier launch left
+    in the table never match."""
+    assert tables.dtype == np.int64 and tables.flags.c_contiguous and len(tables) >= len(states)
+    states[:, TL_L2_ADDR] = tables.ctypes.data + np.arange(len(states), dtype=np.int64) * tables.strides[0]
+    states[:, TL_L2_TAG] = epoch << L2_EPOCH_SHIFT
 
 
 def attach_trace(state: np.ndarray, rows: np.ndarray) -> None:
@@ -190,11 +208,92 @@ def dma(c, call, pipe, rows, row_bytes):
         return
     nbytes = rows * ((row_bytes + 31) // 32 * 32)
     if nbytes > 0:
-        rate = c.state[TL_RATE + pipe]
-        cycles = c.state[TL_DMA_ISSUE] + rows * c.state[TL_BURST] + (nbytes * RATE_SCALE + rate - 1) // rate
-        _occupy(c, call, pipe, cycles, c.state[TL_LATENCY + pipe], nbytes, rows)
+        _occupy(c, call, pipe, _dma_cycles(c, pipe, rows, nbytes, 0), c.state[TL_LATENCY + pipe], nbytes, rows)
     else:
         _occupy(c, call, pipe, 0, 0, 0, rows)
+
+
+@aicore
+def _dma_cycles(c, pipe, rows, nbytes, hit_bytes):
+    """Pipe cycles of a DMA of `nbytes` (whole blocks) in `rows` rows, `hit_bytes` of them read from L2."""
+    rate = c.state[TL_RATE + pipe]
+    hbm_part = (nbytes - hit_bytes) * RATE_SCALE
+    cycles = c.state[TL_DMA_ISSUE] + (rows * c.state[TL_BURST] + RATE_SCALE - 1) // RATE_SCALE \
+        + (hbm_part + rate - 1) // rate
+    if hit_bytes > 0:
+        l2_rate = c.state[TL_L2_RATE]
+        cycles += (hit_bytes * RATE_SCALE + l2_rate - 1) // l2_rate
+    return cycles
+
+
+@aicore
+def _popcount(x):
+    x = x - ((x >> 1) & 0x5555555555555555)
+    x = (x & 0x3333333333333333) + ((x >> 2) & 0x3333333333333333)
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0F
+    return (x * 0x0101010101010101) >> 56 & 0xFF
+
+
+@aicore
+def _l2_hits(c, address, rows, row_bytes, pitch):
+    """Bytes of a GM read (`rows` rows of `row_bytes` at device `address`, `pitch` bytes apart) that this core read
+    earlier in the launch and that its share of the L2 still holds; the 32-byte blocks read are entered.
+
+    The core's table is direct mapped, two words a line: its tag (launch epoch | line + 1), and the clock of its
+    last use (TL_L2_CLOCK: lines entered so far) above a mask of the line's 32-byte blocks the core has read.
+    A line is still held while fewer lines than the table has have been entered since its last use (what an
+    LRU cache of that many lines does: a sweep over more bytes than the share keeps nothing). A hit is a block
+    read before: a byte that only shares a line with bytes read before still comes from HBM, as the copy
+    benchmark's 128-byte tiles show (their neighbours in the line cost HBM time, not L2 time)."""
+    mask = c.state[TL_L2_MASK]
+    if mask < 0:
+        return 0
+    table = c.state[TL_L2_ADDR]
+    tag_bits = c.state[TL_L2_TAG]
+    shift = c.state[TL_L2_SHIFT]
+    hits = 0
+    for r in range(rows):
+        start = address + r * pitch
+        end = start + row_bytes
+        line = start >> shift
+        while (line << shift) < end:
+            base = line << shift
+            first_block = (max(start, base) - base) >> 5
+            last_block = (min(end, base + (1 << shift)) - 1 - base) >> 5
+            blocks = ((1 << (last_block - first_block + 1)) - 1) << first_block
+            tag = tag_bits | ((line + 1) & ((1 << L2_EPOCH_SHIFT) - 1))
+            slot = 2 * (line & mask)
+            clock = c.state[TL_L2_CLOCK]
+            word = load_i64(table, slot + 1)
+            if load_i64(table, slot) == tag and clock - (word >> 32) <= mask:
+                seen = word & 0xFFFFFFFF
+                hits += _popcount(seen & blocks) * 32
+                store_i64(table, slot + 1, (clock << 32) | seen | blocks)
+            else:
+                clock += 1
+                c.state[TL_L2_CLOCK] = clock
+                store_i64(table, slot, tag)
+                store_i64(table, slot + 1, (clock << 32) | blocks)
+            line += 1
+    return hits
+
+
+@aicore
+def dma_read(c, call, rows, row_bytes, address, pitch):
+    """One GM -> UB (MTE2) instruction of `rows` rows of `row_bytes` bytes, the first at host `address`, each
+    `pitch` bytes after the one before; the bytes still in the core's L2 move at the L2 rate (counted in
+    TL_L2_HIT_BYTES and, in the trace, in the row's second argument above TRACE_L2_SHIFT)."""
+    c.state[CNT_MTE2_INSTR] += 1
+    if c.state[TL_ON] == 0:
+        return
+    nbytes = rows * ((row_bytes + 31) // 32 * 32)
+    if nbytes <= 0:
+        _occupy(c, call, PIPE_MTE2, 0, 0, 0, rows)
+        return
+    hits = min(_l2_hits(c, address, rows, row_bytes, pitch), nbytes)
+    c.state[TL_L2_HIT_BYTES] += hits
+    _occupy(c, call, PIPE_MTE2, _dma_cycles(c, PIPE_MTE2, rows, nbytes, hits), c.state[TL_LATENCY + PIPE_MTE2],
+            nbytes, rows | (hits << TRACE_L2_SHIFT))
 
 
 @aicore
@@ -203,7 +302,9 @@ def vector(c, call, repeats):
     c.state[CNT_V_INSTR] += 1
     if c.state[TL_ON] == 0:
         return
-    _occupy(c, call, PIPE_V, c.state[TL_VEC_ISSUE] + repeats * c.state[TL_CPR + call], 0, repeats, 0)
+    width = c.state[TL_VEC_WIDTH]
+    _occupy(c, call, PIPE_V, c.state[TL_VEC_ISSUE] + (repeats * c.state[TL_CPR + call] + width - 1) // width, 0,
+            repeats, 0)
 
 
 @aicore
