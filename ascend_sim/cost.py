@@ -56,6 +56,10 @@ class CostModel:
         l2_bytes_per_cycle: the whole chip's L2 read bandwidth, shared by the running cores.
         mte2_l2_bytes_per_cycle: one core's GM -> UB rate for bytes that hit in L2.
         launch_cycles: fixed cycles of one kernel launch, added once to its estimate.
+        same_address_window_cycles: "at once" for same-address contention: reads of one 4 KiB GM region by
+            several cores whose DMAs start in the same window of this many cycles contend.
+        same_address_bytes_per_cycle: the rate at which the chip serves the contending reads on top of the
+            rest (0: no contention modelled).
         vec_issue_cycles: fixed cost of one vector instruction.
         vec_issue_width: 256-byte repeats retired per cycle-per-repeat (2 on a dual-issue vector unit).
         vec_cycles_per_repeat: cycles per 256-byte repeat of an elementwise instruction.
@@ -85,6 +89,8 @@ class CostModel:
     l2_bytes_per_cycle: float = 2889.0
     mte2_l2_bytes_per_cycle: float = 110.0
     launch_cycles: int = 2340
+    same_address_window_cycles: int = 12288
+    same_address_bytes_per_cycle: float = 536.0
     vec_issue_cycles: int = 8
     vec_issue_width: int = 1
     vec_cycles_per_repeat: int = 1
@@ -154,6 +160,7 @@ _CYCLES = ("mte2_latency_cycles", "mte3_latency_cycles", "dma_issue_cycles", "ve
            "scalar_call_cycles", "scalar_ub_cycles", "scalar_gm_hit_cycles", "scalar_gm_miss_cycles",
            "scalar_gm_write_cycles", "event_cycles", "barrier_cycles", "sync_all_cycles", "simt_launch_cycles",
            "simt_cycles_per_warp_instr", "simt_gm_latency_cycles", "launch_cycles")
+_NON_NEGATIVE_FLOATS = ("same_address_bytes_per_cycle",)
 _MAX_CYCLES = 10 ** 7
 
 
@@ -167,6 +174,15 @@ def check_cost(cost: CostModel) -> None:
             raise ConfigError(f"cost parameter {name} must be a number in (0, 1e6], got {value!r}")
     for name in _CYCLES:
         _cycles(name, getattr(cost, name))
+    window = cost.same_address_window_cycles
+    if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= _MAX_CYCLES:
+        raise ConfigError(f"cost parameter same_address_window_cycles must be a whole number of cycles in [1, "
+                          f"{_MAX_CYCLES}], got {window!r}")
+    for name in _NON_NEGATIVE_FLOATS:
+        value = getattr(cost, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not 0 <= value <= 1e6:
+            raise ConfigError(f"cost parameter {name} must be a number in [0, 1e6], got {value!r}")
     burst = cost.burst_cycles
     if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not math.isfinite(burst) \
             or not 0 <= burst <= 1e4:
@@ -261,5 +277,6 @@ STOCK_COSTS = {
                            dma_issue_cycles=30, burst_cycles=0.4,
                            l2_bytes=128 * 1024 * 1024, l2_line_bytes=128,
                            l2_bytes_per_cycle=float(round(L2_PEAK_BYTES_PER_S / (ASCEND950_CLOCK_MHZ * 1e6))),
-                           launch_cycles=round(LAUNCH_FLOOR_US * ASCEND950_CLOCK_MHZ), vec_issue_width=2),
+                           launch_cycles=round(LAUNCH_FLOOR_US * ASCEND950_CLOCK_MHZ), vec_issue_width=2,
+                           same_address_bytes_per_cycle=0.0),
 }

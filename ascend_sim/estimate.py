@@ -57,6 +57,8 @@ class Estimate:
         gm_bytes: GM bytes the launch moved (both DMA directions and scalar accesses).
         sync_alls: SyncAll() barriers the launch crossed.
         l2_hit_bytes: GM -> UB bytes read from L2 (bytes the same core had read earlier in the launch).
+        same_address_bytes: GM -> UB bytes other cores read from the same 4 KiB region in the same time bucket
+            (see timeline.same_address_bytes); they cost `same_address_bytes_per_cycle` on top.
     """
     cost: CostModel
     aiv_num: int
@@ -64,6 +66,7 @@ class Estimate:
     gm_bytes: int
     sync_alls: int = 0
     l2_hit_bytes: int = 0
+    same_address_bytes: int = 0
 
     @property
     def running_cores(self) -> int:
@@ -93,8 +96,13 @@ class Estimate:
         return self.cost.launch_cycles if self.cost.enabled else 0
 
     @property
+    def same_address_cycles(self) -> int:
+        rate = self.cost.same_address_bytes_per_cycle
+        return math.ceil(self.same_address_bytes / rate) if self.cost.enabled and rate > 0 else 0
+
+    @property
     def cycles(self) -> int:
-        return self.launch_cycles + max(self.core_bound_cycles, self.hbm_bound_cycles)
+        return self.launch_cycles + max(self.core_bound_cycles, self.hbm_bound_cycles) + self.same_address_cycles
 
     @property
     def time_us(self) -> float:
@@ -159,7 +167,8 @@ class Estimate:
         lines = [
             f"estimate {self.time_us:,.2f} us ({self.cycles:,d} cycles at {self.cost.clock_mhz:g} MHz), bound by "
             f"{self.bound}; core-bound {self.core_bound_cycles:,d}, HBM-bound {self.hbm_bound_cycles:,d} cycles, "
-            f"launch {self.launch_cycles:,d}",
+            f"launch {self.launch_cycles:,d}" + (f", same-address {self.same_address_cycles:,d}"
+                                                 if self.same_address_cycles else ""),
             "pipe use (all cores) " + "  ".join(f"{p} {util[p]:5.1%}" for p in PIPE_NAMES)
             + (f"; slowest block {crit.block_idx}: " + "  ".join(f"{p} {crit.ratio(p):5.1%}" for p in PIPE_NAMES)
                if crit is not None else ""),

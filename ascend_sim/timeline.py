@@ -38,6 +38,7 @@ from .layout import (CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR
                      TL_CALL, TL_CPR, TL_DCACHE, TL_DCACHE_MASK, TL_DCACHE_SHIFT, TL_DMA_ISSUE, TL_DONE, TL_END,
                      TL_EVENT, TL_FLAG_CALL, TL_FLAG_T, TL_GM_HIT, TL_GM_MISS, TL_GM_WRITE, TL_LATENCY, TL_ON, TL_RATE,
                      TL_SCALAR_UB, TL_TRACE_ADDR, TL_TRACE_CAP, TL_TRACE_N, TL_VEC_ISSUE, TRACE_COLS)
+from .layout import (SAME_BUCKET_BITS, SAME_REGION_SHIFT, TL_SAME_ADDR, TL_SAME_CAP, TL_SAME_N, TL_SAME_WINDOW)
 from .layout import (L2_EPOCH_SHIFT, TL_L2_ADDR, TL_L2_CLOCK, TL_L2_HIT_BYTES, TL_L2_MASK, TL_L2_RATE, TL_L2_SHIFT, TL_L2_TAG,
                      TL_LAUNCH, TL_VEC_WIDTH, TRACE_L2_SHIFT)
 from ._memory import load_i64
@@ -74,6 +75,7 @@ def cost_words(cost: CostModel, cores_running: int) -> np.ndarray:
     put(TL_L2_RATE, cost.l2_rate_scaled(cores_running))
     put(TL_LAUNCH, cost.launch_cycles)
     put(TL_VEC_WIDTH, cost.vec_issue_width)
+    put(TL_SAME_WINDOW, cost.same_address_window_cycles if cost.same_address_bytes_per_cycle > 0 else 0)
     put(TL_DMA_ISSUE, cost.dma_issue_cycles)
     put(TL_VEC_ISSUE, cost.vec_issue_cycles)
     put(TL_CALL, cost.scalar_call_cycles)
@@ -107,6 +109,35 @@ def attach_l2(states: np.ndarray, tables: np.ndarray, epoch: int) -> None:
     assert tables.dtype == np.int64 and tables.flags.c_contiguous and len(tables) >= len(states)
     states[:, TL_L2_ADDR] = tables.ctypes.data + np.arange(len(states), dtype=np.int64) * tables.strides[0]
     states[:, TL_L2_TAG] = epoch << L2_EPOCH_SHIFT
+
+
+def attach_same_address_log(states: np.ndarray, logs: np.ndarray) -> None:
+    """Give every core of a launch its same-address log (host side): row i of `logs` (C-contiguous int64, two words
+    an entry, kept alive by the caller until the launch has ended) for core i."""
+    assert logs.dtype == np.int64 and logs.flags.c_contiguous and len(logs) >= len(states)
+    states[:, TL_SAME_ADDR] = logs.ctypes.data + np.arange(len(states), dtype=np.int64) * logs.strides[0]
+    states[:, TL_SAME_CAP] = logs.shape[1] // 2
+
+
+def same_address_bytes(logs: np.ndarray, used: np.ndarray) -> int:
+    """Bytes read from a 4 KiB GM region in a time bucket by other cores than the one that read most of it there
+    (what the chip serialises when many cores read the same lines at once). `logs` are the cores' logs, `used`
+    how many entries each filled. Depends on no host-thread order: each core's log is its own timeline's."""
+    keys = np.concatenate([logs[i, 0:2 * n:2] for i, n in enumerate(used.tolist())]) if len(used) else np.zeros(0, np.int64)
+    if keys.size == 0:
+        return 0
+    nbytes = np.concatenate([logs[i, 1:2 * n:2] for i, n in enumerate(used.tolist())])
+    core = np.repeat(np.arange(len(used), dtype=np.int64), used)
+    order = np.lexsort((core, keys))
+    keys, nbytes, core = keys[order], nbytes[order], core[order]
+    # bytes per (key, core), then per key: the total and the largest single core's share
+    starts = np.flatnonzero(np.r_[True, (keys[1:] != keys[:-1]) | (core[1:] != core[:-1])])
+    per_core = np.add.reduceat(nbytes, starts)
+    per_key = keys[starts]
+    key_starts = np.flatnonzero(np.r_[True, per_key[1:] != per_key[:-1]])
+    total = np.add.reduceat(per_core, key_starts)
+    largest = np.maximum.reduceat(per_core, key_starts)
+    return int((total - largest).sum())
 
 
 def attach_trace(state: np.ndarray, rows: np.ndarray) -> None:
@@ -292,8 +323,26 @@ def dma_read(c, call, rows, row_bytes, address, pitch):
         return
     hits = min(_l2_hits(c, address, rows, row_bytes, pitch), nbytes)
     c.state[TL_L2_HIT_BYTES] += hits
-    _occupy(c, call, PIPE_MTE2, _dma_cycles(c, PIPE_MTE2, rows, nbytes, hits), c.state[TL_LATENCY + PIPE_MTE2],
-            nbytes, rows | (hits << TRACE_L2_SHIFT))
+    cycles = _dma_cycles(c, PIPE_MTE2, rows, nbytes, hits)
+    _occupy(c, call, PIPE_MTE2, cycles, c.state[TL_LATENCY + PIPE_MTE2], nbytes, rows | (hits << TRACE_L2_SHIFT))
+    if c.state[TL_SAME_WINDOW] > 0 and nbytes > hits:
+        _log_same_address(c, address, nbytes - hits, c.state[TL_END + PIPE_MTE2] - cycles)
+
+
+@aicore
+def _log_same_address(c, address, nbytes, start):
+    """Enter a DMA's HBM bytes in the core's same-address log under (4 KiB region of its first byte, time bucket
+    of its start); a read in the same region and bucket as the entry before adds to it."""
+    key = ((address >> SAME_REGION_SHIFT) << SAME_BUCKET_BITS) \
+        | ((start // c.state[TL_SAME_WINDOW]) & ((1 << SAME_BUCKET_BITS) - 1))
+    log = c.state[TL_SAME_ADDR]
+    n = c.state[TL_SAME_N]
+    if n > 0 and load_i64(log, 2 * (n - 1)) == key:
+        store_i64(log, 2 * (n - 1) + 1, load_i64(log, 2 * (n - 1) + 1) + nbytes)
+    elif n < c.state[TL_SAME_CAP]:
+        store_i64(log, 2 * n, key)
+        store_i64(log, 2 * n + 1, nbytes)
+        c.state[TL_SAME_N] = n + 1
 
 
 @aicore
