@@ -10,7 +10,7 @@ plus the chip's fixed cost of a launch (`launch_cycles`) once.
 
 The bounding resource is "HBM" when the second wins, else the busiest pipe of the slowest core.
 The roofline beside it is the time of the launch's work at the chip's peak rates, perfectly
-spread over the cores: its GM bytes at min(HBM, cores x per-core DMA rate), and its vector
+spread over the cores: its GM bytes at min(HBM, cores x per-core DMA rate) (its L2 hits at the L2's), and its vector
 cycles over the cores. `estimate / roofline` says how far the kernel is from that ideal.
 """
 from __future__ import annotations
@@ -132,9 +132,12 @@ class Estimate:
 
     @property
     def roofline_gm_cycles(self) -> float:
+        cores = max(1, self.running_cores)
         per_core = min(self.cost.mte2_bytes_per_cycle, self.cost.mte3_bytes_per_cycle)
-        rate = min(self.cost.hbm_bytes_per_cycle, per_core * max(1, self.running_cores))
-        return self.gm_bytes / rate
+        rate = min(self.cost.hbm_bytes_per_cycle, per_core * cores)
+        hits = min(self.l2_hit_bytes, self.gm_bytes)      # bytes the cores read again from L2, at its rate
+        l2_rate = min(self.cost.l2_bytes_per_cycle, self.cost.mte2_l2_bytes_per_cycle * cores)
+        return (self.gm_bytes - hits) / rate + hits / l2_rate
 
     @property
     def roofline_vector_cycles(self) -> float:
