@@ -614,7 +614,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     if cost.enabled and cost.same_address_bytes_per_cycle > 0:
         used = states[:, TL_SAME_N].copy()
         same_address = deferred(functools.partial(timeline.same_address_bytes,
-                                                  crew.same_address_logs[:, :2 * int(used.max(initial=0))].copy(), used))
+                                                  crew.same_address_logs[:, :2 * int(used.max(initial=0))].copy(), used,
+                                                  chip.aiv_num))
     times = functools.partial(_core_times, states[:, TL_END:TL_DONE + N_PIPES].copy())
     trace = None
     if trace_rows:

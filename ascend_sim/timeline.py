@@ -119,22 +119,24 @@ def attach_same_address_log(states: np.ndarray, logs: np.ndarray) -> None:
     states[:, TL_SAME_CAP] = logs.shape[1] // 2
 
 
-def same_address_bytes(logs: np.ndarray, used: np.ndarray) -> int:
+def same_address_bytes(logs: np.ndarray, used: np.ndarray, aiv_num: int) -> int:
     """Bytes read from a 4 KiB GM region in a time bucket by other cores than the one that read most of it there
-    (what the chip serialises when many cores read the same lines at once). `logs` are the cores' logs, `used`
-    how many entries each filled. Depends on no host-thread order: each core's log is its own timeline's."""
+    (what the chip serialises when many cores read the same lines at once). `logs` are the blocks' logs, `used`
+    how many entries each filled; blocks of different rounds (block // aiv_num) never run at once. Depends on no
+    host-thread order: each block's log is its own timeline's."""
     keys = np.concatenate([logs[i, 0:2 * n:2] for i, n in enumerate(used.tolist())]) if len(used) else np.zeros(0, np.int64)
     if keys.size == 0:
         return 0
     nbytes = np.concatenate([logs[i, 1:2 * n:2] for i, n in enumerate(used.tolist())])
     core = np.repeat(np.arange(len(used), dtype=np.int64), used)
-    order = np.lexsort((core, keys))
-    keys, nbytes, core = keys[order], nbytes[order], core[order]
+    rounds = core // max(1, aiv_num)
+    order = np.lexsort((core, keys, rounds))
+    keys, nbytes, core, rounds = keys[order], nbytes[order], core[order], rounds[order]
     # bytes per (key, core), then per key: the total and the largest single core's share
     starts = np.flatnonzero(np.r_[True, (keys[1:] != keys[:-1]) | (core[1:] != core[:-1])])
     per_core = np.add.reduceat(nbytes, starts)
-    per_key = keys[starts]
-    key_starts = np.flatnonzero(np.r_[True, per_key[1:] != per_key[:-1]])
+    per_key, per_round = keys[starts], rounds[starts]
+    key_starts = np.flatnonzero(np.r_[True, (per_key[1:] != per_key[:-1]) | (per_round[1:] != per_round[:-1])])
     total = np.add.reduceat(per_core, key_starts)
     largest = np.maximum.reduceat(per_core, key_starts)
     return int((total - largest).sum())

@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from ascend_sim.timeline import same_address_bytes
 from ops.bench import data_copy as bench
 from tiling import get_soc
 
@@ -105,3 +106,17 @@ def test_the_markdown_table_has_one_row_per_scenario(estimates):
     assert text.count("\n") == len(rows) + 1
     ratios = [float(line.rsplit("|", 2)[1]) for line in text.splitlines()[2:]]
     assert np.all(np.abs(np.array(ratios) - 1) <= BOUND)
+
+
+def test_same_address_bytes_counts_the_readers_beside_the_main_one_per_region_window_and_round():
+    """Three blocks' logs by hand: block 0 reads 100 B of region-window key 5 and 50 B of key 6, block 1 30 B of key
+    5, block 2 70 B of key 5. With three cores all run at once: key 5's readers beside the main one (100 B) read
+    30 + 70 B. With two cores block 2 runs in the second round and contends with nobody: 30 B."""
+    logs = np.zeros((3, 8), dtype=np.int64)
+    logs[0, :4] = [5, 100, 6, 50]
+    logs[1, :2] = [5, 30]
+    logs[2, :2] = [5, 70]
+    used = np.array([2, 1, 1])
+    assert same_address_bytes(logs, used, aiv_num=3) == 100
+    assert same_address_bytes(logs, used, aiv_num=2) == 30
+    assert same_address_bytes(logs, np.zeros(3, dtype=np.int64), aiv_num=3) == 0
