@@ -18,6 +18,9 @@ How a call turns into cycles (see timeline.py for how the cycles are placed on t
   chip's L2 (`l2_bytes / cores running`, lines of `l2_line_bytes`, direct mapped), moves at the core's L2 rate
   (`mte2_l2_bytes_per_cycle`, capped at its share of `l2_bytes_per_cycle`). Each core sees only its own reads,
   so a launch's hits do not depend on how the host threads interleave the cores.
+* Same-address contention: a GM -> UB copy's HBM bytes are logged per core under (512-byte region of its first
+  byte, window of `same_address_window_cycles` its start falls in); after the launch, the bytes other cores than
+  a region's main reader read in the same window cost `same_address_bytes_per_cycle` on top (0: off).
 * Launch: every kernel launch adds `launch_cycles` once (the chip's start-up and end of a task).
 * Vector (PIPE_V): `vec_issue_cycles + ceil(repeats * cycles_per_repeat(call) / vec_issue_width)`; a repeat is 256 bytes
   of the widest operand (64 fp32 or 128 fp16 lanes), so fp32 work takes twice the repeats of
@@ -56,7 +59,7 @@ class CostModel:
         l2_bytes_per_cycle: the whole chip's L2 read bandwidth, shared by the running cores.
         mte2_l2_bytes_per_cycle: one core's GM -> UB rate for bytes that hit in L2.
         launch_cycles: fixed cycles of one kernel launch, added once to its estimate.
-        same_address_window_cycles: "at once" for same-address contention: reads of one 4 KiB GM region by
+        same_address_window_cycles: "at once" for same-address contention: reads of one 512-byte GM region by
             several cores whose DMAs start in the same window of this many cycles contend.
         same_address_bytes_per_cycle: the rate at which the chip serves the contending reads on top of the
             rest (0: no contention modelled).

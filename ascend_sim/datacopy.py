@@ -255,13 +255,16 @@ def _atomic_add_bytes(c, g, gm_off, ub_off, nbytes, dt):
         done += span
 
 
+DEVICE_TENSOR_SHIFT = 36       # a GM tensor's device addresses: (id + 1) << 36 | byte offset (64 GiB each)
+
+
 @aicore
 def _device_address(g, byte_offset):
-    """Where byte `byte_offset` of GM tensor g would sit on the chip, for the L2: the host address with the
-    tensor's start moved down to a 32-byte boundary (device tensors start block aligned; a host array may start
-    16 bytes into a block, which would make every copy share a block with its neighbour)."""
-    base = data_address(g.data)
-    return base - (base & 31) + byte_offset
+    """Where byte `byte_offset` of GM tensor g sits for the L2 and the same-address log: tensor id g.id + 1 above
+    the byte offset, every tensor starting line aligned as device buffers do. Not the host address: how the host
+    allocator aligns an array (a large one starts 16 bytes into a 32-byte block) would move line boundaries from
+    run to run, and the estimate with them."""
+    return ((g.id + 1) << DEVICE_TENSOR_SHIFT) + byte_offset
 
 
 @aicore

@@ -57,7 +57,7 @@ class Estimate:
         gm_bytes: GM bytes the launch moved (both DMA directions and scalar accesses).
         sync_alls: SyncAll() barriers the launch crossed.
         l2_hit_bytes: GM -> UB bytes read from L2 (bytes the same core had read earlier in the launch).
-        same_address_bytes: GM -> UB bytes other cores read from the same 4 KiB region in the same time bucket
+        same_address_bytes: GM -> UB bytes other cores read from the same 512-byte region in the same time bucket
             (see timeline.same_address_bytes); they cost `same_address_bytes_per_cycle` on top.
     """
     cost: CostModel

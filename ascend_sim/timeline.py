@@ -120,14 +120,15 @@ def attach_same_address_log(states: np.ndarray, logs: np.ndarray) -> None:
 
 
 def same_address_bytes(logs: np.ndarray, used: np.ndarray, aiv_num: int) -> int:
-    """Bytes read from a 4 KiB GM region in a time bucket by other cores than the one that read most of it there
-    (what the chip serialises when many cores read the same lines at once). `logs` are the blocks' logs, `used`
-    how many entries each filled; blocks of different rounds (block // aiv_num) never run at once. Depends on no
-    host-thread order: each block's log is its own timeline's."""
-    keys = np.concatenate([logs[i, 0:2 * n:2] for i, n in enumerate(used.tolist())]) if len(used) else np.zeros(0, np.int64)
-    if keys.size == 0:
+    """Bytes read from a 512-byte GM region (a line) in one time bucket by other cores than the one that read most
+    of it there (what the chip serialises when many cores read the same lines at once). `logs` are the blocks'
+    logs, `used` how many entries each filled; blocks of different rounds (block // aiv_num) never run at once.
+    Depends on no host-thread order: each block's log is its own timeline's."""
+    counts = used.tolist()
+    if sum(counts) == 0:
         return 0
-    nbytes = np.concatenate([logs[i, 1:2 * n:2] for i, n in enumerate(used.tolist())])
+    keys = np.concatenate([logs[i, 0:2 * n:2] for i, n in enumerate(counts)])
+    nbytes = np.concatenate([logs[i, 1:2 * n:2] for i, n in enumerate(counts)])
     core = np.repeat(np.arange(len(used), dtype=np.int64), used)
     rounds = core // max(1, aiv_num)
     order = np.lexsort((core, keys, rounds))
@@ -333,7 +334,7 @@ def dma_read(c, call, rows, row_bytes, address, pitch):
 
 @aicore
 def _log_same_address(c, address, nbytes, start):
-    """Enter a DMA's HBM bytes in the core's same-address log under (4 KiB region of its first byte, time bucket
+    """Enter a DMA's HBM bytes in the core's same-address log under (512-byte region of its first byte, time bucket
     of its start); a read in the same region and bucket as the entry before adds to it."""
     key = ((address >> SAME_REGION_SHIFT) << SAME_BUCKET_BITS) \
         | ((start // c.state[TL_SAME_WINDOW]) & ((1 << SAME_BUCKET_BITS) - 1))
