@@ -56,7 +56,8 @@ from .faults import to_error
 from .pipe import UbBuffer, plan_pipe
 from .report import CoreReport, RunReport, deferred, gm_bytes_of
 
-SAME_ADDRESS_LOG_ENTRIES = 1 << 16     # per core: (region, time bucket) entries of the same-address log
+SAME_ADDRESS_LOG_ENTRIES = 1 << 14     # per core: (region, time bucket) entries of the same-address log (consecutive
+                                       # reads of one region and window share an entry; later ones are not logged)
 SYNC_ALL = "SyncAll"
 """Schedule marker: AscendC::SyncAll() between the stages before and after it."""
 
