@@ -140,3 +140,30 @@ def test_a_one_token_permute_estimates_at_least_the_launch_floor(soc):
     launches = [r for r in getattr(report, "kernel_runs", [report])]
     assert launches and all(r.estimate.time_us >= 1.3 for r in launches)
     assert report.estimate.time_us >= 1.3 * len(launches)
+
+
+def test_checked_mode_is_clean_on_the_copy_kernel():
+    report = bench.run(dataclasses.replace(_row("ascend910b", 2), m=48 * 64, n=1024), check="race")
+    assert report.cores[0].mte2_instr == 16
+
+
+def test_the_trace_shows_each_copys_l2_hits(tmp_path):
+    """Scenario 6 at 64 rows a core (each slice 64 x 3072 halves, 384 KiB: in the 4 MiB share): a slice's first pass
+    misses, its three repeats hit in full; the trace's copy slices say so."""
+    from ascend_sim.layout import CALL_DATA_COPY_PAD_IN, TRACE_L2_SHIFT
+    from ascend_sim.trace import tracing, write_json
+
+    scenario = dataclasses.replace(_row("ascend910b", 6), m=48 * 64)
+    with tracing(cores=(0,), max_events=10_000) as request:
+        report = bench.run(scenario)
+    rows = report.trace.cores[0].rows
+    copies = rows[rows[:, 1] == CALL_DATA_COPY_PAD_IN]
+    hits = copies[:, 6] >> TRACE_L2_SHIFT
+    per_slice = 3 * 4                      # 3072 / 1024 column tiles per pass, four passes
+    assert len(copies) == 4 * per_slice
+    full = 64 * 1024 * 2
+    assert (hits.reshape(4, 4, 3)[:, 0] == 0).all() and (hits.reshape(4, 4, 3)[:, 1:] == full).all()
+    assert report.estimate.l2_hit_bytes == 48 * hits.sum()
+    path = tmp_path / "trace.json"
+    write_json(request.runs, path)
+    assert f'"l2_hit_bytes":{full}' in path.read_text()
