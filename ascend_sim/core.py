@@ -71,10 +71,28 @@ class CoreSet:
         self.width = -1
         self.states = np.zeros((block_dim, 0), dtype=np.int64)
         self.cores: list[Core] = []
+        self.l2 = np.zeros((block_dim, 0), dtype=np.int64)
+        self.l2_epoch = 0
+        self.same_address_logs = np.zeros((block_dim, 0), dtype=np.int64)
+
+    def same_address_log(self, entries: int) -> np.ndarray:
+        """Every core's same-address log of `entries` (key, bytes) pairs (np.zeros: pages untouched until used)."""
+        if self.same_address_logs.shape[1] != 2 * entries:
+            self.same_address_logs = np.zeros((self.block_dim, 2 * entries), dtype=np.int64)
+        return self.same_address_logs
+
+    def l2_tables(self, lines: int) -> tuple[np.ndarray, int]:
+        """Every core's L2 table of `lines` lines (two words each: tag, blocks read) and a fresh launch epoch: tags of earlier launches carry an
+        older epoch, so the tables need no clearing between launches (a new table or a wrapped epoch starts zeroed)."""
+        self.l2_epoch += 1
+        if self.l2.shape[1] != 2 * max(lines, 1) or self.l2_epoch >= 1 << 22:
+            self.l2 = np.zeros((self.block_dim, 2 * max(lines, 1)), dtype=np.int64)
+            self.l2_epoch = 1
+        return self.l2, self.l2_epoch
 
     @property
     def nbytes(self) -> int:
-        return self.ubs.nbytes + self.states.nbytes
+        return self.ubs.nbytes + self.states.nbytes + self.l2.nbytes + self.same_address_logs.nbytes
 
     def fit(self, width: int) -> None:
         """States of `width` int64 words (QUE_BASE + the queue slots of the launch's largest TPipe)."""

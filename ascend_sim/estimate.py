@@ -4,11 +4,13 @@ A launch's estimate is the longer of two bounds:
 
 * core-bound: the slowest physical core's timeline (blocks beyond the chip's core count run in
   rounds on the same cores, so a physical core's time is the sum of its blocks');
-* HBM-bound: every GM byte the launch moved, at the chip's HBM bandwidth.
+* HBM-bound: every GM byte the launch moved, at the chip's HBM bandwidth (bytes read from L2 at the L2's);
+
+plus the chip's fixed cost of a launch (`launch_cycles`) once.
 
 The bounding resource is "HBM" when the second wins, else the busiest pipe of the slowest core.
 The roofline beside it is the time of the launch's work at the chip's peak rates, perfectly
-spread over the cores: its GM bytes at min(HBM, cores x per-core DMA rate), and its vector
+spread over the cores: its GM bytes at min(HBM, cores x per-core DMA rate) (its L2 hits at the L2's), and its vector
 cycles over the cores. `estimate / roofline` says how far the kernel is from that ideal.
 """
 from __future__ import annotations
@@ -54,12 +56,17 @@ class Estimate:
         cores: every block's CoreTime, by block index.
         gm_bytes: GM bytes the launch moved (both DMA directions and scalar accesses).
         sync_alls: SyncAll() barriers the launch crossed.
+        l2_hit_bytes: GM -> UB bytes read from L2 (bytes the same core had read earlier in the launch).
+        same_address_bytes: GM -> UB bytes other cores read from the same 512-byte region in the same time bucket
+            (see timeline.same_address_bytes); they cost `same_address_bytes_per_cycle` on top.
     """
     cost: CostModel
     aiv_num: int
     cores: tuple[CoreTime, ...]
     gm_bytes: int
     sync_alls: int = 0
+    l2_hit_bytes: int = 0
+    same_address_bytes: int = 0
 
     @property
     def running_cores(self) -> int:
@@ -80,11 +87,22 @@ class Estimate:
     def hbm_bound_cycles(self) -> int:
         if not self.cost.enabled:
             return 0
-        return math.ceil(self.gm_bytes / self.cost.hbm_bytes_per_cycle)
+        hits = min(self.l2_hit_bytes, self.gm_bytes)
+        return math.ceil((self.gm_bytes - hits) / self.cost.hbm_bytes_per_cycle
+                         + hits / self.cost.l2_bytes_per_cycle)
+
+    @property
+    def launch_cycles(self) -> int:
+        return self.cost.launch_cycles if self.cost.enabled else 0
+
+    @property
+    def same_address_cycles(self) -> int:
+        rate = self.cost.same_address_bytes_per_cycle
+        return math.ceil(self.same_address_bytes / rate) if self.cost.enabled and rate > 0 else 0
 
     @property
     def cycles(self) -> int:
-        return max(self.core_bound_cycles, self.hbm_bound_cycles)
+        return self.launch_cycles + max(self.core_bound_cycles, self.hbm_bound_cycles) + self.same_address_cycles
 
     @property
     def time_us(self) -> float:
@@ -114,9 +132,12 @@ class Estimate:
 
     @property
     def roofline_gm_cycles(self) -> float:
+        cores = max(1, self.running_cores)
         per_core = min(self.cost.mte2_bytes_per_cycle, self.cost.mte3_bytes_per_cycle)
-        rate = min(self.cost.hbm_bytes_per_cycle, per_core * max(1, self.running_cores))
-        return self.gm_bytes / rate
+        rate = min(self.cost.hbm_bytes_per_cycle, per_core * cores)
+        hits = min(self.l2_hit_bytes, self.gm_bytes)      # bytes the cores read again from L2, at its rate
+        l2_rate = min(self.cost.l2_bytes_per_cycle, self.cost.mte2_l2_bytes_per_cycle * cores)
+        return (self.gm_bytes - hits) / rate + hits / l2_rate
 
     @property
     def roofline_vector_cycles(self) -> float:
@@ -148,7 +169,9 @@ class Estimate:
         gm = self.gm_bytes
         lines = [
             f"estimate {self.time_us:,.2f} us ({self.cycles:,d} cycles at {self.cost.clock_mhz:g} MHz), bound by "
-            f"{self.bound}; core-bound {self.core_bound_cycles:,d}, HBM-bound {self.hbm_bound_cycles:,d} cycles",
+            f"{self.bound}; core-bound {self.core_bound_cycles:,d}, HBM-bound {self.hbm_bound_cycles:,d} cycles, "
+            f"launch {self.launch_cycles:,d}" + (f", same-address {self.same_address_cycles:,d}"
+                                                 if self.same_address_cycles else ""),
             "pipe use (all cores) " + "  ".join(f"{p} {util[p]:5.1%}" for p in PIPE_NAMES)
             + (f"; slowest block {crit.block_idx}: " + "  ".join(f"{p} {crit.ratio(p):5.1%}" for p in PIPE_NAMES)
                if crit is not None else ""),
@@ -156,6 +179,9 @@ class Estimate:
             f"{self.cost.us(self.roofline_gm_cycles):,.2f} us; vector {self.cost.us(self.roofline_vector_cycles):,.2f}"
             f" us); estimate / roofline {self.cycles / self.roofline_cycles if self.roofline_cycles else 0:.2f}x",
         ]
+        if self.l2_hit_bytes:
+            lines.append(f"L2 hits {self.l2_hit_bytes / 1e6:,.3f} MB of the {gm / 1e6:,.3f} MB of GM traffic (read "
+                         "again by the core that read them, at the L2 rate)")
         return lines
 
 

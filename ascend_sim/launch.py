@@ -41,7 +41,7 @@ from numba._dispatcher import compute_fingerprint
 
 from . import errors
 from .layout import (CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX,
-                     FLAG_BASE, MEMBER_BASE, N_COUNTERS, N_PIPES, QUE_BASE, TL_BUSY, TL_DONE,
+                     FLAG_BASE, MEMBER_BASE, N_COUNTERS, N_PIPES, QUE_BASE, TL_BUSY, TL_DONE, TL_L2_HIT_BYTES, TL_SAME_N,
                      TL_END, TL_TRACE_N, TRACE_COLS, UB_DIRTY, UB_POISONED)
 from .core import CORE_SETS, fault_record, flags, make_core, start_pipe
 from .cost import CostModel
@@ -56,6 +56,8 @@ from .faults import to_error
 from .pipe import UbBuffer, plan_pipe
 from .report import CoreReport, RunReport, deferred, gm_bytes_of
 
+SAME_ADDRESS_LOG_ENTRIES = 1 << 14     # per core: (region, time bucket) entries of the same-address log (consecutive
+                                       # reads of one region and window share an entry; later ones are not logged)
 SYNC_ALL = "SyncAll"
 """Schedule marker: AscendC::SyncAll() between the stages before and after it."""
 
@@ -483,6 +485,10 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     crew = CORE_SETS.take(block_dim, chip.ub_size, QUE_BASE + layout.slots)
     crew.reset(_state_template(crew.width, chip.max_block_count, chip.npu_arch, cost, min(block_dim, chip.aiv_num)))
     cores, states = crew.cores, crew.states
+    if cost.enabled:
+        timeline.attach_l2(states, *crew.l2_tables(cost.l2_table(min(block_dim, chip.aiv_num))[0]))
+        if cost.same_address_bytes_per_cycle > 0:
+            timeline.attach_same_address_log(states, crew.same_address_log(SAME_ADDRESS_LOG_ENTRIES))
     traces = {i: np.zeros((rows, TRACE_COLS), dtype=np.int64) for i, rows in trace_rows.items()}
     for i, rows in traces.items():
         timeline.attach_trace(cores[i].state, rows)
@@ -605,6 +611,13 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     # the states go back to the pool below: what the report needs is copied out first, and turned into
     # CoreReport / CoreTime objects only when someone reads them
     core_reports = deferred(functools.partial(_core_reports, states[:, :N_COUNTERS].copy()))
+    l2_hit_bytes = int(states[:, TL_L2_HIT_BYTES].sum())
+    same_address = 0
+    if cost.enabled and cost.same_address_bytes_per_cycle > 0:
+        used = states[:, TL_SAME_N].copy()
+        same_address = deferred(functools.partial(timeline.same_address_bytes,
+                                                  crew.same_address_logs[:, :2 * int(used.max(initial=0))].copy(), used,
+                                                  chip.aiv_num))
     times = functools.partial(_core_times, states[:, TL_END:TL_DONE + N_PIPES].copy())
     trace = None
     if trace_rows:
@@ -618,7 +631,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
         ub_capacity_bytes=chip.ub_size, ub_plan=layout.ub_plan, ub_plan_bytes=layout.ub_plan_bytes,
         cores=core_reports, wall_time_s=wall, threads=threads, compile_time_s=compile_s, extra=extra,
-        estimate=deferred(functools.partial(_estimate, cost, chip.aiv_num, times, core_reports, len(sync_marks))),
+        estimate=deferred(functools.partial(_estimate, cost, chip.aiv_num, times, core_reports, len(sync_marks),
+                                            l2_hit_bytes, same_address)),
         trace=trace)
     if request is not None:
         request.took(report)
@@ -648,8 +662,10 @@ def _core_times(clocks: np.ndarray) -> tuple[CoreTime, ...]:
     return tuple(CoreTime(i, end, tuple(b)) for i, (end, b) in enumerate(zip(ends, busy)))
 
 
-def _estimate(cost, aiv_num: int, times, core_reports, sync_alls: int) -> Estimate:
-    return Estimate(cost, aiv_num, times(), gm_bytes_of(CoreReport.combined(core_reports.value())), sync_alls)
+def _estimate(cost, aiv_num: int, times, core_reports, sync_alls: int, l2_hit_bytes: int, same_address) -> Estimate:
+    same = same_address.value() if isinstance(same_address, deferred) else same_address
+    return Estimate(cost, aiv_num, times(), gm_bytes_of(CoreReport.combined(core_reports.value())), sync_alls,
+                    l2_hit_bytes, same)
 
 
 def chip_cost(chip) -> CostModel:

@@ -73,7 +73,7 @@ TL_TRACE_N = TL_BASE + 9         # calls offered to the trace (rows past its end
 TL_RATE = TL_BASE + 10           # TL_RATE + pipe: DMA bytes per RATE_SCALE cycles (MTE2, MTE3 slots used)
 RATE_SCALE = 1024                # rates go into the kernels as bytes per RATE_SCALE cycles, so they stay integers
 TL_LATENCY = TL_BASE + 14        # TL_LATENCY + pipe: fixed cycles of one DMA instruction
-TL_BURST = TL_BASE + 18
+TL_BURST = TL_BASE + 18           # per-row DMA cycles, in 1/RATE_SCALE cycles
 TL_VEC_ISSUE = TL_BASE + 19
 TL_CALL = TL_BASE + 20           # scalar cycles to issue a call
 TL_SCALAR_UB = TL_BASE + 21
@@ -88,8 +88,24 @@ TL_DMA_ISSUE = TL_BASE + 29      # fixed pipe cycles of one DMA instruction
 TL_DONE = TL_BASE + 30           # TL_DONE + pipe: cycle the pipe's work so far is complete (DMA: landed in memory)
 TL_TRACE_ADDR = TL_BASE + 34     # address of the core's trace rows (int64, TRACE_COLS each)
 TL_TRACE_CAP = TL_BASE + 35      # rows the trace holds (0: no trace)
+TL_LAUNCH = TL_BASE + 36         # fixed cycles of a kernel launch (the estimate adds them once; kept for the report)
+TL_VEC_WIDTH = TL_BASE + 37      # vector repeats the V pipe retires per cycle-per-repeat (950: dual issue)
+TL_L2_RATE = TL_BASE + 38        # MTE2 bytes per RATE_SCALE cycles for bytes that hit in L2
+TL_L2_HIT_BYTES = TL_BASE + 39   # GM -> UB bytes this core read from L2 in this launch
+TL_L2_SHIFT = TL_BASE + 40       # log2 of the L2 line bytes
+TL_L2_MASK = TL_BASE + 41        # lines of the core's L2 table - 1 (-1: no L2)
+TL_L2_ADDR = TL_BASE + 42        # address of the core's L2 tag table (int64; set per launch by the launcher)
+TL_L2_TAG = TL_BASE + 43         # this launch's tag bits (launch epoch << L2_EPOCH_SHIFT): older tags never match
+L2_EPOCH_SHIFT = 40              # a tag is epoch << 40 | (line + 1); lines of host addresses fit in 40 bits
+TL_L2_CLOCK = TL_BASE + 44       # lines this core has entered in its L2 table in this launch (a line's age clock)
+TL_SAME_WINDOW = TL_BASE + 45    # cycles of one time bucket of the same-address log (0: no log)
+TL_SAME_ADDR = TL_BASE + 46      # address of the core's same-address log (int64 pairs: key, bytes)
+TL_SAME_CAP = TL_BASE + 47       # entries the log holds
+TL_SAME_N = TL_BASE + 48         # entries used (reads past the end are not logged)
+SAME_REGION_SHIFT = 9            # the log's regions: 512 B of GM (the 910B's L2 line): cores contend on the same lines
+SAME_BUCKET_BITS = 24            # a log key is region << 24 | time bucket (mod 2**24)
 N_CALL_IDS = 64
-TL_CPR = TL_BASE + 36            # TL_CPR + call id: vector cycles per 256-byte repeat
+TL_CPR = TL_BASE + 49            # TL_CPR + call id: vector cycles per 256-byte repeat
 TL_FLAG_T = TL_CPR + N_CALL_IDS  # TL_FLAG_T + event * EVENT_IDS + id: cycle the flag rises
 TL_FLAG_CALL = TL_FLAG_T + N_HARD_EVENTS * EVENT_IDS   # call number of the SetFlag that raised it (trace flows)
 DCACHE_MAX_LINES = 256
@@ -140,6 +156,7 @@ QUE_BASE = REG_BASE + REG_SIZE                        # queue table rows of the 
 # Trace rows: call number, AscendC call id, pipe, start cycle, end cycle, two arguments, and the call number of
 # the SetFlag / EnQue / FreeTensor whose event this call waited for (-1: none).
 TRACE_COLS = 8
+TRACE_L2_SHIFT = 20     # a GM -> UB copy's trace row: rows | L2-hit bytes << 20 in its second argument
 
 # Two-byte poison pattern for memory nobody wrote: reads as NaN in fp32, fp16 and bf16,
 # and as a huge positive int32, so a kernel that consumes it fails loudly.

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .layout import TRACE_L2_SHIFT
 from .layout import (CALL_ALLOC_TENSOR, CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DATA_COPY_PAD_IN,
                      CALL_DATA_COPY_PAD_OUT, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_INIT_OUTPUT, CALL_NAMES,
                      CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, HARD_EVENT_NAMES, PIPE_NAMES)
@@ -117,7 +118,8 @@ def tracing(cores=None, max_events: int = DEFAULT_MAX_EVENTS):
 
 def _args(call: int, a0: int, a1: int, number: int) -> str:
     if call in _DMA_CALLS:
-        extra = f'"bytes":{a0},"rows":{a1}'
+        rows, l2_hits = a1 & ((1 << TRACE_L2_SHIFT) - 1), a1 >> TRACE_L2_SHIFT
+        extra = f'"bytes":{a0},"rows":{rows}' + (f',"l2_hit_bytes":{l2_hits}' if l2_hits else "")
     elif call in _FLAG_CALLS:
         name = HARD_EVENT_NAMES[a0] if 0 <= a0 < len(HARD_EVENT_NAMES) else a0
         extra = f'"event":"{name}","id":{a1}'

@@ -41,11 +41,13 @@ def test_the_a2_a3_hbm_rate_is_within_two_percent_of_the_copy_benchmark(soc):
 
 @pytest.mark.parametrize("soc", list(GENERATION))
 def test_an_hbm_bound_read_of_the_benchmark_matrix_takes_the_benchmarks_time(soc):
-    """A launch whose cores finish at once and that moves the benchmark's bytes is HBM bound: its estimate is the
-    benchmark's measured time (within the 950's exact fit and the A2 / A3 2 % above)."""
+    """A launch whose cores finish at once and that moves the benchmark's bytes is HBM bound: its HBM time is the
+    benchmark's measured time (within the 950's exact fit and the A2 / A3 2 % above); the estimate adds the
+    launch's 1.3 us floor (msModeling's smallest measured A3 vector kernels, measured_references.md)."""
     chip = get_soc(soc)
     cores = tuple(CoreTime(b, 1000, (0, 0, 1000, 0)) for b in range(chip.aiv_num))
     est = Estimate(chip.cost, chip.aiv_num, cores, MATRIX_BYTES)
     assert est.bound == "HBM"
     rel = 0.005 if GENERATION[soc] == "950" else 0.02
-    assert est.time_us == pytest.approx(COPY_BENCH_US[GENERATION[soc]], rel=rel)
+    assert chip.cost.us(est.hbm_bound_cycles) == pytest.approx(COPY_BENCH_US[GENERATION[soc]], rel=rel)
+    assert est.time_us == pytest.approx(chip.cost.us(est.hbm_bound_cycles) + 1.3, abs=0.001)
