@@ -19,7 +19,7 @@ The model of one such kernel, spread over `cores` vector cores (see `cores_for`)
   merges), each of which reads and writes the (key, index) pairs (8 bytes a key) through GM once more.
 * The kernel's time is `max(gm_cycles, vec_cycles)` (copy-in, compute and copy-out overlap in a
   double-buffered kernel) plus one pipeline fill: `mte2_latency_cycles + mte3_latency_cycles`; plus the
-  cost model's launch cost when it has one (`launch_cost_cycles`).
+  launch cost every kernel pays (`CostModel.launch_cycles`).
 
 A composite's steps run one after another on one stream: the whole call's estimate is the sum of its
 steps' (simulated and modelled) times, with no overlap between steps.
@@ -27,7 +27,7 @@ steps' (simulated and modelled) times, with no overlap between steps.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from .cost import CostModel
 
@@ -118,20 +118,8 @@ def index_add(rows: int, row_elems: int, elem_bytes: int, index_bytes: int) -> H
 
 
 def launch_cost_cycles(cost: CostModel) -> float:
-    """The cost model's fixed cost of one kernel launch in cycles, 0 when it has none: the first field whose name
-    starts with "launch" (in cycles when it ends in "_cycles", in microseconds when it ends in "_us"), read by
-    name so the model's figures may change without this module knowing them."""
-    for f in fields(cost):
-        if not f.name.startswith("launch"):
-            continue
-        value = getattr(cost, f.name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if f.name.endswith("_us"):
-            return float(value) * cost.clock_mhz
-        if f.name.endswith("_cycles"):
-            return float(value)
-    return 0.0
+    """The fixed cost of one kernel launch, cycles (CostModel.launch_cycles: a host step is a kernel on the chip)."""
+    return float(cost.launch_cycles)
 
 
 def cores_for(work: HostWork, aiv_num: int) -> int:
