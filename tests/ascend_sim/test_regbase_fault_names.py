@@ -12,6 +12,10 @@ from ascend_sim._jit import global_aicore
 
 from .harness import run_vf
 
+# One kernel calling every register instruction with operand types no shipped kernel uses: ~10 s of cold
+# compile for the fault messages alone, so the file runs with the slow sweeps
+pytestmark = pytest.mark.slow
+
 F32 = 4
 
 

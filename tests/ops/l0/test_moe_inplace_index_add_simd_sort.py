@@ -26,6 +26,9 @@ from .index_add_golden import add_windows, check_within_bound
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 DTYPES = {"fp32": F32, "fp16": F16, "bf16": BF16}
+# The chains reach MoeInplaceIndexAddAiCore only with an fp32 accumulator; the 16-bit element carrier is a
+# second compilation of the kernel (~12 s cold), so its cases are slow
+DTYPE_PARAMS = [pytest.param(d, marks=[] if d == "fp32" else [pytest.mark.slow]) for d in DTYPES]
 CHIP = "ascend950"
 INDICES_SORT_THRESHOLD = 128     # ProcessIndices sorts a window of more ids than this only
 
@@ -90,7 +93,7 @@ ONE_CORE = {
 }
 
 
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 @pytest.mark.parametrize("case", list(ONE_CORE), ids=list(ONE_CORE))
 def test_one_core_is_bit_exact(case, dtype):
     profile, n, m, h, ids, want_sorted = ONE_CORE[case]
@@ -109,6 +112,7 @@ def _launch_fields(var, idx, upd, profile):
     return ex.tiling.fields
 
 
+@pytest.mark.slow     # bf16: the 16-bit carrier's compilation
 def test_the_sort_path_rounds_differently_from_slot_order():
     """The run sums are not the slot-order adds: the kernel matches the former, bit for bit."""
     var, idx, upd = _inputs(16, 400, 64, BF16, "random", seed=2)
@@ -135,7 +139,7 @@ def test_the_score_threshold(ids, sorts):
 
 @pytest.mark.parametrize("n_ids", [128, 129], ids=["128-ids-slot-order", "129-ids-sorted"])
 def test_the_window_length_threshold(n_ids):
-    var, idx, upd = _inputs(8, n_ids, 64, BF16, "random", seed=4)
+    var, idx, upd = _inputs(8, n_ids, 64, F32, "random", seed=4)
     f = _launch_fields(var, idx, upd, dict(aiv_num=1))
     want, sorted_windows = golden(var, idx, upd, f)
     assert f["ub_index_factor"] == n_ids and sorted_windows == (n_ids > 128)
@@ -155,7 +159,7 @@ MULTI_CORE = {
 }
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", [d for d in DTYPE_PARAMS if d.values[0] in ("fp32", "bf16")])
 @pytest.mark.parametrize("case", list(MULTI_CORE), ids=list(MULTI_CORE))
 def test_multi_core_within_the_order_bound(case, dtype):
     profile, n, m, h = MULTI_CORE[case]
