@@ -52,6 +52,8 @@ from ascend_sim.check import RaceWaiver
 from ops.l0.moe_init_routing_v2_grad.base import to_ub_end
 from tiling.moe_finalize_routing_v2_grad import SPLIT_H_FIELDS
 
+from .base import compute_rows, init_out_rows, load_t, store_t
+
 # named after the C++ struct (baseParams flattened); importable under its own name for numba's disk cache
 MoeFinalizeRoutingV2GradSplitHTilingData = namedtuple("MoeFinalizeRoutingV2GradSplitHTilingData", SPLIT_H_FIELDS)
 
@@ -68,52 +70,15 @@ CACHE_LEVEL2_IDX = 512
 BLOCK_BYTES = 32
 F32_BYTES = 4
 
-# registers: products / loads 0..5, sums 6..7, 16-bit scratch 8; masks: all 0, loop 1, VL1 2
+# registers: products / loads 0..5, sums 6..7, 16-bit scratch 8 (base.load_t / store_t use 30); masks: all 0, loop 1, VL1 2
 _XQ, _XR, _GQ, _GR, _TMP, _X3, _SUM, _SUM2, _HALF = range(9)
 _M_ALL, _M_LOOP, _M_ONE = 0, 1, 2
-
-
-@aicore
-def _batches(block_idx, mod_cores, each, need_cores):
-    """[start, end) of this core's rows (GetInitOutBatches / PrepareComputeParams): one more for the first mod."""
-    if block_idx < mod_cores:
-        start = block_idx * (each + 1)
-        return start, start + each + 1
-    if block_idx < need_cores:
-        start = block_idx * each + mod_cores
-        return start, start + each
-    return 0, 0
 
 
 @aicore
 def _vl1(c, m):
     """CreateMask<float, MaskPattern::VL1>: lane 0 only."""
     rb.update_mask(c, m, F32_BYTES, 1)
-
-
-@aicore
-def _load_t(c, x_t, src, dst, preg, offset):
-    """ops::LoadOneTensorForDtypeT<T>: fp32 by a whole-register DataCopy, fp16 / bf16 by UNPACK_B16 + Cast."""
-    if x_t == asc.DT_FLOAT:
-        rb.reg_load(c, dst, src, offset, rb.LOAD_NORM)
-    else:
-        h = rb.vreg_u16(c, _HALF)
-        rb.reg_load_unpack_b16(c, h, src, offset)
-        rb.vcast_half_to_f32(c, dst, h, x_t, rb.LAYOUT_ZERO, preg)
-
-
-@aicore
-def _store_t(c, x_t, dst, src, preg, offset):
-    """ops::StoreOneTensorForDtypeT<T>: fp32 as is, fp16 / bf16 by Cast CAST_RINT + PACK_B32."""
-    if x_t == asc.DT_FLOAT:
-        rb.reg_store(c, dst, src, offset, preg)
-    else:
-        h = rb.vreg_u16(c, _HALF)
-        if x_t == asc.DT_BF16:
-            rb.vcast_f32_to_bf16(c, h, src, asc.CAST_RINT, rb.LAYOUT_ZERO, preg)
-        else:
-            rb.vcast_f32_to_f16(c, h, src, asc.CAST_RINT, rb.LAYOUT_ZERO, preg)
-        rb.reg_store_pack_b32(c, dst, h, offset, preg)
 
 
 @aicore
@@ -171,10 +136,10 @@ def vf_cal_grad_scale(c, x_t, x_ub, gy_ub, quotient, k_loop, last_num, reduce_nu
     # step 1: head chunks whose tail chunk is full
     for i in range(remainder_general):
         sreg = rb.update_mask(c, loop, F32_BYTES, sreg)
-        _load_t(c, x_t, xs, xq, main, i * VL_F32)                  # LoadTwoTensorForDtypeT
-        _load_t(c, x_t, xs, xr, loop, i * VL_F32 + quotient)
-        _load_t(c, x_t, gs, gq, main, i * VL_F32)
-        _load_t(c, x_t, gs, gr, loop, i * VL_F32 + quotient)
+        load_t(c, x_t, xs, xq, main, i * VL_F32)                  # LoadTwoTensorForDtypeT
+        load_t(c, x_t, xs, xr, loop, i * VL_F32 + quotient)
+        load_t(c, x_t, gs, gq, main, i * VL_F32)
+        load_t(c, x_t, gs, gr, loop, i * VL_F32 + quotient)
         rb.vmul(c, xq, xq, gq, main)
         rb.vmul(c, xr, xr, gr, loop)
         rb.vadd(c, xq, xq, xr, loop)
@@ -183,10 +148,10 @@ def vf_cal_grad_scale(c, x_t, x_ub, gy_ub, quotient, k_loop, last_num, reduce_nu
     # step 2: the head chunk of the last (partial or absent) tail chunk
     sreg = rb.update_mask(c, loop, F32_BYTES, sreg)
     base = remainder_general * VL_F32
-    _load_t(c, x_t, xs, xq, main, base)
-    _load_t(c, x_t, xs, xr, loop, base + quotient)
-    _load_t(c, x_t, gs, gq, main, base)
-    _load_t(c, x_t, gs, gr, loop, base + quotient)
+    load_t(c, x_t, xs, xq, main, base)
+    load_t(c, x_t, xs, xr, loop, base + quotient)
+    load_t(c, x_t, gs, gq, main, base)
+    load_t(c, x_t, gs, gr, loop, base + quotient)
     rb.vmul(c, xq, xq, gq, main)
     rb.vmul(c, xr, xr, gr, loop)
     rb.vadd(c, tmp, xq, xr, loop)
@@ -195,8 +160,8 @@ def vf_cal_grad_scale(c, x_t, x_ub, gy_ub, quotient, k_loop, last_num, reduce_nu
     rb.reg_store_first_element(c, sums_buf, s, remainder_general, one)
     # step 3: head chunks with no tail (from remainder_loop: with R == 0 chunk 0 is summed again, same value)
     for i in range(np.uint16(quotient_loop - remainder_loop)):
-        _load_t(c, x_t, xs, xq, main, (i + remainder_loop) * VL_F32)
-        _load_t(c, x_t, gs, gq, main, (i + remainder_loop) * VL_F32)
+        load_t(c, x_t, xs, xq, main, (i + remainder_loop) * VL_F32)
+        load_t(c, x_t, gs, gq, main, (i + remainder_loop) * VL_F32)
         rb.vmul(c, xq, xq, gq, main)
         rb.vreduce_sum(c, s, xq, main)
         rb.reg_store_first_element(c, sums_buf, s, remainder_loop + i, one)
@@ -270,9 +235,9 @@ def process_grad_expanded_x(c, td, gm, tmpl, gy_ub, scale, main_len, fold_len, m
         sreg = count
         for i in range(loops):
             sreg = rb.update_mask(c, loop, F32_BYTES, sreg)
-            _load_t(c, tmpl.x_t, src, g, loop, i * VL_F32)
+            load_t(c, tmpl.x_t, src, g, loop, i * VL_F32)
             rb.vmuls(c, g, g, np.float32(scale), loop)
-            _store_t(c, tmpl.x_t, dst, g, loop, i * VL_F32)
+            store_t(c, tmpl.x_t, dst, g, loop, i * VL_F32)
         rb.vec_scope_end(c)
     asc.en_que(c, GRAD_EXPANDED_X_QUE, out)
     out = asc.de_que(c, GRAD_EXPANDED_X_QUE, T)
@@ -407,8 +372,7 @@ def _scale_of(c, gm, s_t, batch):
 @global_aicore
 def init_output_stage(c, td, gm, tmpl):
     """InitOutputGm (dropPadMode 1, before SyncAll): this core's rows of grad_expanded_x set to 0."""
-    start, end = _batches(c.block_idx, td.init_out_mod_core_num, td.init_out_each_core_batch_num,
-                          td.init_out_need_core_num)
+    start, end = init_out_rows(c, td)
     if end != 0 and start != end:
         asc.init_output(c, asc.gm_at(gm.grad_expanded_x, np.int64(start) * td.hidden), td.hidden * (end - start), 0)
 
@@ -416,8 +380,7 @@ def init_output_stage(c, td, gm, tmpl):
 @global_aicore
 def split_h_stage(c, td, gm, tmpl):
     """Process(): PrepareComputeParams, then Compute() over this core's slots."""
-    start, end = _batches(c.block_idx, td.compute_mod_core_num, td.compute_each_core_batch_num,
-                          td.compute_need_core_num)
+    start, end = compute_rows(c, td)
     if end == 0 or start == end:
         return
     m, f = td.main_factor, td.fold_factor
