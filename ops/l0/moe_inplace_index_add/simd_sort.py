@@ -376,6 +376,24 @@ def _free_runs(c):
 
 
 @aicore
+def _window(c, td, gm, tmpl, row_idx, row_len, col_loops, col_tail, first_slot, sorts, split_after):
+    """One id window over this core's column pieces (the body both Process branches share): sorted, the runs
+    summed then added (ComputeSumAndCopyOut), or slot by slot (CopyInAndCopyOut). first_slot: the window's first
+    id's slot in indices."""
+    if sorts:
+        unique = _sort_window(c, td, row_len, first_slot)
+        for col_idx in range(col_loops):
+            col_len = col_tail if col_idx == col_loops - 1 else td.after_axis_factor
+            compute_sum_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, unique, split_after)
+        _free_runs(c)
+    else:
+        for col_idx in range(col_loops):
+            col_len = col_tail if col_idx == col_loops - 1 else td.after_axis_factor
+            copy_in_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, split_after)
+        asc.free_tensor(c, INDICES_QUE, asc.de_que(c, INDICES_QUE, asc.ub_i32(c)))
+
+
+@aicore
 def process_indices(c, td, gm, tmpl):
     """ProcessIndices: this core's id windows x column pieces."""
     last = c.block_idx == td.used_core_num_before - 1
@@ -385,18 +403,9 @@ def process_indices(c, td, gm, tmpl):
     for row_idx in range(row_loops):
         row_len = row_tail if row_idx == row_loops - 1 else td.ub_index_factor
         score = copy_indices_in(c, td, gm, row_idx, row_len)
-        if score > SORT_HIST_THRESHOLD and row_len > INDICES_SORT_THRESHOLD:
-            first_slot = np.int64(c.block_idx) * td.each_core_index_count + np.int64(row_idx) * td.ub_index_factor
-            unique = _sort_window(c, td, row_len, first_slot)
-            for col_idx in range(col_loops):
-                col_len = col_tail if col_idx == col_loops - 1 else td.after_axis_factor
-                compute_sum_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, unique, False)
-            _free_runs(c)
-        else:
-            for col_idx in range(col_loops):
-                col_len = col_tail if col_idx == col_loops - 1 else td.after_axis_factor
-                copy_in_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, False)
-            asc.free_tensor(c, INDICES_QUE, asc.de_que(c, INDICES_QUE, asc.ub_i32(c)))
+        first_slot = np.int64(c.block_idx) * td.each_core_index_count + np.int64(row_idx) * td.ub_index_factor
+        _window(c, td, gm, tmpl, row_idx, row_len, col_loops, col_tail, first_slot,
+                score > SORT_HIST_THRESHOLD and row_len > INDICES_SORT_THRESHOLD, False)
 
 
 @aicore
@@ -412,17 +421,8 @@ def process_after(c, td, gm, tmpl):
         row_len = row_tail if row_idx == row_loops - 1 else td.ub_index_factor
         # eachCoreIndexCount is 0 here: CopyIndiceIn's core offset vanishes and every core reads the same ids
         score = copy_indices_in(c, td, gm, row_idx, row_len)
-        if score > SORT_HIST_THRESHOLD:
-            unique = _sort_window(c, td, row_len, np.int64(row_idx) * td.ub_index_factor)
-            for col_idx in range(col_loops):
-                col_len = col_tail if col_idx == col_loops - 1 else td.after_axis_factor
-                compute_sum_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, unique, True)
-            _free_runs(c)
-        else:
-            for col_idx in range(col_loops):
-                col_len = col_tail if col_idx == col_loops - 1 else td.after_axis_factor
-                copy_in_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, True)
-            asc.free_tensor(c, INDICES_QUE, asc.de_que(c, INDICES_QUE, asc.ub_i32(c)))
+        _window(c, td, gm, tmpl, row_idx, row_len, col_loops, col_tail, np.int64(row_idx) * td.ub_index_factor,
+                score > SORT_HIST_THRESHOLD, True)
 
 
 @global_aicore
