@@ -90,17 +90,6 @@ SIMT_SORT_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(SIMT_SORT_CASES))
-def test_permute_grad_on_950_runs_the_simt_sort_kernel(case):
-    tokens, hidden, experts, capacity = SIMT_SORT_CASES[case]
-    a, outs, ex = _grad(tokens, hidden, experts, capacity, "ascend950")
-    step = _index_add(ex.report)
-    assert step.kind == "kernel" and step.run.tiling_key == 500000 and step.run.kernel == "MoeInplaceIndexAddSimtSort"
-    want = grad_golden(**a)
-    _within_order_bound(outs[0], want[0], _grad_terms(a, tokens))   # ids split over cores: atomics meet
-    assert np.array_equal(outs[1].view(np.uint32), want[1].view(np.uint32))
-
-
 # tokens, hidden, experts, capacity: ids repeat capacity * experts / tokens >= 5 times, rows of 128 bytes or more
 SORT_CASES = {
     "6tokens-40slots": (6, 64, 8, 5),
@@ -111,12 +100,20 @@ SORT_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(SORT_CASES))
-def test_permute_grad_on_950_runs_the_simd_sort_kernel(case):
-    tokens, hidden, experts, capacity = SORT_CASES[case]
+# (template, case): the kernel's tilingKey and name, and the case's shape
+SORT_TEMPLATE_CASES = ([("simt-sort", case, 500000, "MoeInplaceIndexAddSimtSort", shape)
+                        for case, shape in SIMT_SORT_CASES.items()]
+                       + [("simd-sort", case, 200000, "MoeInplaceIndexAddSimdSort", shape)
+                          for case, shape in SORT_CASES.items()])
+
+
+@pytest.mark.parametrize("template, case, key, kernel, shape", SORT_TEMPLATE_CASES,
+                         ids=[f"{t}-{c}" for t, c, *_ in SORT_TEMPLATE_CASES])
+def test_permute_grad_on_950_runs_the_sort_kernels(template, case, key, kernel, shape):
+    tokens, hidden, experts, capacity = shape
     a, outs, ex = _grad(tokens, hidden, experts, capacity, "ascend950")
     step = _index_add(ex.report)
-    assert step.kind == "kernel" and step.run.tiling_key == 200000 and step.run.kernel == "MoeInplaceIndexAddSimdSort"
+    assert step.kind == "kernel" and step.run.tiling_key == key and step.run.kernel == kernel
     want = grad_golden(**a)
     _within_order_bound(outs[0], want[0], _grad_terms(a, tokens))   # ids split over cores: atomics meet
     assert np.array_equal(outs[1].view(np.uint32), want[1].view(np.uint32))
