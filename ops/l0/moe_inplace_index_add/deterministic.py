@@ -80,6 +80,20 @@ def _rows_to_output(c, T, updates_local, count):
 
 
 @aicore
+def _copy_in_updates(c, td, gm, T, updates_offset, row_len, col_len, col_align):
+    """CopyIn of a window's update rows (DataCopyPad to updatesQue_), CopyXToOut into updatesCastQue_; returns
+    that buffer dequeued (the caller frees it)."""
+    updates_local = asc.alloc_tensor(c, UPDATES_QUE, T)
+    asc.data_copy_pad(c, updates_local, asc.gm_at(gm.updates, updates_offset),
+                      _updates_params(td, row_len, col_len, T.itemsize), asc.NO_PAD)
+    asc.en_que(c, UPDATES_QUE, updates_local)
+    updates_local = asc.de_que(c, UPDATES_QUE, T)
+    _rows_to_output(c, T, updates_local, row_len * col_align)
+    asc.free_tensor(c, UPDATES_QUE, updates_local)
+    return asc.de_que(c, UPDATES_CAST_QUE, T)
+
+
+@aicore
 def after_single_loop(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len):
     """ProcessAfterSingleLoop: one window x one column piece of this core's columns, every pre row."""
     T = asc.ub_like(c, gm.var)
@@ -96,14 +110,7 @@ def after_single_loop(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len):
     columns = np.int64(c.block_idx) * td.each_core_after_axis_count + np.int64(col_idx) * td.after_axis_factor
     for pre in range(td.pre_axis):
         updates_offset = (np.int64(pre) * td.updates_in_axis + indices_offset) * td.after_axis + columns
-        updates_local = asc.alloc_tensor(c, UPDATES_QUE, T)
-        asc.data_copy_pad(c, updates_local, asc.gm_at(gm.updates, updates_offset),
-                          _updates_params(td, row_len, col_len, size), asc.NO_PAD)
-        asc.en_que(c, UPDATES_QUE, updates_local)
-        updates_local = asc.de_que(c, UPDATES_QUE, T)
-        _rows_to_output(c, T, updates_local, row_len * col_align)
-        asc.free_tensor(c, UPDATES_QUE, updates_local)
-        out_local = asc.de_que(c, UPDATES_CAST_QUE, T)
+        out_local = _copy_in_updates(c, td, gm, T, updates_offset, row_len, col_len, col_align)
         asc.set_atomic_add(c, tmpl.var_t)
         for i in range(row_len):
             out_offset = (np.int64(pre) * td.var_in_axis + asc.get_value(c, indices_local, i)) * td.after_axis \
@@ -174,14 +181,7 @@ def pre_single_loop(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len, pre_cou
     for pre in range(start_pre, start_pre + pre_count):
         updates_offset = (pre * td.updates_in_axis + indices_offset) * td.after_axis \
             + np.int64(col_idx) * td.after_axis_factor
-        updates_local = asc.alloc_tensor(c, UPDATES_QUE, T)
-        asc.data_copy_pad(c, updates_local, asc.gm_at(gm.updates, updates_offset),
-                          _updates_params(td, row_len, col_len, size), asc.NO_PAD)
-        asc.en_que(c, UPDATES_QUE, updates_local)
-        updates_local = asc.de_que(c, UPDATES_QUE, T)
-        _rows_to_output(c, T, updates_local, row_len * col_align)
-        asc.free_tensor(c, UPDATES_QUE, updates_local)
-        out_local = asc.de_que(c, UPDATES_CAST_QUE, T)
+        out_local = _copy_in_updates(c, td, gm, T, updates_offset, row_len, col_len, col_align)
         _add_rows(c, td, gm, tmpl, indices_local, out_local, pre, 1, row_len, col_idx, col_len, col_align)
         asc.free_tensor(c, UPDATES_CAST_QUE, out_local)
     asc.free_tensor(c, INDICES_QUE, indices_local)
