@@ -9,7 +9,7 @@ drops the line (SINGLE_CACHE_LINE) or every line (ENTIRE_DATA_CACHE), so the nex
 from __future__ import annotations
 
 from ._jit import aicore
-from ._memory import data_address
+from .gm_cost import device_address
 from .faults import fault, issue
 from .layout import (CALL_DCCI, DCACHE_MAX_LINES, F_GM_OOB, F_PARAM, P_CACHE_LINE, P_DCCI_DST, TL_DCACHE,
                      TL_DCACHE_MASK, TL_DCACHE_SHIFT, TL_GM_WRITE, TL_ON)
@@ -46,7 +46,7 @@ def data_cache_clean_and_invalid(c, g, cache_line, dst):
             c.state[TL_DCACHE + k] = 0
         tl.scalar(c, CALL_DCCI, c.state[TL_GM_WRITE], 0)
         return
-    address = data_address(g.data) + g.offset * isz
+    address = device_address(g, g.offset * isz)
     line = address >> c.state[TL_DCACHE_SHIFT]
     slot = TL_DCACHE + (line & c.state[TL_DCACHE_MASK])
     if c.state[slot] == line + 1:

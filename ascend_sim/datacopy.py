@@ -37,6 +37,7 @@ from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, ATOMIC_TYPE, CALL_DAT
                      CAP_MAX_BLOCK_COUNT, CHK_MODE, CNT_MTE2_BYTES, CNT_MTE3_BYTES, F_DATACOPY_TRUNC, F_ELEM_TYPE,
                      F_GM_OOB, F_LEN_MULTIPLE, F_PARAM, F_UB_OOB, PIPE_MTE2, PIPE_MTE3, PIPE_V, POISON, P_BLOCK_COUNT,
                      P_BLOCK_LEN, P_COUNT, P_LEFT_PADDING, P_RIGHT_PADDING, P_STRIDE)
+from .gm_cost import device_address
 from .timeline import dma, dma_read, repeats_of, vector
 from .dtypes import (CAST_RINT, DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT8, DT_INT16, DT_INT32, bf16_bits_to_f32_bits,
                      f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_f16_bits, f32_from_bits,
@@ -255,18 +256,6 @@ def _atomic_add_bytes(c, g, gm_off, ub_off, nbytes, dt):
         done += span
 
 
-DEVICE_TENSOR_SHIFT = 36       # a GM tensor's device addresses: (id + 1) << 36 | byte offset (64 GiB each)
-
-
-@aicore
-def _device_address(g, byte_offset):
-    """Where byte `byte_offset` of GM tensor g sits for the L2 and the same-address log: tensor id g.id + 1 above
-    the byte offset, every tensor starting line aligned as device buffers do. Not the host address: how the host
-    allocator aligns an array (a large one starts 16 bytes into a 32-byte block) would move line boundaries from
-    run to run, and the estimate with them."""
-    return ((g.id + 1) << DEVICE_TENSOR_SHIFT) + byte_offset
-
-
 @aicore
 def _gm_ok(c, call, g, first_byte, end_byte):
     if first_byte < 0 or end_byte > g.data.nbytes:
@@ -330,7 +319,7 @@ def _pad_gm_to_ub(c, dst, src, params, pad):
     if not _gm_ok(c, call, src, gm0, gm0 + (n - 1) * (blen + sstride) + blen):
         return
     # timed once the copy is known to be valid: its L2 hits need the GM addresses
-    dma_read(c, call, n, blen, _device_address(src, gm0), blen + sstride)
+    dma_read(c, call, n, blen, device_address(src, gm0), blen + sstride)
     if c.state[CHK_MODE] != 0:
         chk.ub(c, call, PIPE_MTE2, ub0, ub_need, True)
         chk.gm_read(c, call, PIPE_MTE2, data_address(src.data) + gm0, (n - 1) * (blen + sstride) + blen)
@@ -471,7 +460,7 @@ def _copy_in(c, dst, src, n, blocks, sstride, dstride):
     gm0 = src.offset * dst.itemsize
     if not _gm_ok(c, call, src, gm0, gm0 + (n - 1) * (blen + sstride * 32) + blen):
         return
-    dma_read(c, call, n, blen, _device_address(src, gm0), blen + sstride * 32)   # timed once known valid
+    dma_read(c, call, n, blen, device_address(src, gm0), blen + sstride * 32)   # timed once known valid
     if c.state[CHK_MODE] != 0:
         chk.ub(c, call, PIPE_MTE2, ub0, ub_need, True)
         chk.gm_read(c, call, PIPE_MTE2, data_address(src.data) + gm0, (n - 1) * (blen + sstride * 32) + blen)

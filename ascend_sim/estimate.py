@@ -58,7 +58,7 @@ class Estimate:
         sync_alls: SyncAll() barriers the launch crossed.
         l2_hit_bytes: GM -> UB bytes read from L2 (bytes the same core had read earlier in the launch).
         same_address_bytes: GM -> UB bytes other cores read from the same 512-byte region in the same time bucket
-            (see timeline.same_address_bytes); they cost `same_address_bytes_per_cycle` on top.
+            (see gm_cost.same_address_bytes); they cost `same_address_bytes_per_cycle` on top.
     """
     cost: CostModel
     aiv_num: int

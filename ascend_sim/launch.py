@@ -47,7 +47,7 @@ from .core import CORE_SETS, fault_record, flags, make_core, start_pipe
 from .cost import CostModel
 from .estimate import CoreTime, Estimate
 from . import check as checking
-from . import timeline
+from . import gm_cost, timeline
 from .trace import CoreTrace, KernelTrace, current_request
 from .dtypes import dt_name
 from .events import HARD_EVENT_NAMES
@@ -486,9 +486,9 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     crew.reset(_state_template(crew.width, chip.max_block_count, chip.npu_arch, cost, min(block_dim, chip.aiv_num)))
     cores, states = crew.cores, crew.states
     if cost.enabled:
-        timeline.attach_l2(states, *crew.l2_tables(cost.l2_table(min(block_dim, chip.aiv_num))[0]))
+        gm_cost.attach_l2(states, *crew.l2_tables(cost.l2_table(min(block_dim, chip.aiv_num))[0]))
         if cost.same_address_bytes_per_cycle > 0:
-            timeline.attach_same_address_log(states, crew.same_address_log(SAME_ADDRESS_LOG_ENTRIES))
+            gm_cost.attach_same_address_log(states, crew.same_address_log(SAME_ADDRESS_LOG_ENTRIES))
     traces = {i: np.zeros((rows, TRACE_COLS), dtype=np.int64) for i, rows in trace_rows.items()}
     for i, rows in traces.items():
         timeline.attach_trace(cores[i].state, rows)
@@ -615,7 +615,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     same_address = 0
     if cost.enabled and cost.same_address_bytes_per_cycle > 0:
         used = states[:, TL_SAME_N].copy()
-        same_address = deferred(functools.partial(timeline.same_address_bytes,
+        same_address = deferred(functools.partial(gm_cost.same_address_bytes,
                                                   crew.same_address_logs[:, :2 * int(used.max(initial=0))].copy(), used,
                                                   chip.aiv_num))
     times = functools.partial(_core_times, states[:, TL_END:TL_DONE + N_PIPES].copy())

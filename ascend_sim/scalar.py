@@ -20,6 +20,7 @@ from .dtypes import DT_BF16, DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_
 from .faults import fault, faulted, issue
 from .local import note_ub_write, ub_offset
 from . import timeline as tl
+from .gm_cost import device_address
 from .vector import as_elem
 
 
@@ -75,7 +76,7 @@ def _get_value(c, t, index):
         if i < 0:
             return as_elem(t.data, 0)
         c.state[CNT_S_GM_READS] += 1
-        tl.scalar_gm_read(c, CALL_GM_GET_VALUE, data_address(t.data) + i * t.data.itemsize)
+        tl.scalar_gm_read(c, CALL_GM_GET_VALUE, device_address(t, i * t.data.itemsize))
         if c.state[CHK_MODE] != 0:
             chk.gm_read(c, CALL_GM_GET_VALUE, PIPE_S, data_address(t.data) + i * t.data.itemsize, t.data.itemsize)
         return t.data[i]
@@ -102,7 +103,7 @@ def _set_value(c, t, index, value):
         if i < 0:
             return
         c.state[CNT_S_GM_WRITES] += 1
-        tl.scalar_gm_write(c, CALL_GM_SET_VALUE, data_address(t.data) + i * t.data.itemsize)
+        tl.scalar_gm_write(c, CALL_GM_SET_VALUE, device_address(t, i * t.data.itemsize))
         if c.state[CHK_MODE] != 0:
             chk.gm_write(c, CALL_GM_SET_VALUE, PIPE_S, data_address(t.data) + i * t.data.itemsize, t.data.itemsize)
         t.data[i] = value

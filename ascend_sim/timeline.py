@@ -38,12 +38,11 @@ from .layout import (CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR
                      TL_CALL, TL_CPR, TL_DCACHE, TL_DCACHE_MASK, TL_DCACHE_SHIFT, TL_DMA_ISSUE, TL_DONE, TL_END,
                      TL_EVENT, TL_FLAG_CALL, TL_FLAG_T, TL_GM_HIT, TL_GM_MISS, TL_GM_WRITE, TL_LATENCY, TL_ON, TL_RATE,
                      TL_SCALAR_UB, TL_TRACE_ADDR, TL_TRACE_CAP, TL_TRACE_N, TL_VEC_ISSUE, TRACE_COLS)
-from .layout import (SAME_BUCKET_BITS, SAME_REGION_SHIFT, TL_SAME_ADDR, TL_SAME_CAP, TL_SAME_N, TL_SAME_WINDOW)
-from .layout import (L2_EPOCH_SHIFT, TL_L2_ADDR, TL_L2_CLOCK, TL_L2_HIT_BYTES, TL_L2_MASK, TL_L2_RATE, TL_L2_SHIFT, TL_L2_TAG,
-                     TL_LAUNCH, TL_VEC_WIDTH, TRACE_L2_SHIFT)
-from ._memory import load_i64
+from .layout import (TL_L2_HIT_BYTES, TL_L2_MASK, TL_L2_RATE, TL_L2_SHIFT, TL_LAUNCH, TL_SAME_WINDOW, TL_VEC_WIDTH,
+                     TRACE_L2_SHIFT)
 from . import check as chk
 from ._memory import store_i64
+from .gm_cost import l2_hits, log_same_address
 from .cost import CostModel
 
 _PIPE_BY_NAME = {name: i for i, name in enumerate(PIPE_NAMES)}
@@ -100,47 +99,6 @@ def cost_words(cost: CostModel, cores_running: int) -> np.ndarray:
 def load_costs(state: np.ndarray, cost: CostModel, cores_running: int) -> None:
     """Start a core's timeline: clocks zero, `cost` loaded (host side, before its first stage)."""
     state[TL_BASE:TL_FLAG_T] = cost_words(cost, cores_running)
-
-
-def attach_l2(states: np.ndarray, tables: np.ndarray, epoch: int) -> None:
-    """Give every core of a launch its L2 tag table (host side): row i of `tables` (C-contiguous int64, kept alive
-    by the caller until the launch has ended) for core i, and the launch's `epoch`, so tags an earlier launch left
-    in the table never match."""
-    assert tables.dtype == np.int64 and tables.flags.c_contiguous and len(tables) >= len(states)
-    states[:, TL_L2_ADDR] = tables.ctypes.data + np.arange(len(states), dtype=np.int64) * tables.strides[0]
-    states[:, TL_L2_TAG] = epoch << L2_EPOCH_SHIFT
-
-
-def attach_same_address_log(states: np.ndarray, logs: np.ndarray) -> None:
-    """Give every core of a launch its same-address log (host side): row i of `logs` (C-contiguous int64, two words
-    an entry, kept alive by the caller until the launch has ended) for core i."""
-    assert logs.dtype == np.int64 and logs.flags.c_contiguous and len(logs) >= len(states)
-    states[:, TL_SAME_ADDR] = logs.ctypes.data + np.arange(len(states), dtype=np.int64) * logs.strides[0]
-    states[:, TL_SAME_CAP] = logs.shape[1] // 2
-
-
-def same_address_bytes(logs: np.ndarray, used: np.ndarray, aiv_num: int) -> int:
-    """Bytes read from a 512-byte GM region (a line) in one time bucket by other cores than the one that read most
-    of it there (what the chip serialises when many cores read the same lines at once). `logs` are the blocks'
-    logs, `used` how many entries each filled; blocks of different rounds (block // aiv_num) never run at once.
-    Depends on no host-thread order: each block's log is its own timeline's."""
-    counts = used.tolist()
-    if sum(counts) == 0:
-        return 0
-    keys = np.concatenate([logs[i, 0:2 * n:2] for i, n in enumerate(counts)])
-    nbytes = np.concatenate([logs[i, 1:2 * n:2] for i, n in enumerate(counts)])
-    core = np.repeat(np.arange(len(used), dtype=np.int64), used)
-    rounds = core // max(1, aiv_num)
-    order = np.lexsort((core, keys, rounds))
-    keys, nbytes, core, rounds = keys[order], nbytes[order], core[order], rounds[order]
-    # bytes per (key, core), then per key: the total and the largest single core's share
-    starts = np.flatnonzero(np.r_[True, (keys[1:] != keys[:-1]) | (core[1:] != core[:-1])])
-    per_core = np.add.reduceat(nbytes, starts)
-    per_key, per_round = keys[starts], rounds[starts]
-    key_starts = np.flatnonzero(np.r_[True, (per_key[1:] != per_key[:-1]) | (per_round[1:] != per_round[:-1])])
-    total = np.add.reduceat(per_core, key_starts)
-    largest = np.maximum.reduceat(per_core, key_starts)
-    return int((total - largest).sum())
 
 
 def attach_trace(state: np.ndarray, rows: np.ndarray) -> None:
@@ -261,60 +219,8 @@ def _dma_cycles(c, pipe, rows, nbytes, hit_bytes):
 
 
 @aicore
-def _popcount(x):
-    x = x - ((x >> 1) & 0x5555555555555555)
-    x = (x & 0x3333333333333333) + ((x >> 2) & 0x3333333333333333)
-    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0F
-    return (x * 0x0101010101010101) >> 56 & 0xFF
-
-
-@aicore
-def _l2_hits(c, address, rows, row_bytes, pitch):
-    """Bytes of a GM read (`rows` rows of `row_bytes` at device `address`, `pitch` bytes apart) that this core read
-    earlier in the launch and that its share of the L2 still holds; the 32-byte blocks read are entered.
-
-    The core's table is direct mapped, two words a line: its tag (launch epoch | line + 1), and the clock of its
-    last use (TL_L2_CLOCK: lines entered so far) above a mask of the line's 32-byte blocks the core has read.
-    A line is still held while fewer lines than the table has have been entered since its last use (what an
-    LRU cache of that many lines does: a sweep over more bytes than the share keeps nothing). A hit is a block
-    read before: a byte that only shares a line with bytes read before still comes from HBM, as the copy
-    benchmark's 128-byte tiles show (their neighbours in the line cost HBM time, not L2 time)."""
-    mask = c.state[TL_L2_MASK]
-    if mask < 0:
-        return 0
-    table = c.state[TL_L2_ADDR]
-    tag_bits = c.state[TL_L2_TAG]
-    shift = c.state[TL_L2_SHIFT]
-    hits = 0
-    for r in range(rows):
-        start = address + r * pitch
-        end = start + row_bytes
-        line = start >> shift
-        while (line << shift) < end:
-            base = line << shift
-            first_block = (max(start, base) - base) >> 5
-            last_block = (min(end, base + (1 << shift)) - 1 - base) >> 5
-            blocks = ((1 << (last_block - first_block + 1)) - 1) << first_block
-            tag = tag_bits | ((line + 1) & ((1 << L2_EPOCH_SHIFT) - 1))
-            slot = 2 * (line & mask)
-            clock = c.state[TL_L2_CLOCK]
-            word = load_i64(table, slot + 1)
-            if load_i64(table, slot) == tag and clock - (word >> 32) <= mask:
-                seen = word & 0xFFFFFFFF
-                hits += _popcount(seen & blocks) * 32
-                store_i64(table, slot + 1, (clock << 32) | seen | blocks)
-            else:
-                clock += 1
-                c.state[TL_L2_CLOCK] = clock
-                store_i64(table, slot, tag)
-                store_i64(table, slot + 1, (clock << 32) | blocks)
-            line += 1
-    return hits
-
-
-@aicore
 def dma_read(c, call, rows, row_bytes, address, pitch):
-    """One GM -> UB (MTE2) instruction of `rows` rows of `row_bytes` bytes, the first at host `address`, each
+    """One GM -> UB (MTE2) instruction of `rows` rows of `row_bytes` bytes, the first at device `address` (gm_cost.device_address), each
     `pitch` bytes after the one before; the bytes still in the core's L2 move at the L2 rate (counted in
     TL_L2_HIT_BYTES and, in the trace, in the row's second argument above TRACE_L2_SHIFT)."""
     c.state[CNT_MTE2_INSTR] += 1
@@ -324,28 +230,12 @@ def dma_read(c, call, rows, row_bytes, address, pitch):
     if nbytes <= 0:
         _occupy(c, call, PIPE_MTE2, 0, 0, 0, rows)
         return
-    hits = min(_l2_hits(c, address, rows, row_bytes, pitch), nbytes)
+    hits = min(l2_hits(c, address, rows, row_bytes, pitch), nbytes)
     c.state[TL_L2_HIT_BYTES] += hits
     cycles = _dma_cycles(c, PIPE_MTE2, rows, nbytes, hits)
     _occupy(c, call, PIPE_MTE2, cycles, c.state[TL_LATENCY + PIPE_MTE2], nbytes, rows | (hits << TRACE_L2_SHIFT))
     if c.state[TL_SAME_WINDOW] > 0 and nbytes > hits:
-        _log_same_address(c, address, nbytes - hits, c.state[TL_END + PIPE_MTE2] - cycles)
-
-
-@aicore
-def _log_same_address(c, address, nbytes, start):
-    """Enter a DMA's HBM bytes in the core's same-address log under (512-byte region of its first byte, time bucket
-    of its start); a read in the same region and bucket as the entry before adds to it."""
-    key = ((address >> SAME_REGION_SHIFT) << SAME_BUCKET_BITS) \
-        | ((start // c.state[TL_SAME_WINDOW]) & ((1 << SAME_BUCKET_BITS) - 1))
-    log = c.state[TL_SAME_ADDR]
-    n = c.state[TL_SAME_N]
-    if n > 0 and load_i64(log, 2 * (n - 1)) == key:
-        store_i64(log, 2 * (n - 1) + 1, load_i64(log, 2 * (n - 1) + 1) + nbytes)
-    elif n < c.state[TL_SAME_CAP]:
-        store_i64(log, 2 * n, key)
-        store_i64(log, 2 * n + 1, nbytes)
-        c.state[TL_SAME_N] = n + 1
+        log_same_address(c, address, nbytes - hits, c.state[TL_END + PIPE_MTE2] - cycles)
 
 
 @aicore
@@ -396,7 +286,7 @@ def scalar_ub(c, call, index):
 
 @aicore
 def scalar_gm_read(c, call, address):
-    """GlobalTensor::GetValue of the byte at host `address`, through the direct-mapped data cache."""
+    """GlobalTensor::GetValue of the byte at device `address` (gm_cost.device_address), through the direct-mapped data cache."""
     if c.state[TL_ON] == 0:
         return
     line = address >> c.state[TL_DCACHE_SHIFT]

@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from ascend_sim.timeline import same_address_bytes
+from ascend_sim.gm_cost import same_address_bytes
 from ops.bench import data_copy as bench
 from tiling import get_soc
 
