@@ -9,10 +9,11 @@
   in 32-byte blocks). It moves whole 32-byte blocks only; a length that is not a multiple
   of 32 bytes is an AlignmentError instead of the hardware's silent truncation.
 * `init_output` is InitOutput / Fill of a GM range with one value.
-* `set_atomic_add` / `set_atomic_none` are SetAtomicAdd<T>() / SetAtomicNone() (DisableDmaAtomic):
-  while set, every UB->GM copy (DataCopy and DataCopyPad) adds its elements to GM as T instead of
-  overwriting them. See "Atomic add" below for the arithmetic and how cores on parallel host
-  threads are kept from losing each other's updates.
+* `set_atomic_add` / `set_atomic_max` / `set_atomic_none` are SetAtomicAdd<T>() / SetAtomicMax<T>() /
+  SetAtomicNone() (DisableDmaAtomic): while set, every UB->GM copy (DataCopy and DataCopyPad) adds its
+  elements to GM as T (or keeps the larger of GM and UB) instead of overwriting them. See "Atomic add"
+  below for the arithmetic and how cores on parallel host threads are kept from losing each other's
+  updates.
 
 Every GM range is checked against its tensor, every UB range against its LocalTensor.
 GM-side bytes are counted on MTE2 (in) and MTE3 (out).
@@ -32,8 +33,8 @@ from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._outline import outline
 from ._memory import STREAM_MIN_BYTES, data_address, memcpy_bytes, stream_bytes
 from . import check as chk
-from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, ATOMIC_TYPE, CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT,
-                     CALL_DATA_COPY_PAD_IN, CALL_DATA_COPY_PAD_OUT, CALL_DATA_COPY_UB, CALL_INIT_OUTPUT,
+from .layout import (ATOMIC_DT_MASK, ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, ATOMIC_OP_MAX, ATOMIC_TYPE,
+                     CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DATA_COPY_PAD_IN, CALL_DATA_COPY_PAD_OUT, CALL_DATA_COPY_UB, CALL_INIT_OUTPUT,
                      CAP_MAX_BLOCK_COUNT, CHK_MODE, CNT_MTE2_BYTES, CNT_MTE3_BYTES, F_DATACOPY_TRUNC, F_ELEM_TYPE,
                      F_GM_OOB, F_LEN_MULTIPLE, F_PARAM, F_UB_OOB, PIPE_MTE2, PIPE_MTE3, PIPE_V, POISON, P_BLOCK_COUNT,
                      P_BLOCK_LEN, P_COUNT, P_LEFT_PADDING, P_RIGHT_PADDING, P_STRIDE)
@@ -108,6 +109,11 @@ def _align32(n):
 # land is the threads' race, as it is the cores' race on the chip: fp sums that depend on the order can
 # differ from run to run with more than one thread (one thread runs cores in index order).
 # Plain (non-atomic) copies take no lock and cost one extra state check per copy.
+#
+# Atomic max (SetAtomicMax<T>, A2 / A3 / 950: float, half, bfloat16, int8, int16, int32): each GM element keeps
+# the larger of GM and UB, compared as T; the winner's bits are stored unchanged (no rounding). A NaN on either
+# side gives NaN (IEEE maximum, not maxNum): the documentation does not say, so this is the model's assumption.
+# +0 and -0 compare equal and GM keeps its own.
 ATOMIC_STRIPE_BYTES = 2048
 _IS_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 
@@ -163,28 +169,59 @@ def set_atomic_add(c, dt):
 
 
 @aicore
+def set_atomic_max(c, dt):
+    """SetAtomicMax<T>(): UB->GM copies from now on keep the larger of GM and UB as T (`dt`: ge dtype code; float,
+    half, bfloat16, int8, int16, int32)."""
+    c.state[ATOMIC_TYPE] = ATOMIC_OP_MAX + dt + 1
+
+
+@aicore
 def set_atomic_none(c):
     """SetAtomicNone() / DisableDmaAtomic(): UB->GM copies overwrite GM again."""
     c.state[ATOMIC_TYPE] = 0
 
 
-def _add_elems(c, g, g0, ub_off, n, dt):
-    """g[g0 : g0 + n] += the n elements of type dt at UB byte ub_off (caller holds the lock)."""
+def _add_elems(c, g, g0, ub_off, n, dt, op):
+    """g[g0 : g0 + n] += (op 0) or max= (op ATOMIC_OP_MAX) the n elements of type dt at UB byte ub_off (caller
+    holds the lock)."""
     raise NotImplementedError("_add_elems is only callable from numba code")
 
 
+@aicore
+def _max_f32(a, b):
+    """The larger of fp32 a (GM) and b (UB); NaN if either is (see "Atomic max")."""
+    if a != a:
+        return a
+    if b != b or b > a:
+        return b
+    return a
+
+
 @overload(_add_elems, jit_options=DEVICE_JIT_OPTIONS)
-def _add_elems_impl(c, g, g0, ub_off, n, dt):
+def _add_elems_impl(c, g, g0, ub_off, n, dt, op):
     carrier = g.dtype
     if carrier == types.float32:
-        def add_f32(c, g, g0, ub_off, n, dt):
+        def add_f32(c, g, g0, ub_off, n, dt, op):
             u = c.ub[ub_off: ub_off + 4 * n].view(np.float32)
+            if op == ATOMIC_OP_MAX:
+                for k in range(n):
+                    g[g0 + k] = _max_f32(g[g0 + k], u[k])
+                return
             for k in range(n):
                 g[g0 + k] = g[g0 + k] + u[k]
         return add_f32
     if carrier == types.uint16:
-        def add_half(c, g, g0, ub_off, n, dt):
+        def add_half(c, g, g0, ub_off, n, dt, op):
             u = c.ub[ub_off: ub_off + 2 * n].view(np.uint16)
+            if op == ATOMIC_OP_MAX:
+                for k in range(n):
+                    if dt == DT_BF16:
+                        a, b = f32_from_bits(bf16_bits_to_f32_bits(g[g0 + k])), f32_from_bits(bf16_bits_to_f32_bits(u[k]))
+                    else:
+                        a, b = f32_from_bits(f16_bits_to_f32_bits(g[g0 + k])), f32_from_bits(f16_bits_to_f32_bits(u[k]))
+                    if a == a and (b != b or b > a):     # GM keeps a NaN; a NaN or larger UB value wins
+                        g[g0 + k] = u[k]
+                return
             if dt == DT_BF16:
                 for k in range(n):
                     s = f32_from_bits(bf16_bits_to_f32_bits(g[g0 + k])) + f32_from_bits(bf16_bits_to_f32_bits(u[k]))
@@ -198,13 +235,17 @@ def _add_elems_impl(c, g, g0, ub_off, n, dt):
         elem = {types.int8: np.int8, types.int16: np.int16, types.int32: np.int32}[carrier]
         size = carrier.bitwidth // 8
 
-        def add_int(c, g, g0, ub_off, n, dt):
+        def add_int(c, g, g0, ub_off, n, dt, op):
             u = c.ub[ub_off: ub_off + size * n].view(elem)
+            if op == ATOMIC_OP_MAX:
+                for k in range(n):
+                    g[g0 + k] = max(g[g0 + k], u[k])
+                return
             for k in range(n):
                 g[g0 + k] = elem(g[g0 + k] + u[k])   # wraps around
         return add_int
 
-    def unsupported(c, g, g0, ub_off, n, dt):   # never reached: _atomic_type_ok refuses the carrier first
+    def unsupported(c, g, g0, ub_off, n, dt, op):   # never reached: _atomic_type_ok refuses the carrier first
         return
     return unsupported
 
@@ -236,9 +277,11 @@ def _atomic_type_ok_impl(c, call, g, dt):
 
 
 @aicore
-def _atomic_add_bytes(c, g, gm_off, ub_off, nbytes, dt):
-    """Add nbytes of UB (from ub_off) into GM array g (from byte gm_off), one address stripe at a time,
-    each under its lock."""
+def _atomic_bytes(c, g, gm_off, ub_off, nbytes, atomic):
+    """Add (or max, by the ATOMIC_TYPE word `atomic`) nbytes of UB (from ub_off) into GM array g (from byte
+    gm_off), one address stripe at a time, each under its lock."""
+    dt = (atomic & ATOMIC_DT_MASK) - 1
+    op = atomic & ~ATOMIC_DT_MASK
     isz = g.itemsize
     base = data_address(g)
     table = c.state[ATOMIC_LOCK_TABLE]
@@ -251,7 +294,7 @@ def _atomic_add_bytes(c, g, gm_off, ub_off, nbytes, dt):
         span = (span + isz - 1) // isz * isz
         lock = table + (stripe % ATOMIC_LOCK_COUNT) * 4
         _spin_lock(lock)
-        _add_elems(c, g, (gm_off + done) // isz, ub_off + done, span // isz, dt)
+        _add_elems(c, g, (gm_off + done) // isz, ub_off + done, span // isz, dt, op)
         _unlock(lock)
         done += span
 
@@ -376,10 +419,10 @@ def _pad_ub_to_gm(c, dst, src, params):
         chk.gm_write(c, call, PIPE_MTE3, data_address(dst.data) + gm0, (n - 1) * (blen + dstride) + blen)
     atomic = c.state[ATOMIC_TYPE]
     if atomic != 0:
-        if not _atomic_type_ok(c, call, dst.data, atomic - 1):
+        if not _atomic_type_ok(c, call, dst.data, (atomic & ATOMIC_DT_MASK) - 1):
             return
         for r in range(n):
-            _atomic_add_bytes(c, dst.data, gm0 + r * (blen + dstride), ub0 + r * row_stride, blen, atomic - 1)
+            _atomic_bytes(c, dst.data, gm0 + r * (blen + dstride), ub0 + r * row_stride, blen, atomic)
     else:
         for r in range(n):
             _write_gm(dst.data, gm0 + r * (blen + dstride), c.ub, ub0 + r * row_stride, blen)
@@ -494,11 +537,11 @@ def _copy_out(c, dst, src, n, blocks, sstride, dstride):
         chk.gm_write(c, call, PIPE_MTE3, data_address(dst.data) + gm0, (n - 1) * (blen + dstride * 32) + blen)
     atomic = c.state[ATOMIC_TYPE]
     if atomic != 0:
-        if not _atomic_type_ok(c, call, dst.data, atomic - 1):
+        if not _atomic_type_ok(c, call, dst.data, (atomic & ATOMIC_DT_MASK) - 1):
             return
         for r in range(n):
-            _atomic_add_bytes(c, dst.data, gm0 + r * (blen + dstride * 32), ub0 + r * (blen + sstride * 32), blen,
-                              atomic - 1)
+            _atomic_bytes(c, dst.data, gm0 + r * (blen + dstride * 32), ub0 + r * (blen + sstride * 32), blen,
+                          atomic)
     else:
         for r in range(n):
             _write_gm(dst.data, gm0 + r * (blen + dstride * 32), c.ub, ub0 + r * (blen + sstride * 32), blen)

@@ -7,7 +7,7 @@ from ._jit import aicore, global_aicore  # noqa: F401   (device functions and ke
 from .core import Core  # noqa: F401
 from .datacopy import (DataCopyExtParams, DataCopyPadExtParams, DataCopyParams, GlobalTensor, NO_PAD,  # noqa: F401
                        data_copy, data_copy_pad, gm_as_i32, gm_at, init_output)
-from .datacopy import set_atomic_add, set_atomic_none  # noqa: F401
+from .datacopy import set_atomic_add, set_atomic_max, set_atomic_none  # noqa: F401
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC,  # noqa: F401
                      DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT8, DT_INT32)
 from .events import (MTE2_MTE3, MTE2_S, MTE2_V, MTE3_MTE2, MTE3_S, MTE3_V, PIPE_ALL, PIPE_MTE2,  # noqa: F401
@@ -15,9 +15,10 @@ from .events import (MTE2_MTE3, MTE2_S, MTE2_V, MTE3_MTE2, MTE3_S, MTE3_V, PIPE_
                      pipe_barrier, set_flag, sync_pipes, wait_flag)
 from .local import ub_f32, ub_i8, ub_i16, ub_u8, ub_i32, ub_i64, ub_like, ub_offset, ub_u16, ub_u32, view_as  # noqa: F401
 from .queue import alloc_tensor, de_que, en_que, free_tensor, tbuf_get, tbuf_get_with_offset  # noqa: F401
-from .scalar import get_value, members, scalar_load, scalar_store, set_value, to_float  # noqa: F401
+from .scalar import (atomic_add, atomic_exch, get_value, members, scalar_load, scalar_store,  # noqa: F401
+                     set_value, to_float)   # AtomicAdd / AtomicExch on a GM element
 from .vector import (CopyRepeatParams, add, adds, as_elem, block_reduce_sum, cast, copy, copy_count, duplicate,  # noqa: F401
-                     mul, muls, whole_reduce_sum)
+                     mul, muls, muls_half, whole_reduce_sum)
 from .sort import arith_progression, concat, duplicate_mask, extract, mrg_sort, sort  # noqa: F401
 from .vf import vf_call, vf_operand  # noqa: F401
 from .mask import (CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE, GatherMaskParams, cast_f32_to_i32,  # noqa: F401

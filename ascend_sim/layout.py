@@ -49,7 +49,7 @@ ERR_COLS = 8
 CAP_BASE = 24           # chip limits
 CAP_MAX_BLOCK_COUNT = CAP_BASE + 0   # DataCopy(Pad) blockCount upper bound
 CAP_NPU_ARCH = CAP_BASE + 1          # 2201 (910B / 910_93) or 3510 (950)
-ATOMIC_TYPE = CAP_BASE + 2           # 0 after SetAtomicNone(), else 1 + the ge dtype code of SetAtomicAdd<T>()
+ATOMIC_TYPE = CAP_BASE + 2           # 0 after SetAtomicNone(), else 1 + the ge dtype code of T, + ATOMIC_OP_MAX for SetAtomicMax<T>()
 ATOMIC_LOCK_TABLE = CAP_BASE + 3     # address of ATOMIC_LOCKS (shared by every core of every launch)
 UB_POISONED = CAP_BASE + 4           # 1 once start_pipe has poisoned the whole UB
 UB_DIRTY = CAP_BASE + 5              # bytes a pooled UB's previous launch may have written (see core.CoreSet)
@@ -290,6 +290,8 @@ CALL_SIMT = 31             # Simt::VF_CALL / asc_vf_call (simt.py)
 SLOT_SIMT_GM_LATENCY = 32  # not calls: TL_CPR + these hold SIMT cost figures (timeline.cost_words)
 SLOT_SIMT_LAUNCH = 33
 CALL_DCCI = 34             # DataCacheCleanAndInvalid (cache.py)
+CALL_GM_ATOMIC_ADD = 35    # AscendC::AtomicAdd(__gm__ T*, T): scalar GM atomics (scalar.py)
+CALL_GM_ATOMIC_EXCH = 36   # AscendC::AtomicExch(__gm__ T*, T)
 
 CALL_NAMES = {
     CALL_DATA_COPY_PAD_IN: "DataCopyPad(GM->UB)",
@@ -376,6 +378,8 @@ CALL_NAMES = {
     CALL_GATHER_MASK: "GatherMask",
     CALL_SIMT: "asc_vf_call (SIMT)",
     CALL_DCCI: "DataCacheCleanAndInvalid",
+    CALL_GM_ATOMIC_ADD: "AtomicAdd",
+    CALL_GM_ATOMIC_EXCH: "AtomicExch",
 }
 
 # --- fault codes (fault record word 0) and their arguments -----------------------------------
@@ -449,5 +453,7 @@ ENQUE = 2
 DEQUE = 3
 STATE_NAMES = ("FREE", "OCCUPIED", "ENQUE", "DEQUE")
 
+ATOMIC_DT_MASK = 0xFF                # ATOMIC_TYPE's low byte: 1 + T's ge dtype code
+ATOMIC_OP_MAX = 0x100                # ATOMIC_TYPE's operation: SetAtomicMax (0: SetAtomicAdd)
 # Atomic-add spinlocks (datacopy.py): stripes of GM addresses, one lock word each (core.ATOMIC_LOCKS).
 ATOMIC_LOCK_COUNT = 4096

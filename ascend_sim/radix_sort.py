@@ -1,7 +1,10 @@
-"""AscendC's Sort<T, isDescend, SortConfig{RADIX_SORT}> of arch35 (the advanced API, asc-devkit
+"""AscendC's Sort<T, isReuseSource, SortConfig{RADIX_SORT, isDescend = false}> of arch35 (the advanced API, asc-devkit
 impl/adv_api/detail/sort/sort): a key sort of `count` integers with a uint32 destination index.
 
-    Sort<T, false, cfg>(dstValue, dstIndex, src, count)      dstValue ascending, dstIndex[k] = source position
+    Sort<T, false | true, cfg>(dstValue, dstIndex, src, count)   dstValue ascending, dstIndex[k] = source position
+
+(isReuseSource lets the library use src as scratch; the kernels that pass true never read src again, so the
+model leaves it unchanged.)
 
 The library runs digit passes of a least-significant-digit radix sort over the keys' bytes (signed keys with
 their sign bit flipped), each pass a histogram and a stable scatter; so equal keys keep their source order.

@@ -13,7 +13,8 @@ from numba.extending import overload
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import data_address
 from . import check as chk
-from .layout import (CALL_GM_GET_VALUE, CALL_GM_SET_VALUE, CALL_SCALAR_ARRAY, CALL_UB_GET_VALUE, CALL_UB_SET_VALUE,
+from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, CALL_GM_ATOMIC_ADD, CALL_GM_ATOMIC_EXCH, CALL_GM_GET_VALUE,
+                     CALL_GM_SET_VALUE, CALL_SCALAR_ARRAY, CALL_UB_GET_VALUE, CALL_UB_SET_VALUE,
                      CHK_MODE, CNT_S_GM_READS, CNT_S_GM_WRITES, CNT_S_UB_OPS, F_GM_OOB, F_SCALAR_OOB, F_UB_OOB,
                      MEMBER_BASE, N_MEMBERS, PIPE_S)
 from .dtypes import DT_BF16, DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits
@@ -21,6 +22,7 @@ from .faults import fault, faulted, issue
 from .local import note_ub_write, ub_offset
 from . import timeline as tl
 from .gm_cost import device_address
+from .datacopy import ATOMIC_STRIPE_BYTES, _spin_lock, _unlock
 from .vector import as_elem
 
 
@@ -108,6 +110,42 @@ def _set_value(c, t, index, value):
             chk.gm_write(c, CALL_GM_SET_VALUE, PIPE_S, data_address(t.data) + i * t.data.itemsize, t.data.itemsize)
         t.data[i] = value
     return gm_set
+
+
+# --- scalar GM atomics (AtomicAdd / AtomicExch) ---------------------------------------------------------------
+# The word is read and written under the stripe lock an atomic DataCopy to the same bytes takes (datacopy.py,
+# "Atomic add"), so a scalar atomic and an atomic copy from cores on other host threads never interleave.
+# AtomicAdd wraps integers and adds floats in IEEE fp32 / fp64; both return the word's value before.
+@aicore
+def _gm_atomic(c, g, value, call, exchange):
+    i = _gm_index(c, call, g, 0)
+    if i < 0:
+        return as_elem(g.data, 0)
+    c.state[CNT_S_GM_READS] += 1
+    c.state[CNT_S_GM_WRITES] += 1
+    address = data_address(g.data) + i * g.data.itemsize
+    tl.scalar_gm_atomic(c, call, device_address(g, i * g.data.itemsize))
+    if c.state[CHK_MODE] != 0:
+        chk.gm_write(c, call, PIPE_S, address, g.data.itemsize)
+    lock = c.state[ATOMIC_LOCK_TABLE] + ((address // ATOMIC_STRIPE_BYTES) % ATOMIC_LOCK_COUNT) * 4
+    _spin_lock(lock)
+    old = g.data[i]
+    g.data[i] = as_elem(g.data, value) if exchange else as_elem(g.data, old + value)
+    _unlock(lock)
+    return old
+
+
+@aicore
+def atomic_add(c, g, value):
+    """AscendC::AtomicAdd(g.GetPhyAddr(), value): GM element g[0] += value indivisibly; returns the old value.
+    g: a GlobalTensor of int32 / uint32 / float32 / int64 / uint64 (gm_at(tensor, index) for element index)."""
+    return _gm_atomic(c, g, value, CALL_GM_ATOMIC_ADD, False)
+
+
+@aicore
+def atomic_exch(c, g, value):
+    """AscendC::AtomicExch(g.GetPhyAddr(), value): GM element g[0] = value indivisibly; returns the old value."""
+    return _gm_atomic(c, g, value, CALL_GM_ATOMIC_EXCH, True)
 
 
 @aicore

@@ -311,6 +311,16 @@ def scalar_gm_write(c, call, address):
 
 
 @aicore
+def scalar_gm_atomic(c, call, address):
+    """AtomicAdd / AtomicExch on the GM word at device `address`: a read-modify-write at GM that bypasses the data
+    cache (a miss's round trip), leaving the cached line alone (the kernel cleans it with DataCacheCleanAndInvalid
+    before it reads the word back)."""
+    if c.state[TL_ON] == 0:
+        return
+    scalar(c, call, c.state[TL_GM_MISS], address & 0xFFFF)
+
+
+@aicore
 def set_flag(c, evt, event_id):
     """SetFlag<evt>(id): the flag rises once the source pipe's earlier work is done."""
     if c.state[CHK_MODE] != 0:

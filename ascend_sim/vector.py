@@ -32,7 +32,7 @@ from .timeline import repeats_of, vector
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16,
                      DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
                      f32_bits_to_bf16_bits_rint,
-                     f32_bits_to_f16_bits, i64_to_f32_bits)
+                     f32_bits_to_f16_bits, f32_from_bits, i64_to_f32_bits, view_f32_as_u32)
 from .faults import fault, issue
 from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset, vector_operands
 
@@ -148,6 +148,34 @@ def muls(c, dst, src, scalar, count):
     else:
         for i in range(count):
             dst[i] = src[i] * s
+    note_ub_write(c, d + count * dst.itemsize)
+
+
+@outline
+def muls_half(c, dst, src, scalar, dt, count):
+    """Muls(dst, src, scalar, count) on half / bfloat16_t (`dt`) tensors held as uint16 bits: the fp32 product
+    (exact: both significands fit twice in fp32's) rounded once to T half to even; `scalar` as float32, taken
+    as T first (the scalar argument's type is T)."""
+    if not _begin(c, CALL_MULS, count, dst.itemsize):
+        return
+    d = _operand(c, CALL_MULS, dst, count)
+    o = _operand(c, CALL_MULS, src, count)
+    if d < 0 or o < 0:
+        return
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, CALL_MULS, d, count * dst.itemsize, o, count * src.itemsize, -1, 0)
+    bits = view_f32_as_u32(np.float32(scalar))
+    if dt == DT_BF16:
+        s = f32_from_bits(bf16_bits_to_f32_bits(f32_bits_to_bf16_bits_rint(bits)))
+    else:
+        s = f32_from_bits(f16_bits_to_f32_bits(f32_bits_to_f16_bits(bits, CAST_RINT)))
+    for i in range(count):     # in place is safe: element i reads only src[i]
+        if dt == DT_BF16:
+            p = np.float32(f32_from_bits(bf16_bits_to_f32_bits(src[i])) * s)
+            dst[i] = f32_bits_to_bf16_bits_rint(view_f32_as_u32(p))
+        else:
+            p = np.float32(f32_from_bits(f16_bits_to_f32_bits(src[i])) * s)
+            dst[i] = f32_bits_to_f16_bits(view_f32_as_u32(p), CAST_RINT)
     note_ub_write(c, d + count * dst.itemsize)
 
 

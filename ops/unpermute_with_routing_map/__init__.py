@@ -21,7 +21,7 @@ Steps of one run (`executor.report` lists them), in the real aclnn's order:
   950, the token count is below 2139095040 and the accumulator is BF16 / FP16 or the deterministic switch
   is on (910B / 910_93 only); otherwise l0op::MoeInplaceIndexAddAiCore: on 950 MoeInplaceIndexAdd's arch35
   SIMT / SIMD / SIMD-sort / SIMT-sort kernel, or with the deterministic switch its deterministic template's
-  kernel (ops.l0.moe_inplace_index_add; the deterministic id split, 32 columns or fewer, stays a host step), on
+  kernel (ops.l0.moe_inplace_index_add; the deterministic id split, 32 columns or fewer, adds nothing), on
   910B / 910_93 InplaceIndexAdd of another CANN library (a host step, fp32 adds in slot order); then ViewCopy of permute_probs, out_index, permute_token_id, the Cast back to
   BF16, and ViewCopy of unpermuted_tokens.
 

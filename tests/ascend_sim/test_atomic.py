@@ -1,4 +1,5 @@
-"""SetAtomicAdd<T> / SetAtomicNone: UB->GM copies that add to GM.
+"""SetAtomicAdd<T> / SetAtomicMax<T> / SetAtomicNone: UB->GM copies that add to GM or keep the larger value; and
+the scalar AtomicAdd / AtomicExch on one GM word.
 
 The expected GM contents are computed here from the documented rule (GM + UB as T: float adds rounded
 half to even, integers wrap), in float64 / NumPy integer arithmetic, never with the simulator's code.
@@ -23,10 +24,18 @@ UB_BYTES = 4096
 MODE_PAD, MODE_DATA_COPY, MODE_PAD_STRIDED = 0, 1, 2
 
 
+@asc.aicore
+def _set_atomic(c, p):
+    if p[5] == 1:
+        asc.set_atomic_add(c, p[0])
+    elif p[5] == 2:
+        asc.set_atomic_max(c, p[0])
+
+
 @global_aicore
 def add_rows(c, src, dst, p):
-    """Each core copies its p[1] rows of p[2] elements in and adds (p[5] = 1) or writes them to dst at
-    element p[6] with SetAtomicAdd<p[0]>. p[4]: MODE_PAD one row per DataCopyPad, MODE_DATA_COPY one row
+    """Each core copies its p[1] rows of p[2] elements in and adds (p[5] = 1: SetAtomicAdd<p[0]>), keeps the
+    larger (p[5] = 2: SetAtomicMax<p[0]>) or writes them (p[5] = 0) to dst at element p[6]. p[4]: MODE_PAD one row per DataCopyPad, MODE_DATA_COPY one row
     per DataCopy, MODE_PAD_STRIDED all rows in one DataCopyPad each way, p[7] gap bytes between GM rows."""
     T = asc.ub_like(c, src)
     buf = asc.tbuf_get(c, 0, T)
@@ -35,16 +44,14 @@ def add_rows(c, src, dst, p):
     if p[4] == MODE_PAD_STRIDED:
         asc.data_copy_pad(c, buf, asc.gm_at(src, c.block_idx * rows * cols),
                           asc.DataCopyExtParams(rows, row_bytes, 0, 0), asc.NO_PAD)
-        if p[5] == 1:
-            asc.set_atomic_add(c, p[0])
+        _set_atomic(c, p)
         asc.data_copy_pad(c, asc.gm_at(dst, p[6]), buf, asc.DataCopyExtParams(rows, row_bytes, 0, p[7]))
         asc.set_atomic_none(c)
         return
     params = asc.DataCopyExtParams(1, row_bytes, 0, 0)
     for r in range(rows):
         asc.data_copy_pad(c, buf, asc.gm_at(src, (c.block_idx * rows + r) * cols), params, asc.NO_PAD)
-        if p[5] == 1:
-            asc.set_atomic_add(c, p[0])
+        _set_atomic(c, p)
         if p[4] == MODE_DATA_COPY:
             asc.data_copy(c, asc.gm_at(dst, p[6]), buf, cols)
         else:
@@ -193,3 +200,75 @@ def test_atomic_copy_outside_gm_is_refused():
         _launch(src, dst, dt=asc.DT_INT32, rows=1, cols=16, dst_off=8)
     assert err.value.tensor == "dst"
     assert not dst.any()
+
+
+# --- SetAtomicMax<T> ---------------------------------------------------------------------------------------------
+def _expected_max(gm: np.ndarray, ub: np.ndarray) -> np.ndarray:
+    """The larger of GM and UB as T; a NaN on either side wins; equal values (+0 / -0) keep GM's bits."""
+    if np.issubdtype(gm.dtype, np.integer):
+        return np.maximum(gm, ub)
+    g, u = gm.astype(np.float64), ub.astype(np.float64)
+    return np.where(np.isnan(g), gm, np.where(np.isnan(u) | (u > g), ub, gm))
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(v, id=k) for k, v in TYPE_CASES.items() if k not in SLOW_TYPES])
+def test_atomic_max_keeps_the_larger_value(dtype, rng):
+    dtype = np.dtype(dtype)
+    cols = 64
+    if np.issubdtype(dtype, np.integer):
+        src, dst = (rng.integers(-1000, 1000, cols).astype(dtype) for _ in range(2))
+    else:
+        src, dst = (rng.uniform(-4, 4, cols).astype(dtype) for _ in range(2))
+        specials = SPECIALS[dtype]
+        src[:len(specials)] = specials
+        dst[len(specials): 2 * len(specials)] = specials
+        src[20], dst[20] = -0.0, 0.0          # equal: GM keeps +0
+        src[21], dst[21] = 0.0, -0.0          # equal: GM keeps -0
+    want = _expected_max(dst, src)
+    _launch(src, dst, dt=dt_of(dtype), rows=1, cols=cols, atomic=2, chip=get_soc("ascend950"))
+    assert np.array_equal(dst.view(np.uint8), want.view(np.uint8))
+
+
+def test_concurrent_atomic_max_to_one_row_is_the_column_max():
+    block_dim, rows, cols = 40, 6, 100
+    src = np.random.default_rng(9).standard_normal(block_dim * rows * cols).astype(np.float32)
+    dst = np.full(cols, -np.inf, np.float32)
+    _launch(src, dst, dt=asc.DT_FLOAT, rows=rows, cols=cols, atomic=2, block_dim=block_dim, threads=8,
+            chip=get_soc("ascend950", aiv_num=block_dim))
+    assert np.array_equal(dst, src.reshape(-1, cols).max(axis=0))
+
+
+# --- scalar AtomicAdd / AtomicExch -------------------------------------------------------------------------------
+@global_aicore
+def count_and_swap(c, words, olds, p):
+    """Each core: p[0] times AtomicAdd(words[0], 1); then AtomicExch(words[1], block_idx + 1), the old value to
+    olds[block_idx]."""
+    for _ in range(p[0]):
+        asc.atomic_add(c, asc.gm_at(words, 0), np.uint32(1))
+    old = asc.atomic_exch(c, asc.gm_at(words, 1), np.uint32(c.block_idx + 1))
+    asc.set_value(c, olds, c.block_idx, np.int64(old))
+
+
+@pytest.mark.parametrize("block_dim,threads", [(1, 1), (48, 8)], ids=["one-core", "48-cores-8-threads"])
+def test_scalar_atomics_lose_nothing_and_return_the_old_value(block_dim, threads):
+    words = np.zeros(4, np.uint32)
+    olds = np.full(block_dim, -1, np.int64)
+    run([count_and_swap], [], asc.GlobalTensor(words, 0, 0), asc.GlobalTensor(olds, 1, 0),
+        np.array([300], dtype=np.int64), block_dim=block_dim, threads=threads,
+        chip=get_soc("ascend950", aiv_num=block_dim), gm_names=("words", "olds"))
+    assert words[0] == 300 * block_dim
+    # the exchanges form one chain: every value but the last was taken by exactly one core
+    assert sorted(olds.tolist() + [int(words[1])]) == list(range(block_dim + 1))
+
+
+def test_scalar_atomic_outside_its_tensor_faults():
+    words = np.zeros(1, np.uint32)
+    olds = np.zeros(1, np.int64)
+    with pytest.raises(OutOfBoundsError, match="words"):
+        run([count_and_swap_far], [], asc.GlobalTensor(words, 0, 0), asc.GlobalTensor(olds, 1, 0),
+            np.array([1], dtype=np.int64), chip=get_soc("ascend950"), gm_names=("words", "olds"))
+
+
+@global_aicore
+def count_and_swap_far(c, words, olds, p):
+    asc.atomic_add(c, asc.gm_at(words, 3), np.uint32(1))

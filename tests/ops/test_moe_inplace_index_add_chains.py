@@ -1,6 +1,7 @@
 """The two chains that launch l0op::MoeInplaceIndexAddAiCore: on ascend950 the simulated MoeInplaceIndexAdd kernel
 (SIMT / SIMD / SIMD-sort / SIMT-sort templates), on 910B the host step standing in for InplaceIndexAdd of another
-CANN library; on 950 the deterministic template's id split (not modelled) stays a host step under the same name.
+CANN library; on 950 with the deterministic switch the deterministic template (its id split adds nothing without an
+alpha input: the real kernel's Muls by alphaValue_ = 0).
 
 Goldens: the chains' own goldens add the rows of a token in slot order in fp32 (ops/*/golden.py). SIMD adds in that
 order (bit-exact); SIMT's atomics land in an order that depends on the cores (within ((1+u)^k - 1) * sum |terms|
@@ -210,15 +211,24 @@ def test_unpermute_on_950_checked_mode_is_clean():
     assert _index_add(ex.report).kind == "kernel"
 
 
-@pytest.mark.parametrize("soc,hidden,deterministic", [("ascend910b", 40, False), ("ascend950", 16, True)],
-                         ids=["910b", "950-deterministic-id-split"])
-def test_unpermute_host_step_where_not_simulated(soc, hidden, deterministic):
-    """910B: InplaceIndexAdd of another library; 950 with the switch and 16 columns (<= 64 cores / 2) for 35 slots:
-    the deterministic template's id split, whose quantising kernel is not modelled."""
-    a, outs, ex = _unpermute(23, hidden, 5, 7, "fp32", "fp32", soc, deterministic=deterministic)
+def test_unpermute_host_step_on_910b():
+    """910B: InplaceIndexAdd of another CANN library, a host step."""
+    a, outs, ex = _unpermute(23, 40, 5, 7, "fp32", "fp32", "ascend910b")
     assert _index_add(ex.report).kind == "host"
     want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
     assert np.array_equal(outs[0].view(np.uint8), want[0].view(np.uint8))
+
+
+def test_unpermute_deterministic_id_split_on_950_adds_nothing():
+    """950 with the switch and 16 columns (<= 64 cores / 2) for 35 slots: the deterministic template's id split,
+    MoeInplaceIndexAddDeterminstic. Its last step multiplies by alphaValue_, which is 0 without an alpha input (the
+    chain passes none), so the zero-filled accumulator stays zero: the real kernel's result, not the sum."""
+    a, outs, ex = _unpermute(23, 16, 5, 7, "fp32", "fp32", "ascend950", deterministic=True)
+    step = _index_add(ex.report)
+    assert step.kind == "kernel" and step.run.kernel == "MoeInplaceIndexAddDeterminstic"
+    want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
+    assert np.count_nonzero(want[0]) > 0 and not np.any(outs[0])
+    assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])

@@ -8,11 +8,11 @@ The tiling (tiling.moe_inplace_index_add) chooses one of five templates; the sim
 (keys 1000xx / 1001xx, atomic adds in an order that depends on timing), SIMD's column split (key 400000,
 deterministic: slot order per element), SIMD sort's column and id splits (key 200000, ProcessAfter /
 ProcessIndices: windows of ids scored, sorted and summed per run, simd_sort.py), SIMT sort (key 500000: the same
-windows summed per run by SIMT threads, simt_sort.py) and the deterministic template's pre and column splits
-(keys 300000 + 0/1/2 with the context's deterministic switch: slot order per element, deterministic.py), for
-float32 / float16 / bfloat16 var and int32 indices. The deterministic id split (the quantising kernel), SIMD sort's
-pre split, SIMT sort with 64-bit offsets (500010) and the other dtypes / branches raise NotImplementedError;
-`modelled(...)` tells a chain beforehand.
+windows summed per run by SIMT threads, simt_sort.py) and the deterministic template (keys 300000 + 0/1/2 with the
+context's deterministic switch): its pre and column splits (slot order per element, deterministic.py) and its id
+split (fixed-point partial sums, deterministic_quant.py), for float32 / float16 / bfloat16 var and int32 indices.
+SIMD sort's pre split, SIMT sort with 64-bit offsets (500010) and the other dtypes / branches raise
+NotImplementedError; `modelled(...)` tells a chain beforehand.
 
 The deterministic switch is the keyword-only `deterministic=False` of get_workspace_size (and of the chains'
 get_workspace_size, whose docstrings call it the context's ACL_OPT_DETERMINISTIC option): the real op reads it in
@@ -25,6 +25,7 @@ from collections import namedtuple
 import ml_dtypes
 import numpy as np
 
+from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import dt_of
 from tiling import get_soc
 from tiling.moe_inplace_index_add import (DETERMINISTIC_FIELDS, KEY_DETERMINISTIC, KEY_SIMD, KEY_SIMD_SORT,
@@ -36,11 +37,11 @@ from tiling.status import InnerNullptrError, TilingError
 from ..._framework import Executor, IndexLink, gm_tensor, run_executor
 from ..._validate import as_input, as_output, check_no_alias, flag, require
 from .kernel import (DETERMINISTIC_KERNEL, SIMD_KERNEL, SIMD_SORT_KERNEL, SIMT_KERNEL, SIMT_SORT_CAST_KERNEL,
-                     SIMT_SORT_KERNEL, GmTensors, Template)
+                     SIMT_SORT_KERNEL, GmTensors, QuantGmTensors, Template, deterministic_quant_kernel)
 
 OP = "MoeInplaceIndexAdd"
 API = "l0op::MoeInplaceIndexAddAiCore"
-GM_NAMES = ("var", "indices", "updates")
+GM_NAMES = ("var", "indices", "updates", "workspace")
 # named after the C++ structs; the classes must be importable under their own names for numba's disk cache
 MoeInplaceIndexAddSimtTilingData = namedtuple("MoeInplaceIndexAddSimtTilingData", SIMT_FIELDS)
 MoeInplaceIndexAddSimdTilingData = namedtuple("MoeInplaceIndexAddSimdTilingData", SIMD_FIELDS)
@@ -57,8 +58,7 @@ _I32 = np.dtype(np.int32)
 def modelled(var, indices, updates, *, soc="ascend950", deterministic=False) -> bool:
     """True if the l0 call (axis 0, no alpha) runs a simulated kernel: ascend950, float var, int32 indices, and
     the SIMT template, SIMD's column split, SIMD sort's column or id split (not its pre split), SIMT sort with
-    32-bit offsets or (deterministic) the deterministic template's pre / column split. TilingError where the real
-    tiling fails."""
+    32-bit offsets or (deterministic) the deterministic template. TilingError where the real tiling fails."""
     soc = get_soc(soc)
     if not soc.is_regbase or var.dtype not in _FLOATS or indices.dtype != _I32:
         return False
@@ -68,7 +68,7 @@ def modelled(var, indices, updates, *, soc="ascend950", deterministic=False) -> 
     if template == TEMPLATE_SIMT_SORT:
         return _tiling(var, indices, updates, None, 0, soc=soc).tiling_key == KEY_SIMT_SORT
     if template == TEMPLATE_DETERMINISTIC:
-        return _not_quantised(_tiling(var, indices, updates, None, 0, soc=soc, deterministic=True).fields)
+        return True
     if template == TEMPLATE_SIMD_SORT:
         return not _tiling(var, indices, updates, None, 0, soc=soc).fields["is_split_pre_axis"]
     return template == TEMPLATE_SIMD and _tiling(var, indices, updates, None, 0, soc=soc).fields[
@@ -109,11 +109,14 @@ def get_workspace_size(var, indices, updates, alpha=None, axis=0, *, var_out=Non
             or 100000 <= result.tiling_key < 102000):
         raise NotImplementedError(f"{OP}: the kernel of tilingKey {result.tiling_key} (SIMT sort, 64-bit offsets) is "
                                   "not modelled")
+    bind = None
     if result.tiling_key in _DETERMINISTIC_KEYS:
+        td = MoeInplaceIndexAddDeterminsticTilingData(*result.fields.values())
+        kernel = DETERMINISTIC_KERNEL
         if not _not_quantised(result.fields):
-            raise NotImplementedError(f"{OP}: the deterministic template's id split (MoeInplaceIndexAddDeterminstic, "
-                                      "the quantising kernel) is not modelled")
-        td, kernel = MoeInplaceIndexAddDeterminsticTilingData(*result.fields.values()), DETERMINISTIC_KERNEL
+            kernel = deterministic_quant_kernel(int(td.pre_axis), bool(td.is_opti))
+            lib = soc.lib_api_workspace
+            bind = lambda args, ws, size: _bind_workspace(args, ws, size, lib)  # noqa: E731
     elif result.tiling_key == KEY_SIMT_SORT:
         td = MoeInplaceIndexAddSimtSortTilingData(*result.fields.values())
         kernel = SIMT_SORT_CAST_KERNEL if result.fields["indices_cast_mode"] else SIMT_SORT_KERNEL
@@ -129,14 +132,27 @@ def get_workspace_size(var, indices, updates, alpha=None, axis=0, *, var_out=Non
     else:
         td, kernel = MoeInplaceIndexAddSimtTilingData(*result.fields.values()), SIMT_KERNEL
     gm = GmTensors(gm_tensor(v, 0), gm_tensor(i, 1, np.int32), gm_tensor(u, 2))
+    if bind is not None:
+        gm = QuantGmTensors(*gm, None, None, None)
     tmpl = Template(dt_of(v.dtype), result.tiling_key // 100 % 10 if result.tiling_key < 200000 else 0)
     after = result.fields["after_axis"]
     links = (IndexLink("indices", "var", after, result.fields["var_in_axis"]),)
     executor = Executor(OP, result, kernel, (td, gm, tmpl), GM_NAMES, api=API, tensors=tensors,
-                        index_links=links, writes=(v,),
+                        index_links=links, writes=(v,), bind_workspace=bind,
                         ub_advice="the SIMD template's index window and column piece shrink with the UB; a custom "
                                   "profile (tiling.get_soc('ascend950', ub_size=...)) changes them")
     return result.workspace_size, executor
+
+
+def _bind_workspace(args: tuple, workspace: np.ndarray, workspace_size: int, lib_api_workspace: int) -> tuple:
+    """The id split's workspace as float32 / int32 / uint32 GM over all of its bytes, each view's offset at the user
+    workspace (after the system workspace): the kernel's reads at row -1 stay inside the workspace."""
+    td, gm, tmpl = args
+    whole = workspace.reshape(-1).view(np.uint8)[: workspace_size // 4 * 4]
+    first = lib_api_workspace // 4
+    return td, gm._replace(ws_f32=GlobalTensor(whole.view(np.float32), 3, first),
+                           ws_i32=GlobalTensor(whole.view(np.int32), 3, first),
+                           ws_u32=GlobalTensor(whole.view(np.uint32), 3, first)), tmpl
 
 
 def run(workspace, workspace_size, executor, stream=None, check=None) -> None:

@@ -13,7 +13,7 @@ to T: the same bits on every run (bit-exact against a slot-order golden).
 
 The column split first counts the window's distinct ids (ComputeIdxCount: the base class's radix sort and run
 cut); the count only decides whether the copies get their MTE3 barriers, which changes their timing, not their
-order. The id split (MoeInplaceIndexAddDeterminstic, the quantising kernel) is not modelled.
+order. The id split is MoeInplaceIndexAddDeterminstic, the quantising kernel (deterministic_quant.py).
 """
 from __future__ import annotations
 

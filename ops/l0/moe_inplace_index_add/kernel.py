@@ -5,19 +5,21 @@
     key 200000                                             MoeInplaceIndexAddSimdSort After / Indices  simd_sort.py
     key 500000                                             MoeInplaceIndexAddSimtSort<..., CAST_MODE>     simt_sort.py
     keys 300000 / 300001 / 300002, pre or column split     MoeInplaceIndexAddDeterminsticNotQuant    deterministic.py
+    keys 300000 / 300001 / 300002, id split                MoeInplaceIndexAddDeterminstic        deterministic_quant.py
 
 A stage compiles once per var carrier (float32, or uint16 for fp16 / bf16: the dtype reaches it as an int), and
 only for int32 indices.
 """
 from __future__ import annotations
 
+import functools
 from collections import namedtuple
 
-from ascend_sim import Kernel, PipePhase
+from ascend_sim import SYNC_ALL, Kernel, PipePhase
 from ascend_sim.check import RaceWaiver
 from ops.common.unpermute_gather import _read_only
 
-from . import deterministic, simd, simd_sort, simt, simt_sort
+from . import deterministic, deterministic_quant as dq, simd, simd_sort, simt, simt_sort
 
 OP = "MoeInplaceIndexAdd"
 
@@ -27,12 +29,26 @@ GmTensors = namedtuple("GmTensors", [
     "updates",      # updates, var's carrier
 ])
 
+QuantGmTensors = namedtuple("QuantGmTensors", [
+    "var", "indices", "updates",        # as GmTensors
+    "ws_f32",       # the workspace as float32 (scales, run sums), offset to the user workspace's first element
+    "ws_i32",       # the same bytes as int32 (quantised sums, run ids)
+    "ws_u32",       # the same bytes as uint32 (per-row counts)
+])
+"""The id split's GM: the workspace views reach back into the system workspace, where the kernel's reads at row
+-1 land (deterministic_quant.py)."""
+
 Template = namedtuple("Template", ["var_t", "wide_offsets"])
 """var_t: DTYPE_VAR as a ge code; wide_offsets: COMP_T is uint64 (SIMT keys 1001xx)."""
 
 
 def _args(td, gm, tmpl):
     return (td, GmTensors(gm.var, _read_only(gm.indices), _read_only(gm.updates)), Template(*(int(v) for v in tmpl)))
+
+
+def _quant_args(td, gm, tmpl):
+    return (td, gm._replace(indices=_read_only(gm.indices), updates=_read_only(gm.updates)),
+            Template(*(int(v) for v in tmpl)))
 
 
 SIMT_KERNEL = Kernel(OP, "MoeInplaceIndexAddSimt", (PipePhase("pipe", simt.BUFFERS, (simt.simt_process,), _args),))
@@ -63,3 +79,30 @@ IDX_COUNT_PAD_RACE = RaceWaiver("S", "LocalTensor::SetValue", "V", "vector funct
 DETERMINISTIC_KERNEL = Kernel(OP, "MoeInplaceIndexAddDeterminsticNotQuant",
                               (PipePhase("pipe", deterministic.BUFFERS, (deterministic.deterministic_process,),
                                          _args),), (IDX_COUNT_SORT_PAD_RACE, IDX_COUNT_PAD_RACE))
+
+# ComputeSumForSameIndex (moe_inplace_index_add_determinstic.h) writes the end pad with SetValue right after the Sort
+# (no V -> S event) and has only PipeBarrier<PIPE_V> before ComputeUniqueIdNum's VF reads it: the real kernel's
+QUANT_SORT_PAD_RACE = RaceWaiver("V", "vector function (__VEC_SCOPE__)", "S", "LocalTensor::SetValue",
+                                 "ComputeSumForSameIndex (moe_inplace_index_add_determinstic.h) sets the end pad "
+                                 "after the sorted ids with SetValue and no V -> S event after the Sort")
+QUANT_PAD_RACE = RaceWaiver("S", "LocalTensor::SetValue", "V", "vector function (__VEC_SCOPE__)",
+                            "ComputeSumForSameIndex (moe_inplace_index_add_determinstic.h) sets the end pad with "
+                            "SetValue and only a PipeBarrier<PIPE_V> before ComputeUniqueIdNum reads it")
+
+
+@functools.lru_cache(maxsize=32)
+def deterministic_quant_kernel(pre_axis: int, opti: bool) -> Kernel:
+    """MoeInplaceIndexAddDeterminstic for `pre_axis` pre rows: Init and a SyncAll, then per pre row a TPipe for
+    ProcessFirstStep and one for ProcessSecondStep, each ending in SyncAll, then ProcessThirdStep's TPipe (with
+    isOpti one ProcessThirdStepOpti TPipe per pre row). Each Process*Step resets the TPipe and builds its own
+    buffers, so each is its own PipePhase."""
+    phases = [PipePhase("init", (), (dq.init, SYNC_ALL), _quant_args)]
+    for pre in range(pre_axis):
+        phases.append(PipePhase("step1", dq.STEP1_BUFFERS, ((dq.process_first_step, pre), SYNC_ALL), _quant_args))
+        phases.append(PipePhase("step2", dq.STEP2_BUFFERS, ((dq.process_second_step, pre), SYNC_ALL), _quant_args))
+    if opti:
+        phases += [PipePhase("step3", dq.STEP3_OPTI_BUFFERS, ((dq.process_third_step_opti, pre),), _quant_args)
+                   for pre in range(pre_axis)]
+    else:
+        phases.append(PipePhase("step3", dq.STEP3_BUFFERS, (dq.process_third_step,), _quant_args))
+    return Kernel(OP, "MoeInplaceIndexAddDeterminstic", tuple(phases), (QUANT_SORT_PAD_RACE, QUANT_PAD_RACE))

@@ -126,12 +126,12 @@ def test_an_index_outside_var_faults(bad):
         _launch(var, idx, upd, 0, {})
 
 
-def test_the_id_split_is_not_modelled():
-    """16 columns, 200 ids: the id split (the quantising kernel MoeInplaceIndexAddDeterminstic)."""
+def test_the_id_split_runs_the_quantising_kernel():
+    """16 columns, 200 ids: the id split, MoeInplaceIndexAddDeterminstic (test_moe_inplace_index_add_quant.py)."""
     var, idx, upd = _inputs((40, 16), 200, 0, F32)
-    assert not l0.modelled(var, idx, upd, deterministic=True)
-    with pytest.raises(NotImplementedError, match="quantising"):
-        l0.get_workspace_size(var, idx, upd, deterministic=True)
+    assert l0.modelled(var, idx, upd, deterministic=True)
+    _, ex = l0.get_workspace_size(var, idx, upd, deterministic=True)
+    assert ex.kernel.name == "MoeInplaceIndexAddDeterminstic"
 
 
 def test_the_switch_off_takes_another_template():
