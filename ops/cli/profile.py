@@ -155,7 +155,7 @@ def breakdown_lines(rep) -> list[str]:
     if not rows:
         return []
     width = max(len("step"), *(len(name) for name, *_ in rows))
-    out = [f"per-step breakdown (steps run one after another: the call's estimate is their sum)",
+    out = ["per-step breakdown (steps run one after another: the call's estimate is their sum)",
            f"  {'step':<{width}}  {'how':<9}  {'us':>10}  bound"]
     out += [f"  {name:<{width}}  {how:<9}  {us:>10,.2f}  {bound}" for name, how, us, bound in rows]
     out.append(f"  {'whole call':<{width}}  {'':<9}  {sum(r[2] for r in rows):>10,.2f}")

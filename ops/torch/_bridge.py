@@ -15,7 +15,6 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from ascend_sim.errors import SimulatorError
 from tiling import get_soc
 from tiling.status import AclnnError
 

@@ -19,7 +19,7 @@ import torch
 
 import ops.aclnn as aclnn
 from ascend_sim.errors import SimulatorError
-from tiling.status import AclnnError, ParamInvalidError
+from tiling.status import AclnnError
 
 from ._bridge import (_BIT_VIEWS, as_numpy, check_tensor, current_soc, deterministic, device, raise_as_runtime_error,
                       workspace)

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import SYNC_ALL
 from ascend_sim._jit import global_aicore
 from ascend_sim.cost import CostModel
 from ascend_sim.estimate import PIPE_UTILIZATION_COLUMNS

@@ -1,7 +1,6 @@
 """The UB-limit explorer: documented boundaries, a brute-force scan, and the command line."""
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest

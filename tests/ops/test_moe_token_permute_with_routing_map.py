@@ -9,7 +9,6 @@ and above the core count, probs dtypes, bool / int8 maps, all three profiles.
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 

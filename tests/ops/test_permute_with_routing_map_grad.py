@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from ascend_sim import SimulatorError
-from ops._framework import KernelStep
 from ops.permute_with_routing_map_grad import (allocate_outputs, get_workspace_size,
                                                moe_token_permute_with_routing_map_grad as pwrm_grad, run)
 from ops.permute_with_routing_map_grad.examples import make_inputs

@@ -184,7 +184,7 @@ def select(s: Shapes, cores: int, deterministic: bool) -> str:
     """SelTemplateByInput: the TEMPLATE_* name."""
     if s.var_in_axis == 0:
         # the real tiling divides by varInAxis here (a division by zero on the host); refused instead
-        fail(f"var has no rows along the axis (varInAxis 0): the real tiling divides by it")
+        fail("var has no rows along the axis (varInAxis 0): the real tiling divides by it")
     use_sort = tdiv(s.updates_in_axis, s.var_in_axis) >= THRESHOLD_USE_SORT
     if deterministic and s.dtype in DETERMINISTIC_DTYPES:
         return TEMPLATE_DETERMINISTIC

@@ -18,8 +18,6 @@ KernelNotSimulatedError naming the key: nothing falls back to another kernel.
 """
 from __future__ import annotations
 
-from collections import namedtuple
-
 import ml_dtypes
 import numpy as np
 
