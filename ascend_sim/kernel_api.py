@@ -7,7 +7,7 @@ from ._jit import aicore, global_aicore  # noqa: F401   (device functions and ke
 from .core import Core  # noqa: F401
 from .datacopy import (DataCopyExtParams, DataCopyPadExtParams, DataCopyParams, GlobalTensor, NO_PAD,  # noqa: F401
                        data_copy, data_copy_pad, gm_as_i32, gm_at, init_output)
-from .datacopy import set_atomic_add, set_atomic_max, set_atomic_none  # noqa: F401
+from .atomic import set_atomic_add, set_atomic_max, set_atomic_none  # noqa: F401
 from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC,  # noqa: F401
                      DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT8, DT_INT32)
 from .events import (MTE2_MTE3, MTE2_S, MTE2_V, MTE3_MTE2, MTE3_S, MTE3_V, PIPE_ALL, PIPE_MTE2,  # noqa: F401

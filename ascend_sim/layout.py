@@ -455,5 +455,5 @@ STATE_NAMES = ("FREE", "OCCUPIED", "ENQUE", "DEQUE")
 
 ATOMIC_DT_MASK = 0xFF                # ATOMIC_TYPE's low byte: 1 + T's ge dtype code
 ATOMIC_OP_MAX = 0x100                # ATOMIC_TYPE's operation: SetAtomicMax (0: SetAtomicAdd)
-# Atomic-add spinlocks (datacopy.py): stripes of GM addresses, one lock word each (core.ATOMIC_LOCKS).
+# Atomic spinlocks (atomic.py): stripes of GM addresses, one lock word each (core.ATOMIC_LOCKS).
 ATOMIC_LOCK_COUNT = 4096

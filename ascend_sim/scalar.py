@@ -13,7 +13,7 @@ from numba.extending import overload
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import data_address
 from . import check as chk
-from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, CALL_GM_ATOMIC_ADD, CALL_GM_ATOMIC_EXCH, CALL_GM_GET_VALUE,
+from .layout import (CALL_GM_ATOMIC_ADD, CALL_GM_ATOMIC_EXCH, CALL_GM_GET_VALUE,
                      CALL_GM_SET_VALUE, CALL_SCALAR_ARRAY, CALL_UB_GET_VALUE, CALL_UB_SET_VALUE,
                      CHK_MODE, CNT_S_GM_READS, CNT_S_GM_WRITES, CNT_S_UB_OPS, F_GM_OOB, F_SCALAR_OOB, F_UB_OOB,
                      MEMBER_BASE, N_MEMBERS, PIPE_S)
@@ -22,7 +22,7 @@ from .faults import fault, faulted, issue
 from .local import note_ub_write, ub_offset
 from . import timeline as tl
 from .gm_cost import device_address
-from .datacopy import ATOMIC_STRIPE_BYTES, _spin_lock, _unlock
+from .atomic import spin_lock, unlock, stripe_lock
 from .vector import as_elem
 
 
@@ -113,8 +113,7 @@ def _set_value(c, t, index, value):
 
 
 # --- scalar GM atomics (AtomicAdd / AtomicExch) ---------------------------------------------------------------
-# The word is read and written under the stripe lock an atomic DataCopy to the same bytes takes (datacopy.py,
-# "Atomic add"), so a scalar atomic and an atomic copy from cores on other host threads never interleave.
+# The word is read and written under the stripe lock an atomic DataCopy to the same bytes takes (atomic.py), so a scalar atomic and an atomic copy from cores on other host threads never interleave.
 # AtomicAdd wraps integers and adds floats in IEEE fp32 / fp64; both return the word's value before.
 @aicore
 def _gm_atomic(c, g, value, call, exchange):
@@ -127,11 +126,11 @@ def _gm_atomic(c, g, value, call, exchange):
     tl.scalar_gm_atomic(c, call, device_address(g, i * g.data.itemsize))
     if c.state[CHK_MODE] != 0:
         chk.gm_write(c, call, PIPE_S, address, g.data.itemsize)
-    lock = c.state[ATOMIC_LOCK_TABLE] + ((address // ATOMIC_STRIPE_BYTES) % ATOMIC_LOCK_COUNT) * 4
-    _spin_lock(lock)
+    lock = stripe_lock(c, address)
+    spin_lock(lock)
     old = g.data[i]
     g.data[i] = as_elem(g.data, value) if exchange else as_elem(g.data, old + value)
-    _unlock(lock)
+    unlock(lock)
     return old
 
 

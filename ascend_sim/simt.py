@@ -38,11 +38,11 @@ from numba.extending import overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import data_address
-from .datacopy import ATOMIC_STRIPE_BYTES, _spin_lock, _unlock
+from .atomic import spin_lock, unlock, stripe_lock
 from .dtypes import (CAST_RINT, DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT32, bf16_bits_to_f32_bits, f16_bits_to_f32_bits,
                      f32_bits_to_bf16_bits, f32_bits_to_f16_bits, f32_from_bits, view_f32_as_u32)
 from .faults import fault, faulted, issue
-from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, CALL_SIMT, CAP_NPU_ARCH, CNT_S_GM_READS, CNT_S_GM_WRITES,
+from .layout import (CALL_SIMT, CAP_NPU_ARCH, CNT_S_GM_READS, CNT_S_GM_WRITES,
                      CHK_MODE, CNT_S_UB_OPS, CNT_V_ELEMS, F_ELEM_TYPE, F_SIMT_ARCH, F_SIMT_OOB, F_SIMT_RACE,
                      F_SIMT_THREADS, PIPE_V, SLOT_SIMT_GM_LATENCY, SLOT_SIMT_LAUNCH, TL_CPR)
 from .local import note_ub_write, ub_offset
@@ -269,16 +269,10 @@ def _simt_store(c, th, t, i, value):
 def simt_atomic_add(c, th, g, i, value, dt):
     """Simt::AtomicAdd(&g[i], value) / asc_atomic_add: g[i] += value as type `dt` (ge dtype code) indivisibly,
     returning the old value. float32 and int32 take and return values; float16 / bfloat16 (uint16 GM carrier)
-    take and return the bit patterns. Arithmetic as SetAtomicAdd's (datacopy.py): fp32 add rounded half to
+    take and return the bit patterns. Arithmetic as SetAtomicAdd's (atomic.py): fp32 add rounded half to
     even, halves rounded once to T, int32 wraps. Cores on parallel host threads take the same GM stripe locks as
     atomic DMA copies, so no update is lost; the order of fp additions from different cores is their race."""
     raise NotImplementedError("simt_atomic_add is only callable from numba code")
-
-
-@aicore
-def _lock_of(c, g, k):
-    addr = data_address(g.data) + k * g.data.itemsize
-    return c.state[ATOMIC_LOCK_TABLE] + ((addr // ATOMIC_STRIPE_BYTES) % ATOMIC_LOCK_COUNT) * 4
 
 
 @overload(simt_atomic_add, jit_options=DEVICE_JIT_OPTIONS)
@@ -304,11 +298,11 @@ def _simt_atomic_add(c, th, g, i, value, dt):
         th.acc[A_LOADS] += 1
         c.state[CNT_S_GM_READS] += 1
         c.state[CNT_S_GM_WRITES] += 1
-        lock = _lock_of(c, g, k)
-        _spin_lock(lock)
+        lock = stripe_lock(c, data_address(g.data) + k * g.data.itemsize)
+        spin_lock(lock)
         old = g.data[k]
         g.data[k] = _added(old, value, dt)
-        _unlock(lock)
+        unlock(lock)
         return old
     return atomic
 

@@ -80,18 +80,41 @@ def _begin(c, call, count, elem_bytes):
     return count > 0
 
 
+@aicore
+def _binary_begin(c, call, dst, src0, src1, count):
+    """Start a count-form dst = f(src0, src1): the three UB offsets, dst's -1 if the call must do nothing."""
+    if not _begin(c, call, count, dst.itemsize):
+        return -1, -1, -1
+    d = _operand(c, call, dst, count)
+    s0 = _operand(c, call, src0, count)
+    s1 = _operand(c, call, src1, count)
+    if d < 0 or s0 < 0 or s1 < 0:
+        return -1, -1, -1
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, call, d, count * dst.itemsize, s0, count * src0.itemsize, s1, count * src1.itemsize)
+    return d, s0, s1
+
+
+@aicore
+def _scalar_begin(c, call, dst, src, count):
+    """Start a count-form dst = f(src, scalar): the two UB offsets, dst's -1 if the call must do nothing."""
+    if not _begin(c, call, count, dst.itemsize):
+        return -1, -1
+    d = _operand(c, call, dst, count)
+    o = _operand(c, call, src, count)
+    if d < 0 or o < 0:
+        return -1, -1
+    if c.state[CHK_MODE] != 0:
+        chk.vector_access(c, call, d, count * dst.itemsize, o, count * src.itemsize, -1, 0)
+    return d, o
+
+
 @outline
 def add(c, dst, src0, src1, count):
     """Add(dst, src0, src1, count): dst[i] = src0[i] + src1[i]."""
-    if not _begin(c, CALL_ADD, count, dst.itemsize):
+    d, s0, s1 = _binary_begin(c, CALL_ADD, dst, src0, src1, count)
+    if d < 0:
         return
-    d = _operand(c, CALL_ADD, dst, count)
-    s0 = _operand(c, CALL_ADD, src0, count)
-    s1 = _operand(c, CALL_ADD, src1, count)
-    if d < 0 or s0 < 0 or s1 < 0:
-        return
-    if c.state[CHK_MODE] != 0:
-        chk.vector_access(c, CALL_ADD, d, count * dst.itemsize, s0, count * src0.itemsize, s1, count * src1.itemsize)
     # an in-place form indexes the shared operand through one array: with two names for the same bytes
     # LLVM's overlap check fails at run time and the loop would run unvectorised
     if d == s0:
@@ -109,15 +132,9 @@ def add(c, dst, src0, src1, count):
 @outline
 def mul(c, dst, src0, src1, count):
     """Mul(dst, src0, src1, count): dst[i] = src0[i] * src1[i]."""
-    if not _begin(c, CALL_MUL, count, dst.itemsize):
+    d, s0, s1 = _binary_begin(c, CALL_MUL, dst, src0, src1, count)
+    if d < 0:
         return
-    d = _operand(c, CALL_MUL, dst, count)
-    s0 = _operand(c, CALL_MUL, src0, count)
-    s1 = _operand(c, CALL_MUL, src1, count)
-    if d < 0 or s0 < 0 or s1 < 0:
-        return
-    if c.state[CHK_MODE] != 0:
-        chk.vector_access(c, CALL_MUL, d, count * dst.itemsize, s0, count * src0.itemsize, s1, count * src1.itemsize)
     if d == s0:        # in place: see add
         for i in range(count):
             dst[i] = dst[i] * src1[i]
@@ -133,14 +150,9 @@ def mul(c, dst, src0, src1, count):
 @outline
 def muls(c, dst, src, scalar, count):
     """Muls(dst, src, scalar, count): dst[i] = src[i] * scalar (scalar in the tensor's type)."""
-    if not _begin(c, CALL_MULS, count, dst.itemsize):
+    d, o = _scalar_begin(c, CALL_MULS, dst, src, count)
+    if d < 0:
         return
-    d = _operand(c, CALL_MULS, dst, count)
-    o = _operand(c, CALL_MULS, src, count)
-    if d < 0 or o < 0:
-        return
-    if c.state[CHK_MODE] != 0:
-        chk.vector_access(c, CALL_MULS, d, count * dst.itemsize, o, count * src.itemsize, -1, 0)
     s = as_elem(dst, scalar)
     if d == o:         # in place: see add
         for i in range(count):
@@ -156,14 +168,9 @@ def muls_half(c, dst, src, scalar, dt, count):
     """Muls(dst, src, scalar, count) on half / bfloat16_t (`dt`) tensors held as uint16 bits: the fp32 product
     (exact: both significands fit twice in fp32's) rounded once to T half to even; `scalar` as float32, taken
     as T first (the scalar argument's type is T)."""
-    if not _begin(c, CALL_MULS, count, dst.itemsize):
+    d, o = _scalar_begin(c, CALL_MULS, dst, src, count)
+    if d < 0:
         return
-    d = _operand(c, CALL_MULS, dst, count)
-    o = _operand(c, CALL_MULS, src, count)
-    if d < 0 or o < 0:
-        return
-    if c.state[CHK_MODE] != 0:
-        chk.vector_access(c, CALL_MULS, d, count * dst.itemsize, o, count * src.itemsize, -1, 0)
     bits = view_f32_as_u32(np.float32(scalar))
     if dt == DT_BF16:
         s = f32_from_bits(bf16_bits_to_f32_bits(f32_bits_to_bf16_bits_rint(bits)))
@@ -182,14 +189,9 @@ def muls_half(c, dst, src, scalar, dt, count):
 @outline
 def adds(c, dst, src, scalar, count):
     """Adds(dst, src, scalar, count): dst[i] = src[i] + scalar."""
-    if not _begin(c, CALL_ADDS, count, dst.itemsize):
+    d, o = _scalar_begin(c, CALL_ADDS, dst, src, count)
+    if d < 0:
         return
-    d = _operand(c, CALL_ADDS, dst, count)
-    o = _operand(c, CALL_ADDS, src, count)
-    if d < 0 or o < 0:
-        return
-    if c.state[CHK_MODE] != 0:
-        chk.vector_access(c, CALL_ADDS, d, count * dst.itemsize, o, count * src.itemsize, -1, 0)
     s = as_elem(dst, scalar)
     if d == o:         # in place: see add
         for i in range(count):

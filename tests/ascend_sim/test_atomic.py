@@ -14,7 +14,7 @@ import pytest
 import ascend_sim.kernel_api as asc
 from ascend_sim import ElementTypeError, OutOfBoundsError
 from ascend_sim._jit import global_aicore
-from ascend_sim.datacopy import ATOMIC_STRIPE_BYTES
+from ascend_sim.atomic import ATOMIC_STRIPE_BYTES
 from ascend_sim.dtypes import DT_INT16, dt_of, gm_view
 from tiling import get_soc
 

@@ -40,7 +40,7 @@ from ascend_sim._jit import DEVICE_JIT_OPTIONS, aicore, global_aicore
 from ascend_sim.dtypes import DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT32
 from ascend_sim.radix_sort import radix_sort_ascending
 
-from .simd_sort import _from_f32, compute_unique_id_num, compute_unique_id_times
+from .simd_sort import _from_f32, compute_sum, compute_unique_id_num, compute_unique_id_times
 
 STEP1_BUFFERS = ("indicesQue_", "sortIndicesQue_", "updatesOriginIdexQue_", "uniqueIdCountQue_", "updateSumIdxQue_",
                  "updatesQue_", "updatesCastQue_", "updateSumQue_")
@@ -131,29 +131,6 @@ def copy_indices_and_updates_in(c, td, gm, tmpl, pre, row_idx, row_len, col_len)
 
 
 @aicore
-def compute_sum(c, updates_local, sum_local, count_local, origin_local, unique, col_len, row_stride, sum_stride):
-    """ComputeSum (a VF): per run i, the fp32 sum from 0 of its rows in slot order, to sum_local row i (rows of
-    sum_stride floats; the updates' rows are row_stride floats apart, T's 32-byte alignment). Loop counters are
-    uint16 as in the VF."""
-    runs = unique & U16_MASK
-    rows = 0
-    for i in range(runs):
-        rows += count_local[i] & U16_MASK
-    if not asc.vf_call(c, rows * col_len) or not asc.vf_operand(c, sum_local, runs * sum_stride, True) \
-            or not asc.vf_operand(c, count_local, runs, False) or not asc.vf_operand(c, origin_local, rows, False):
-        return
-    first = 0
-    for i in range(runs):
-        repeat = count_local[i] & U16_MASK
-        for col in range(col_len):
-            s = np.float32(0.0)
-            for k in range(repeat):
-                s = np.float32(s + updates_local[np.int64(origin_local[first + k]) * row_stride + col])
-            sum_local[i * sum_stride + col] = s
-        first += repeat
-
-
-@aicore
 def compute_sum_for_same_index(c, td, tmpl, row_len, col_len):
     """ComputeSumForSameIndex: sort the window's ids behind a block of -1 pads and an end pad, cut the runs
     (ComputeUniqueIdNum, the run ids by SetValue, ComputeUinqueIdTimes), sum each run (ComputeSum). Returns
@@ -189,8 +166,9 @@ def compute_sum_for_same_index(c, td, tmpl, row_len, col_len):
     origin_local = asc.de_que(c, ORIGIN_QUE, asc.ub_u32(c))
     cast_local = asc.de_que(c, UPDATES_CAST_QUE, f32)
     sum_local = asc.alloc_tensor(c, UPDATE_SUM_QUE, f32)
+    # the fp32 copy's rows keep T's 32-byte stride (Cast works on rowLen x afterAxisAlignSize_ elements)
     compute_sum(c, cast_local, sum_local, count_local, origin_local, unique, col_len,
-                _align(td.after_axis, 2 if tmpl.var_t != DT_FLOAT else 4), _align(td.after_axis, 4))
+                _align(td.after_axis, 2 if tmpl.var_t != DT_FLOAT else 4), _align(td.after_axis, 4), DT_FLOAT)
     asc.en_que(c, UPDATE_SUM_QUE, sum_local)
     asc.free_tensor(c, UPDATES_CAST_QUE, cast_local)
     asc.free_tensor(c, UNIQUE_COUNT_QUE, count_local)

@@ -212,14 +212,16 @@ def _from_f32(x, var_t, like):
 
 
 @aicore
-def compute_sum(c, updates_local, sum_local, count_local, origin_local, unique, col_len, col_align, var_t):
-    """ComputeSumWithCast / ComputeSumWithOutCast (a VF): per run i, the fp32 sum from 0 of its rows (slot order),
-    stored to sum_local row i in T. Loop counters are uint16 as in the VF."""
+def compute_sum(c, updates_local, sum_local, count_local, origin_local, unique, col_len, src_stride, dst_stride,
+                var_t):
+    """ComputeSumWithCast / ComputeSumWithOutCast (a VF; also the quantising kernel's ComputeSum with var_t
+    DT_FLOAT): per run i, the fp32 sum from 0 of its rows (slot order; rows src_stride elements apart), stored to
+    sum_local row i (dst_stride apart) in T. Loop counters are uint16 as in the VF."""
     runs = unique & U16_MASK
     rows = 0
     for i in range(runs):
         rows += count_local[i] & U16_MASK
-    if not asc.vf_call(c, rows * col_len) or not asc.vf_operand(c, sum_local, runs * col_align, True) \
+    if not asc.vf_call(c, rows * col_len) or not asc.vf_operand(c, sum_local, runs * dst_stride, True) \
             or not asc.vf_operand(c, count_local, runs, False) or not asc.vf_operand(c, origin_local, rows, False):
         return
     first = 0
@@ -228,9 +230,9 @@ def compute_sum(c, updates_local, sum_local, count_local, origin_local, unique, 
         for col in range(col_len):
             s = np.float32(0.0)
             for k in range(repeat):
-                src = np.int64(origin_local[first + k]) * col_align + col
+                src = np.int64(origin_local[first + k]) * src_stride + col
                 s = np.float32(s + _to_f32(updates_local[src], var_t))
-            sum_local[i * col_align + col] = _from_f32(s, var_t, sum_local)
+            sum_local[i * dst_stride + col] = _from_f32(s, var_t, sum_local)
         first += repeat
 
 
@@ -287,7 +289,8 @@ def compute_sum_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len
         asc.sync_pipes(c, asc.MTE2_V)
         count_local = asc.de_que(c, UNIQUE_COUNT_QUE, asc.ub_i32(c))
         origin_local = asc.de_que(c, ORIGIN_QUE, asc.ub_u32(c))
-        compute_sum(c, updates_local, sum_local, count_local, origin_local, unique, col_len, col_align, tmpl.var_t)
+        compute_sum(c, updates_local, sum_local, count_local, origin_local, unique, col_len, col_align, col_align,
+                    tmpl.var_t)
         asc.en_que(c, UNIQUE_COUNT_QUE, count_local)
         asc.en_que(c, ORIGIN_QUE, origin_local)
         asc.sync_pipes(c, asc.V_MTE3)
