@@ -5,6 +5,7 @@
 TilingError where the real tiling fails. It knows no kernel code.
 """
 from .common import TensorDesc, TilingResult, as_dtype, length_by_type  # noqa: F401
+from .reference import REFERENCE_COMMIT, REFERENCE_REPO, reference, reference_line  # noqa: F401
 from .platform import PROFILES, SocProfile, get_soc  # noqa: F401
 from .status import (AclnnError, InnerNullptrError, ParamInvalidError, ParamNullptrError,  # noqa: F401
                      TilingError)
