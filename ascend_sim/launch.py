@@ -444,7 +444,7 @@ def _state_template(width: int, max_block_count: int, npu_arch: int, cost: CostM
 def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tuple, chip,
            gm_names: Sequence[str] = (), tiling_key: int | None = None, threads: int | None = None,
            ub_advice: str = "", on_compile: Callable | None = None, memo: dict | None = None,
-           check: str | None = None) -> RunReport:
+           check: str | None = None, reference: dict | None = None) -> RunReport:
     """Run `kernel` on block_dim cores of `chip`; returns the RunReport or raises SimulatorError.
 
     `chip` is a chip profile (tiling.SocProfile): name, aiv_num, ub_size, npu_arch, max_block_count.
@@ -459,7 +459,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     seconds)` hears of each stage that had to be compiled ("start" / "done"), and the report keeps compile
     time apart from run time. `check` ("race" / "strict" / "off"; default the enclosing check.checked() block,
     else $ASCEND_SIM_CHECK) runs the launch in checked mode: pipe races raise PipeRaceError, a queue buffer
-    used while free or enqueued raises QueueError (see check.py).
+    used while free or enqueued raises QueueError (see check.py). `reference` (the upstream version the kernel
+    follows) is carried into the report as it is.
     """
     where = dict(op=kernel.op, tiling_key=tiling_key)
     threads = resolve_threads(threads)
@@ -633,7 +634,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         cores=core_reports, wall_time_s=wall, threads=threads, compile_time_s=compile_s, extra=extra,
         estimate=deferred(functools.partial(_estimate, cost, chip.aiv_num, times, core_reports, len(sync_marks),
                                             l2_hit_bytes, same_address)),
-        trace=trace)
+        trace=trace, reference=reference)
     if request is not None:
         request.took(report)
     return report

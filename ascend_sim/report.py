@@ -123,6 +123,8 @@ class RunReport:
     extra: dict = field(default_factory=dict)
     estimate: Estimate | None = None
     trace: object = None
+    # the upstream version the kernel follows ({"repo", "branch", "commit", "date"}); None for a user's own kernel
+    reference: dict | None = None
 
     @property
     def total(self) -> CoreReport:
@@ -140,6 +142,8 @@ class RunReport:
         t = self.total
         lines = [
             f"{self.op} / {self.kernel}: tilingKey {self.tiling_key}, block_dim {self.block_dim} on {self.soc}",
+            *((f"  follows {self.reference['repo']}@{self.reference['branch']} {self.reference['commit'][:12]}",)
+              if self.reference else ()),
             f"  UB plan {self.ub_plan_bytes} of {self.ub_capacity_bytes} bytes, highest byte written "
             f"{t.ub_hwm_bytes}",
             f"  MTE2 {t.mte2_bytes:>14,d} B in {t.mte2_instr:,d} copies   "

@@ -21,6 +21,7 @@ from ascend_sim.host_cost import HostWork, modelled_estimate
 from ascend_sim.launch import chip_cost
 from ascend_sim.dtypes import dt_of, gm_view
 from tiling.common import TilingResult, dtype_name
+from tiling.reference import reference
 from tiling.status import ParamInvalidError, ParamNullptrError
 
 from ._validate import byte_count, check_no_alias
@@ -166,7 +167,7 @@ class Executor:
             self.report = launch(self.kernel, block_dim=self.tiling.block_dim, plan=plan, args=args,
                                  chip=self.tiling.soc, gm_names=self.gm_names, tiling_key=self.tiling.tiling_key,
                                  threads=threads, ub_advice=self.ub_advice, on_compile=compile_listener(),
-                                 memo=self._memo, check=check)
+                                 memo=self._memo, check=check, reference=reference())
         except OutOfBoundsError as e:
             raise trace_index(e, self.index_links, self.tensors) from None
         return self.report
@@ -219,6 +220,11 @@ class CompositeReport:
     op: str
     steps: tuple[StepReport, ...]
     soc: Any = None
+
+    @property
+    def reference(self) -> dict:
+        """The upstream version whose chain and kernels the run follows (tiling.reference)."""
+        return reference()
 
     @property
     def kernel_runs(self) -> list[RunReport]:

@@ -21,6 +21,7 @@ import os
 import sys
 
 from ascend_sim import ConfigError, SimulatorError
+from tiling.reference import reference_line
 from tiling.status import AclnnError
 
 from . import calibrate, demo, limits, moe_layer, profile, run, tiling
@@ -35,9 +36,23 @@ COMMANDS = {"demo": demo, "tiling": tiling, "run": run, "profile": profile, "lim
 """Sub-command name: its module, in the order of the help."""
 
 
+def version_line() -> str:
+    """`ascend-sim --version`: the package's version and the upstream commit its operators follow."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            ours = version("ascend-sim")
+        except PackageNotFoundError:    # run from a checkout that was never installed
+            ours = "(not installed)"
+    except ImportError:
+        ours = "(unknown)"
+    return f"ascend-sim {ours}, simulating {reference_line()}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="ascend-sim", description="CPU simulator of CANN's MoE token permute/unpermute kernels. "
                     "Environment: ASCEND_SIM_THREADS = worker threads for the simulated cores (default: CPU count).")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser,
                                 metavar="{" + ",".join(COMMANDS) + "}")
     for module in COMMANDS.values():

@@ -10,14 +10,13 @@ row's error before and after, and writes the fitted figures (with those of --cos
 """
 from __future__ import annotations
 
-import json
 import os
 
 from ascend_sim.cost_file import load_cost_file
 from tiling import get_soc
 
 from ..calibrate import calibrate, parse_fit, read_op_summary, read_pipe_utilization
-from .common import SOC_HELP, CliError, output_file
+from .common import print_json, SOC_HELP, CliError, output_file
 
 DEFAULT_FIT = "hbm_bytes_per_cycle,mte2_latency_cycles,scalar_call_cycles"
 
@@ -69,10 +68,10 @@ def command(a) -> int:
         with open(a.out, "w", encoding="utf-8") as f:
             f.write(result.cost_file(start, source=f"ascend-sim calibrate {a.csv}"))
     if a.json:
-        print(json.dumps(dict(soc=result.soc_name, fitted=result.fitted, cost=figures_out, rows=[
+        print_json(dict(soc=result.soc_name, fitted=result.fitted, cost=figures_out, rows=[
             dict(line=r.row.line, op_type=r.row.op_type, measured_us=r.row.duration_us, before_us=r.before_us,
                  after_us=r.after_us) for r in result.rows], evaluations=result.result.evaluations,
-            out=a.out), indent=2))
+            out=a.out))
         return 0
     for line in result.lines():
         print(line)

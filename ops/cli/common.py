@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -13,6 +14,7 @@ import numpy as np
 from ascend_sim import ConfigError, cache_state, stage_signature
 from tiling import get_soc
 from tiling.common import TensorDesc
+from tiling.reference import reference
 
 from ..common.cli_spec import CliError, OpSpec, same_bits
 from .operators import OP_SPECIFIC_FLAGS, OPS
@@ -238,6 +240,11 @@ def print_per_core(rep) -> None:
     for c in rep.cores:
         print(f"  {c.block_idx:>5} {c.mte2_bytes:>14,} {c.mte2_instr:>10,} {c.mte3_bytes:>14,} {c.mte3_instr:>10,} "
               f"{c.vec_elem_ops:>13,} {c.vec_instr:>9,} {c.scalar_gm_reads:>8,} {c.events:>8,} {c.ub_hwm_bytes:>8,}")
+
+
+def print_json(obj: dict) -> None:
+    """Print one command's JSON object, with the upstream version the simulated operators follow first."""
+    print(json.dumps({"reference": reference(), **obj}, indent=2))
 
 
 def _soc_json(soc) -> dict:

@@ -10,12 +10,11 @@ Without --soc every stock profile is explored; --ub-size / --cores explore a cus
 from __future__ import annotations
 
 import argparse
-import json
 
 from ascend_sim.errors import ConfigError
 
 from ..limits import DEFAULT_MAX, DEFAULT_SHAPE, VARY, explore, profiles, tiler
-from .common import CliError, add_case_parser, check_flags_apply, output_file, positive
+from .common import print_json, CliError, add_case_parser, check_flags_apply, output_file, positive
 from .operators import op_spec
 
 _FIXABLE = ("tokens", "hidden", "experts", "topk", "capacity", "num_out_tokens")
@@ -85,11 +84,11 @@ def command(a) -> int:
     held = ", ".join(f"{n} {getattr(base, n)}" for n in ("tokens", "hidden", "experts", "topk", "capacity")
                      if n != a.vary and getattr(base, n, None) is not None)
     if a.json:
-        print(json.dumps(dict(op=a.op, vary=a.vary, held=held, profiles=[
+        print_json(dict(op=a.op, vary=a.vary, held=held, profiles=[
             dict(soc=soc.name, ub_size=soc.ub_size, aiv_num=soc.aiv_num, segments=[
                 dict(first=s.first, last=s.last, tiling_key=s.outcome.key, fits=s.outcome.fits,
                      status=s.outcome.status, plan_bytes=s.outcome.plan_bytes, error=s.outcome.error)
-                for s in segs]) for soc, segs in results]), indent=2))
+                for s in segs]) for soc, segs in results]))
     else:
         print(f"{a.op}: {a.vary} from {a.low:,} to {high:,} ({held})")
         for soc, segments in results:

@@ -14,7 +14,6 @@ bytes by ascend_sim.host_cost), and what bounds it; the call's estimate is their
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
@@ -25,7 +24,7 @@ from ascend_sim.trace import DEFAULT_MAX_EVENTS, plot_occupancy, tracing, write_
 from tiling import get_soc
 
 from .._framework import listening_to_compiles
-from .common import (CliError, CompileProgress, add_case_parser, announce_compile, check_flags_apply,
+from .common import (print_json, CliError, CompileProgress, add_case_parser, announce_compile, check_flags_apply,
                      check_inputs_fit_memory, cold_stages, output_file, positive, prepare_op)
 from .operators import op_spec
 
@@ -130,7 +129,7 @@ def command(a) -> int:
         stock_t, stock_rep, _ = _run(spec, a, stock, trace=False)
         stock_summary = (stock.name, _summary(stock_t, stock_rep))
     if a.json:
-        print(json.dumps(_json(a, soc, tiling_result, rep, stock_summary), indent=2))
+        print_json(_json(a, soc, tiling_result, rep, stock_summary))
         _write_files(a, soc, rep, request, quiet=True)
         return 0
     print(f"{a.op} on {soc.name}: tilingKey {tiling_result.tiling_key}, block_dim {tiling_result.block_dim}, "

@@ -1,10 +1,9 @@
 """`ascend-sim run OP ...`: one case through both aclnn phases, checked against the golden, with the work per pipe."""
 from __future__ import annotations
 
-import json
 
 from .._framework import listening_to_compiles
-from .common import (CompileProgress, add_case_parser, announce_compile, check_flags_apply, check_inputs_fit_memory,
+from .common import (print_json, CompileProgress, add_case_parser, announce_compile, check_flags_apply, check_inputs_fit_memory,
                      cold_stages, prepare_op, print_per_core, print_run, report_json, run_op, soc_of, tiling_json)
 from .operators import op_spec
 
@@ -28,8 +27,8 @@ def command(a) -> int:
     with listening_to_compiles(CompileProgress() if not a.json else None):
         facts = run_op(spec, args, soc, check=not a.no_check)
     if a.json:
-        print(json.dumps(dict(tiling=tiling_json(a.op, facts["tiling"]),
-                              report=report_json(facts["report"], a.per_core), exact=facts.get("exact")), indent=2))
+        print_json(dict(tiling=tiling_json(a.op, facts["tiling"]), report=report_json(facts["report"], a.per_core),
+                        exact=facts.get("exact")))
     else:
         print(f"{a.op} on {soc.name}")
         print_run(facts, "  ")

@@ -1,10 +1,9 @@
 """`ascend-sim tiling OP ...`: the real tiling's figures and the kernel's UB plan, from shapes only (nothing runs)."""
 from __future__ import annotations
 
-import json
 import sys
 
-from .common import add_case_parser, check_flags_apply, soc_of, tiling_json
+from .common import print_json, add_case_parser, check_flags_apply, soc_of, tiling_json
 from .operators import op_spec
 
 
@@ -18,7 +17,7 @@ def command(a) -> int:
     check_flags_apply(a, spec, soc)
     result = spec.tiling(spec.descs(a), soc)
     if a.json:
-        print(json.dumps(tiling_json(a.op, result), indent=2))
+        print_json(tiling_json(a.op, result))
     else:
         print(f"{a.op} on {soc.name} ({soc.aiv_num} AIV, UB {soc.ub_size} B, tiling sees {soc.ub_size_for_tiling} B)")
         print(result)
