@@ -160,13 +160,17 @@ def _check_regbase_dtypes(tensors: dict) -> None:
         if t is not None and t.size and t.dtype not in allowed:
             raise ParamInvalidError(f"{name} dtype must be one of {[d.name for d in allowed]}, got {t.dtype}")
 
-    check("unpermuted_tokens_grad", g, FLOAT_DTYPES)
-    check("sorted_indices", s, (_I32,))
-    for name, t in (("permuted_tokens", p), ("permuted_tokens_grad_out", out)):
+    def same_as_grad(name, t):
         check(name, t, FLOAT_DTYPES)
         if t is not None and t.size and t.dtype != g.dtype:
             raise ParamInvalidError(f"{name} dtype ({t.dtype}) must equal the unpermuted_tokens_grad dtype ({g.dtype})")
+
+    # CheckDtypeValid's order: gradient, indices, permuted tokens, probs, permuted-tokens gradient, probs gradient
+    check("unpermuted_tokens_grad", g, FLOAT_DTYPES)
+    check("sorted_indices", s, (_I32,))
+    same_as_grad("permuted_tokens", p)
     check("probs", pr, FLOAT_DTYPES)
+    same_as_grad("permuted_tokens_grad_out", out)
     check("probs_grad_out", probs_grad, FLOAT_DTYPES)
 
 

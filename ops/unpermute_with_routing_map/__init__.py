@@ -92,7 +92,7 @@ def _check_dtypes(p, s, rm, pr, out, out_index, token_id, out_probs) -> None:
                                     "be float32 with bfloat16 permuted_tokens")
         if out_probs is not None and out_probs.dtype != pr.dtype:
             bad("permute_probs", out_probs, f"the probs dtype ({pr.dtype})")
-    if out.dtype != p.dtype:
+    if out is not None and out.dtype != p.dtype:
         bad("unpermuted_tokens", out, f"the permuted_tokens dtype ({p.dtype})")
     for name, t in (("out_index", out_index), ("permute_token_id", token_id)):
         if t is not None and t.dtype != s.dtype:
@@ -144,7 +144,6 @@ def get_workspace_size(permuted_tokens, sorted_indices, routing_map=None, probs=
     require("sorted_indices", sorted_indices)
     if probs is None and restore_shape is None:
         raise ParamNullptrError("probs and restore_shape must not both be None (one of them gives the token count)")
-    require("unpermuted_tokens", unpermuted_tokens)     # the real aclnn dereferences it in its shape check
     p, s = as_input("permuted_tokens", permuted_tokens), as_input("sorted_indices", sorted_indices)
     rm, pr = as_input("routing_map", routing_map), as_input("probs", probs)
     outs = dict(zip(_OUTPUT_NAMES, (as_output(n, t) for n, t in zip(
@@ -153,6 +152,9 @@ def get_workspace_size(permuted_tokens, sorted_indices, routing_map=None, probs=
     ins = dict(permuted_tokens=p, sorted_indices=s, routing_map=rm, probs=pr)
     check_no_alias(ins, outs)
     _check_dtypes(p, s, rm, pr, out, oi, tid, opp)
+    # CheckDtypeValid skips a missing unpermuted_tokens; CheckShapeValid then dereferences it (undefined on the
+    # chip): 161001 here, after the dtype checks as in the real order
+    require("unpermuted_tokens", out)
     _check_shapes(p, s, out)
     tensors = {**ins, **outs}
     mixed = pr is not None and pr.dtype == _F32 and p.dtype == _BF16
@@ -256,8 +258,10 @@ def _padded(p, s, pr, out, oi, tid, opp, l0, mixed, soc, deterministic, tensors)
             var.dtype in (_BF16, _F16) or (deterministic and not soc.is_regbase))
         if use_new_op:
             try:
+                # its tiling reads the context's switch itself (fp32 var: key 6 instead of 1); on 950 only bf16 /
+                # fp16 var get here, whose keys do not depend on it
                 add = index_add_with_sorted_executor(var, values, positions, source, soc=soc,
-                                                     deterministic=deterministic and not soc.is_regbase)
+                                                     deterministic=deterministic)
             except InnerNullptrError as e:
                 _l0_fail(f"l0op::MoeInplaceIndexAddWithSorted: {e.message}")
             steps.append(KernelStep("l0op::MoeInplaceIndexAddWithSorted", add))

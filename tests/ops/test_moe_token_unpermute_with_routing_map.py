@@ -298,6 +298,9 @@ STATUS_CASES = {
     "null-unpermuted": (lambda: uwrm.get_workspace_size(*_args().values(), None, None, None, None),
                         ParamNullptrError),
     "int8-tokens": (lambda: _ws(_args(permuted_tokens=np.zeros((12, 8), np.int8))), ParamInvalidError),
+    # CheckDtypeValid runs before anything reads unpermuted_tokens: the dtype error wins over the missing output
+    "int8-tokens-null-unpermuted": (lambda: uwrm.get_workspace_size(
+        *_args(permuted_tokens=np.zeros((12, 8), np.int8)).values(), None, None, None, None), ParamInvalidError),
     "int64-indices": (lambda: _ws(_args(sorted_indices=np.zeros(12, np.int64))), ParamInvalidError),
     "fp16-probs-bf16-tokens": (lambda: _ws(_args(probs=np.zeros((6, 4), F16))), ParamInvalidError),
     "fp32-permute-probs-for-bf16-probs": (
