@@ -1,4 +1,7 @@
-"""MoeTokenUnpermuteGrad: gradient of MoeTokenUnpermute (aclnnMoeTokenUnpermuteGrad, [M26]).
+"""MoeTokenUnpermuteGrad: gradient of MoeTokenUnpermute (aclnnMoeTokenUnpermuteGrad).
+
+source: moe/moe_token_unpermute_grad/op_host/op_api/aclnn_moe_token_unpermute_grad.cpp, op_host/moe_token_unpermute_grad_def.cpp and
+moe/moe_finalize_routing_v2_grad/op_host/op_api/moe_finalize_routing_v2_grad.cpp (the 950 l0) @ 25fb6b92890d.
 
     permuted_tokens_grad[S[j]] = G[j // K] * probs[j // K, j % K]    (G[j] without probs, K = 1)
     probs_grad[t, k]           = sum_h permuted_tokens[S[t*K + k], h] * G[t, h]
@@ -19,7 +22,7 @@ Steps: one launch of the kernel of tilingKey 0 (no probs: row copies) or 1 (prob
 Rows of permuted_tokens_grad_out no index names are left as they were; probs_grad_out is not touched
 without probs. Indices >= len(sorted_indices) are skipped (the probs gradient of such a slot sums a zero
 row); a negative index makes the kernel address GM before the tensor: OutOfBoundsError. With probs but
-without permuted_tokens (optional in [M26]) the kernel reads an empty tensor: OutOfBoundsError.
+without permuted_tokens (optional in the OpDef) the kernel reads an empty tensor: OutOfBoundsError.
 
 Ascend 950 (IsRegbase), in this order: padded_mode true -> 161002; a missing permuted_tokens,
 unpermuted_tokens_grad, sorted_indices, permuted_tokens_grad_out or probs_grad_out -> 161001; dtypes

@@ -1,10 +1,15 @@
 """MoeTokenUnpermuteWithRoutingMap: the routing-map unpermute (combine) of a MoE layer.
 
-The aclnn is hand-written and composite (op_api/aclnn_moe_token_unpermute_with_routing_map.cpp, [M26]): it
+source: moe/moe_token_unpermute_with_routing_map/op_host/op_api/aclnn_moe_token_unpermute_with_routing_map.cpp,
+op_api/moe_token_unpermute_with_routing_map.cpp (the l0), op_host/moe_token_unpermute_with_routing_map_def.cpp,
+moe/3rd/moe_inplace_index_add_with_sorted/op_host/op_api/moe_inplace_index_add_with_sorted.cpp and
+moe/3rd/moe_inplace_index_add/op_host/op_api/moe_inplace_index_add.cpp @ 25fb6b92890d.
+
+The aclnn is hand-written and composite (op_api/aclnn_moe_token_unpermute_with_routing_map.cpp): it
 checks its arguments (missing permuted_tokens / sorted_indices, or neither probs nor restore_shape -> 161001;
 dtypes and ranks -> 161002), then chains l0 operators. Any l0 operator that cannot be built returns nullptr,
 which the aclnn reports as 561103: the l0 MoeTokenUnpermuteWithRoutingMap without a token count
-(restore_shape not of length 2 and no probs), its tiling failing (topK > 512, probs not 2-D: the [M26]
+(restore_shape not of length 2 and no probs), its tiling failing (topK > 512, probs not 2-D: the
 documentation lists 561103 for these), a Reshape / ViewCopy between shapes that do not match, or
 MoeInplaceIndexAddWithSorted rejecting its operands.
 
@@ -194,7 +199,7 @@ def _l0_executor(p, s, rm, pr, padded_mode, restore_shape, out, soc, tensors) ->
     try:
         result = _tiling(p, s, rm, pr, padded_mode, restore_shape, soc=soc)
     except TilingError as e:
-        _l0_fail(f"the l0 operator's tiling fails (561103 in the [M26] documentation): {e.message}")
+        _l0_fail(f"the l0 operator's tiling fails (561103 in the documentation): {e.message}")
     # the l0 outputs: unpermutedTokens (num_tokens, H) is the caller's array (its ViewCopy target) when shapes
     # match; permuteProbs (L,) in the probs dtype is the l0's own tensor
     if padded_mode:
