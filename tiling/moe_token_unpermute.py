@@ -1,4 +1,7 @@
-"""Tiling of MoeTokenUnpermute (moe_token_unpermute_tiling.cpp, TilingCompute, [M26]).
+"""Tiling of MoeTokenUnpermute (moe_token_unpermute_tiling.cpp, TilingCompute).
+
+source: moe/moe_token_unpermute/op_host/moe_token_unpermute_tiling.cpp, moe_token_unpermute_tiling.h,
+op_host/config/ascend910b/moe_token_unpermute_binary.json (the registered keys) @ 25fb6b92890d.
 
 Inputs as the tiling reads them: R = permuted_tokens dim 0 (numOutTokens: gathers of rows >= R are
 skipped), H = permuted_tokens dim 1, L = sorted_indices dim 0. With probs (N, K): tokens N = probs dim 0,

@@ -1,10 +1,12 @@
-"""Tiling of MoeTokenUnpermuteGrad (op_host/moe_token_unpermute_grad_tiling.cpp, [M26]).
+"""Tiling of MoeTokenUnpermuteGrad (op_host/moe_token_unpermute_grad_tiling.cpp).
+
+source: moe/moe_token_unpermute_grad/op_host/moe_token_unpermute_grad_tiling.cpp, moe_token_unpermute_grad_tiling.h @ 25fb6b92890d.
 
 Order of the real function:
 
 1. tokensNum = unpermuted_tokens_grad dim 0, hiddenSize = its dim 1, topK = probs dim 1 (1 without probs),
-   numOutTokens = len(sorted_indices) ([M26]; [D25] took permuted_tokens dim 0, which is why
-   permuted_tokens became optional). Any of them 0 -> "input shape has 0" (561002); topK > 512 -> 561002.
+   numOutTokens = len(sorted_indices) (an older version took permuted_tokens dim 0; master reads
+   the indices, which is why permuted_tokens could become optional). Any of them 0 -> "input shape has 0" (561002); topK > 512 -> 561002.
 2. Core split over tokens with every vector core: the first tokensNum mod C ("former") cores take one
    token more; block dim = C (idle cores get 0 tokens).
 3. In-core split. Its status is LOGGED BUT IGNORED by the real tiling: a 0-byte dtype (size table of
@@ -179,14 +181,14 @@ def moe_token_unpermute_grad(permuted_tokens, unpermuted_tokens_grad, sorted_ind
     """Host tiling of MoeTokenUnpermuteGrad for one chip profile.
 
     Tensors: anything with .shape and .dtype (or TensorDesc); None for an absent optional input
-    (permuted_tokens is optional in [M26]: dtypes come from unpermuted_tokens_grad; probs optional).
+    (permuted_tokens is optional in the OpDef: dtypes come from unpermuted_tokens_grad; probs optional).
     Raises TilingError (561002) exactly where the real tiling returns GRAPH_FAILED: a missing gradient or
     index tensor, a zero tokens / topK / hidden / len(sorted_indices), topK > 512. padded_mode does not
     change the key (its key part is always 0); restore_shape is not read.
     """
     soc = get_soc(soc)
     g, s, pr = (TensorDesc.of(t) for t in (unpermuted_tokens_grad, sorted_indices, probs))
-    TensorDesc.of(permuted_tokens)          # validated, not read ([M26])
+    TensorDesc.of(permuted_tokens)          # validated, not read
     if g is None:
         _fail("unpermuted_tokens_grad has no shape")
     if s is None:

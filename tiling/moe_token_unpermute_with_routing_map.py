@@ -1,4 +1,7 @@
-"""Tiling of MoeTokenUnpermuteWithRoutingMap (moe_token_unpermute_with_routing_map_tiling.cpp, [M26]).
+"""Tiling of MoeTokenUnpermuteWithRoutingMap (moe_token_unpermute_with_routing_map_tiling.cpp).
+
+source: moe/moe_token_unpermute_with_routing_map/op_host/moe_token_unpermute_with_routing_map_tiling.cpp,
+moe_token_unpermute_with_routing_map_tiling.h @ 25fb6b92890d.
 
 Two branches, chosen by paddedMode:
 
@@ -144,7 +147,7 @@ def _tiling_not_pad(f: dict, p: TensorDesc, s: TensorDesc, pr: TensorDesc | None
     if top_k > MAX_TOP_K:
         _fail(f"topK (permuted rows / tokens = {rows} / {tokens if pr is not None else restore_shape[0]}) must be "
               f"at most {MAX_TOP_K}, got {top_k}")
-    # topK > experts only warns in [M26]
+    # topK > experts only warns
     prob_bytes = length_by_type(pr.dtype) if pr is not None else None
     g = gather_tiling(ub_bytes=ub_bytes, core_num=core_num, token_bytes=length_by_type(p.dtype), num_tokens=tokens,
                       top_k=top_k, hidden=p.dim(1), num_out_tokens=rows, index_bytes=length_by_type(s.dtype),

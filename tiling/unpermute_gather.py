@@ -1,4 +1,9 @@
-"""Host tiling T-G of the shared gather-and-reduce kernel G (KernelMoeTokenUnpermute), [M26].
+"""Host tiling T-G of the shared gather-and-reduce kernel G (KernelMoeTokenUnpermute).
+
+source: moe/moe_token_unpermute/op_host/moe_token_unpermute_tiling.cpp (TilingCompute), moe/moe_token_permute_grad/op_host/
+moe_token_permute_grad_tiling.cpp, moe/moe_token_permute_with_routing_map_grad/op_host/
+moe_token_permute_with_routing_map_grad_tiling.cpp, moe/moe_token_unpermute_with_routing_map/op_host/
+moe_token_unpermute_with_routing_map_tiling.cpp @ 25fb6b92890d.
 
 The same routine appears, copied, in four tilings: moe_token_unpermute_tiling.cpp (TilingCompute),
 moe_token_permute_grad_tiling.cpp, moe_token_permute_with_routing_map_grad_tiling.cpp (non-pad path)

@@ -1,6 +1,6 @@
 """Kernel G: the "unpermute-style" gather-and-reduce KernelMoeTokenUnpermute, shared by four operators.
 
-Source ([M26], four copies of one class; their differences are template fields here):
+source (@ 25fb6b92890d; four copies of one class, their differences are template fields here):
 
     moe_token_unpermute/op_kernel/moe_token_unpermute.h                       MoeTokenUnpermute, 12 keys
     moe_token_permute_grad/op_kernel/moe_token_permute_grad.h                 MoeTokenPermuteGrad (no probs)
@@ -13,7 +13,7 @@ For every output token t and hidden element h:
     out[t, h] = cast_out( sum_{k < K} w(t, k) * permuted[idx[t*K + k], h] )
 
 with w = probs[t, k] (1 without probs). A term is skipped when idx >= num_out_tokens, with probs
-when w == 0, and in PWRM-grad / UWRM ([M26] `skip_negative`) when idx < 0 (the -1 slots of
+when w == 0, and in PWRM-grad / UWRM (`skip_negative`) when idx < 0 (the -1 slots of
 non-topK routing). The sum is fp32 and strictly sequential in k: the first slot initialises the
 accumulator (zero-filled when that slot is skipped), later slots are added; the result is cast
 with CAST_RINT. MoeTokenUnpermute and MoeTokenPermuteGrad do not skip negative indices: such a
@@ -48,7 +48,7 @@ GatherTemplate = namedtuple("GatherTemplate", ["token_t", "probs_t", "has_probs"
 token_t: T1 as a ge dtype code (DT_BF16 / DT_FLOAT16 / DT_FLOAT);
 probs_t: T3 as a ge dtype code (equal to token_t when there are no probs);
 has_probs: the PROBS flag (0 / 1);
-skip_negative: 1 where the kernel also skips idx < 0 (PWRM-grad, UWRM [M26]), 0 otherwise;
+skip_negative: 1 where the kernel also skips idx < 0 (PWRM-grad, UWRM), 0 otherwise;
 used_core_num: cores at or beyond it return at once (UWRM's gate: its block dim may exceed the cores the
     gather uses); the other ops launch exactly this many cores."""
 

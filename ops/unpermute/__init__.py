@@ -1,4 +1,7 @@
-"""MoeTokenUnpermute: the unpermute (combine) of a MoE layer (aclnnMoeTokenUnpermute, [M26]).
+"""MoeTokenUnpermute: the unpermute (combine) of a MoE layer (aclnnMoeTokenUnpermute).
+
+source: moe/moe_token_unpermute/op_host/op_api/aclnn_moe_token_unpermute.cpp, op_host/moe_token_unpermute_def.cpp and
+moe/moe_finalize_routing_v2/op_host/op_api/moe_finalize_routing_v2.cpp (the 950 l0) @ 25fb6b92890d.
 
     out[t] = sum_{k < K} probs[t, k] * permuted_tokens[sorted_indices[t*K + k]]     (K = 1 without probs)
 

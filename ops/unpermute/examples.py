@@ -5,6 +5,8 @@ A softmax-like router picks `topk` distinct experts per token; the forward permu
 sorted_indices[t*K + k] is the permuted row of token t's slot k. With `num_out_tokens` < N*K the forward
 keeps only the first rows (R = num_out_tokens): the slots beyond point at rows >= R, which the unpermute
 skips. probs are the router's scores of the chosen experts.
+
+source: moe/moe_token_unpermute/docs/aclnnMoeTokenUnpermute.md (the arguments' meaning) @ 25fb6b92890d.
 """
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Independent NumPy golden of MoeTokenUnpermute, written from the formulas (facts §5.a), not from the kernel.
 
+source: moe/moe_token_unpermute/docs/aclnnMoeTokenUnpermute.md (formulas), op_kernel/moe_token_unpermute.h and
+moe/moe_finalize_routing_v2/op_kernel/arch35/ (which slots are kept, the fp32 order) @ 25fb6b92890d.
+
     out[t] = cast( sum_{k < K, kept} w[t, k] * P[S[t*K + k]] )          t < N
 
 P (R, H) permuted tokens, S (N*K,) sorted indices, w = probs (N, K) (1 without probs, K = 1).

@@ -1,4 +1,7 @@
-"""MoeTokenUnpermuteGrad: gradient of MoeTokenUnpermute (aclnnMoeTokenUnpermuteGrad, [M26]).
+"""MoeTokenUnpermuteGrad: gradient of MoeTokenUnpermute (aclnnMoeTokenUnpermuteGrad).
+
+source: moe/moe_token_unpermute_grad/op_host/op_api/aclnn_moe_token_unpermute_grad.cpp, op_host/moe_token_unpermute_grad_def.cpp and
+moe/moe_finalize_routing_v2_grad/op_host/op_api/moe_finalize_routing_v2_grad.cpp (the 950 l0) @ 25fb6b92890d.
 
     permuted_tokens_grad[S[j]] = G[j // K] * probs[j // K, j % K]    (G[j] without probs, K = 1)
     probs_grad[t, k]           = sum_h permuted_tokens[S[t*K + k], h] * G[t, h]
@@ -19,7 +22,7 @@ Steps: one launch of the kernel of tilingKey 0 (no probs: row copies) or 1 (prob
 Rows of permuted_tokens_grad_out no index names are left as they were; probs_grad_out is not touched
 without probs. Indices >= len(sorted_indices) are skipped (the probs gradient of such a slot sums a zero
 row); a negative index makes the kernel address GM before the tensor: OutOfBoundsError. With probs but
-without permuted_tokens (optional in [M26]) the kernel reads an empty tensor: OutOfBoundsError.
+without permuted_tokens (optional in the OpDef) the kernel reads an empty tensor: OutOfBoundsError.
 
 Ascend 950 (IsRegbase), in this order: padded_mode true -> 161002; a missing permuted_tokens,
 unpermuted_tokens_grad, sorted_indices, permuted_tokens_grad_out or probs_grad_out -> 161001; dtypes
@@ -160,13 +163,17 @@ def _check_regbase_dtypes(tensors: dict) -> None:
         if t is not None and t.size and t.dtype not in allowed:
             raise ParamInvalidError(f"{name} dtype must be one of {[d.name for d in allowed]}, got {t.dtype}")
 
-    check("unpermuted_tokens_grad", g, FLOAT_DTYPES)
-    check("sorted_indices", s, (_I32,))
-    for name, t in (("permuted_tokens", p), ("permuted_tokens_grad_out", out)):
+    def same_as_grad(name, t):
         check(name, t, FLOAT_DTYPES)
         if t is not None and t.size and t.dtype != g.dtype:
             raise ParamInvalidError(f"{name} dtype ({t.dtype}) must equal the unpermuted_tokens_grad dtype ({g.dtype})")
+
+    # CheckDtypeValid's order: gradient, indices, permuted tokens, probs, permuted-tokens gradient, probs gradient
+    check("unpermuted_tokens_grad", g, FLOAT_DTYPES)
+    check("sorted_indices", s, (_I32,))
+    same_as_grad("permuted_tokens", p)
     check("probs", pr, FLOAT_DTYPES)
+    same_as_grad("permuted_tokens_grad_out", out)
     check("probs_grad_out", probs_grad, FLOAT_DTYPES)
 
 

@@ -1,6 +1,9 @@
 """Consistent example inputs for MoeTokenUnpermuteGrad, as a forward MoeTokenUnpermute would have seen them:
 sorted_indices[t * topK + k] is the permuted row of token t's k-th expert (a permutation of N * topK rows),
-permuted_tokens holds those N * topK rows, probs the routing weights in [0, 1)."""
+permuted_tokens holds those N * topK rows, probs the routing weights in [0, 1).
+
+source: moe/moe_token_unpermute_grad/docs/aclnnMoeTokenUnpermuteGrad.md (the arguments' meaning) @ 25fb6b92890d.
+"""
 from __future__ import annotations
 
 import numpy as np

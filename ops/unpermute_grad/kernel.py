@@ -1,4 +1,7 @@
-"""Kernels of MoeTokenUnpermuteGrad, one per AscendC kernel class ([M26] op_kernel/).
+"""Kernels of MoeTokenUnpermuteGrad, one per AscendC kernel class (op_kernel/).
+
+source: moe/moe_token_unpermute_grad/op_kernel/moe_token_unpermute_grad.cpp, moe_token_unpermute_grad_base.h,
+moe_token_unpermute_grad_prob_none.h, moe_token_unpermute_grad_prob_not_none.h @ 25fb6b92890d.
 
     moe_token_unpermute_grad_base.h          -> ops/common/core_split (Base::Init), ops/common/reduce_sum
     moe_token_unpermute_grad_prob_none.h     key 0 -> prob_none_process

@@ -1,10 +1,15 @@
 """MoeTokenUnpermuteWithRoutingMap: the routing-map unpermute (combine) of a MoE layer.
 
-The aclnn is hand-written and composite (op_api/aclnn_moe_token_unpermute_with_routing_map.cpp, [M26]): it
+source: moe/moe_token_unpermute_with_routing_map/op_host/op_api/aclnn_moe_token_unpermute_with_routing_map.cpp,
+op_api/moe_token_unpermute_with_routing_map.cpp (the l0), op_host/moe_token_unpermute_with_routing_map_def.cpp,
+moe/3rd/moe_inplace_index_add_with_sorted/op_host/op_api/moe_inplace_index_add_with_sorted.cpp and
+moe/3rd/moe_inplace_index_add/op_host/op_api/moe_inplace_index_add.cpp @ 25fb6b92890d.
+
+The aclnn is hand-written and composite (op_api/aclnn_moe_token_unpermute_with_routing_map.cpp): it
 checks its arguments (missing permuted_tokens / sorted_indices, or neither probs nor restore_shape -> 161001;
 dtypes and ranks -> 161002), then chains l0 operators. Any l0 operator that cannot be built returns nullptr,
 which the aclnn reports as 561103: the l0 MoeTokenUnpermuteWithRoutingMap without a token count
-(restore_shape not of length 2 and no probs), its tiling failing (topK > 512, probs not 2-D: the [M26]
+(restore_shape not of length 2 and no probs), its tiling failing (topK > 512, probs not 2-D: the
 documentation lists 561103 for these), a Reshape / ViewCopy between shapes that do not match, or
 MoeInplaceIndexAddWithSorted rejecting its operands.
 
@@ -92,7 +97,7 @@ def _check_dtypes(p, s, rm, pr, out, out_index, token_id, out_probs) -> None:
                                     "be float32 with bfloat16 permuted_tokens")
         if out_probs is not None and out_probs.dtype != pr.dtype:
             bad("permute_probs", out_probs, f"the probs dtype ({pr.dtype})")
-    if out.dtype != p.dtype:
+    if out is not None and out.dtype != p.dtype:
         bad("unpermuted_tokens", out, f"the permuted_tokens dtype ({p.dtype})")
     for name, t in (("out_index", out_index), ("permute_token_id", token_id)):
         if t is not None and t.dtype != s.dtype:
@@ -144,7 +149,6 @@ def get_workspace_size(permuted_tokens, sorted_indices, routing_map=None, probs=
     require("sorted_indices", sorted_indices)
     if probs is None and restore_shape is None:
         raise ParamNullptrError("probs and restore_shape must not both be None (one of them gives the token count)")
-    require("unpermuted_tokens", unpermuted_tokens)     # the real aclnn dereferences it in its shape check
     p, s = as_input("permuted_tokens", permuted_tokens), as_input("sorted_indices", sorted_indices)
     rm, pr = as_input("routing_map", routing_map), as_input("probs", probs)
     outs = dict(zip(_OUTPUT_NAMES, (as_output(n, t) for n, t in zip(
@@ -153,6 +157,9 @@ def get_workspace_size(permuted_tokens, sorted_indices, routing_map=None, probs=
     ins = dict(permuted_tokens=p, sorted_indices=s, routing_map=rm, probs=pr)
     check_no_alias(ins, outs)
     _check_dtypes(p, s, rm, pr, out, oi, tid, opp)
+    # CheckDtypeValid skips a missing unpermuted_tokens; CheckShapeValid then dereferences it (undefined on the
+    # chip): 161001 here, after the dtype checks as in the real order
+    require("unpermuted_tokens", out)
     _check_shapes(p, s, out)
     tensors = {**ins, **outs}
     mixed = pr is not None and pr.dtype == _F32 and p.dtype == _BF16
@@ -192,7 +199,7 @@ def _l0_executor(p, s, rm, pr, padded_mode, restore_shape, out, soc, tensors) ->
     try:
         result = _tiling(p, s, rm, pr, padded_mode, restore_shape, soc=soc)
     except TilingError as e:
-        _l0_fail(f"the l0 operator's tiling fails (561103 in the [M26] documentation): {e.message}")
+        _l0_fail(f"the l0 operator's tiling fails (561103 in the documentation): {e.message}")
     # the l0 outputs: unpermutedTokens (num_tokens, H) is the caller's array (its ViewCopy target) when shapes
     # match; permuteProbs (L,) in the probs dtype is the l0's own tensor
     if padded_mode:
@@ -256,8 +263,10 @@ def _padded(p, s, pr, out, oi, tid, opp, l0, mixed, soc, deterministic, tensors)
             var.dtype in (_BF16, _F16) or (deterministic and not soc.is_regbase))
         if use_new_op:
             try:
+                # its tiling reads the context's switch itself (fp32 var: key 6 instead of 1); on 950 only bf16 /
+                # fp16 var get here, whose keys do not depend on it
                 add = index_add_with_sorted_executor(var, values, positions, source, soc=soc,
-                                                     deterministic=deterministic and not soc.is_regbase)
+                                                     deterministic=deterministic)
             except InnerNullptrError as e:
                 _l0_fail(f"l0op::MoeInplaceIndexAddWithSorted: {e.message}")
             steps.append(KernelStep("l0op::MoeInplaceIndexAddWithSorted", add))

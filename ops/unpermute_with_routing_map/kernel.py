@@ -1,5 +1,7 @@
-"""Kernels of MoeTokenUnpermuteWithRoutingMap, one per tilingKey of op_kernel/moe_token_unpermute_with_routing_map.cpp
-([M26]):
+"""Kernels of MoeTokenUnpermuteWithRoutingMap, one per tilingKey of op_kernel/moe_token_unpermute_with_routing_map.cpp.
+
+source: moe/moe_token_unpermute_with_routing_map/op_kernel/moe_token_unpermute_with_routing_map.cpp, masked_select.h,
+moe_token_unpermute_with_routing_map_not_pad.h, moe_token_unpermute_with_routing_map_pad.h @ 25fb6b92890d.
 
     key 1     GENERAL_OP_IMPL: KernelMaskedSelectV3 of masked_select.h on TPipe sortPipe (probs masked by the
               routing map, token-major -> permuteProbs), sortPipe.Destroy(), SyncAll(); then

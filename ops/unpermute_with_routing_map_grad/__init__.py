@@ -1,5 +1,9 @@
 """MoeTokenUnpermuteWithRoutingMapGrad: gradient of the routing-map unpermute.
 
+source: moe/moe_token_unpermute_with_routing_map_grad/op_host/moe_token_unpermute_with_routing_map_grad_def.cpp (the
+OpDef its auto-generated aclnn checks; master has no op_api/ for it) and docs/aclnnMoeTokenUnpermuteWithRoutingMapGrad.md
+(the status table) @ 25fb6b92890d.
+
 aclnn entry (auto-generated "inner" aclnn in CANN): null required tensor -> 161001,
 dtype combination outside the OpDef columns -> 161002, tiling failure -> 561002.
 Shape relations the documentation requires but the tiling does not read (output shapes,

@@ -16,6 +16,7 @@ from ops.unpermute_grad.examples import make_inputs
 from ops.unpermute_grad.golden import golden, reduce_sum_rows_arch35
 from tiling import get_soc
 from tiling.moe_token_unpermute_grad import moe_token_unpermute_grad as tiling_ug
+from tiling.status import ParamInvalidError
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = ("bf16", "fp16", "fp32")
@@ -337,6 +338,17 @@ def test_statuses(case, soc, want):
         with pytest.raises(want) as e:
             get_workspace_size(**args, soc=soc)
         assert isinstance(e.value, SimulatorError)
+
+
+def test_950_dtype_checks_follow_check_dtype_valid_order():
+    """aclnn_moe_token_unpermute_grad.cpp's CheckDtypeValid tests probs before permuted_tokens_grad_out: with both
+    wrong, the probs is the one named (161002 either way)."""
+    args = _status_case("padded_mode", "ascend950")
+    args.update(padded_mode=False, probs=args["probs"].astype(np.int8),
+                permuted_tokens_grad_out=np.zeros((8, 16), np.float32))
+    with pytest.raises(ParamInvalidError) as e:
+        get_workspace_size(**args, soc="ascend950")
+    assert e.value.status == 161002 and e.value.message.startswith("probs dtype")
 
 
 def test_padded_mode_true_is_ignored_on_910b():

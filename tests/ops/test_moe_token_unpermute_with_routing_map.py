@@ -298,6 +298,9 @@ STATUS_CASES = {
     "null-unpermuted": (lambda: uwrm.get_workspace_size(*_args().values(), None, None, None, None),
                         ParamNullptrError),
     "int8-tokens": (lambda: _ws(_args(permuted_tokens=np.zeros((12, 8), np.int8))), ParamInvalidError),
+    # CheckDtypeValid runs before anything reads unpermuted_tokens: the dtype error wins over the missing output
+    "int8-tokens-null-unpermuted": (lambda: uwrm.get_workspace_size(
+        *_args(permuted_tokens=np.zeros((12, 8), np.int8)).values(), None, None, None, None), ParamInvalidError),
     "int64-indices": (lambda: _ws(_args(sorted_indices=np.zeros(12, np.int64))), ParamInvalidError),
     "fp16-probs-bf16-tokens": (lambda: _ws(_args(probs=np.zeros((6, 4), F16))), ParamInvalidError),
     "fp32-permute-probs-for-bf16-probs": (
@@ -389,3 +392,18 @@ def test_not_padded_without_probs_copies_an_empty_permute_probs(probs_out_len):
     size, executor = uwrm.get_workspace_size(p, s, None, None, False, [4, 8], *outs)
     uwrm.run(np.empty(size, np.uint8), size, executor)
     assert np.array_equal(outs[0], golden(p, s, None, None, False, [4, 8])[0])
+
+
+@pytest.mark.parametrize("probs_dtype", ["fp32", "bf16"], ids=["mixed", "same"])
+def test_padded_empty_hidden_steps_follow_master(probs_dtype):
+    """aclnn UT padded_empty_hidden (op_api UT @ 25fb6b92890d): hidden 0 with padding succeeds; the chain runs the l0
+    op, ZerosLike (+ Cast with bf16 tokens and fp32 probs), Sort and the ViewCopies, but no Mul and no index add
+    (both sit behind `!permutedTokens->IsEmpty()`); the mixed chain still casts the zeros back to bf16."""
+    p = np.zeros((8, 0), BF16)
+    s = (np.arange(8, dtype=np.int32) % 4)
+    rm, pr = np.ones((4, 2), np.int8), np.full((4, 2), 0.5, _DT[probs_dtype])
+    outs = (np.ones((4, 0), BF16), np.zeros(8, np.int32), np.zeros(8, np.int32), np.zeros(8, _DT[probs_dtype]))
+    size, ex = uwrm.get_workspace_size(p, s, rm, pr, True, [4, 0], *outs)
+    cast = ["l0op::Cast"] if probs_dtype == "fp32" else []
+    assert [st.name for st in ex.steps] == (["l0op::MoeTokenUnpermuteWithRoutingMap", "l0op::ZerosLike"] + cast
+                                            + ["l0op::Sort"] + ["l0op::ViewCopy"] * 3 + cast + ["l0op::ViewCopy"])

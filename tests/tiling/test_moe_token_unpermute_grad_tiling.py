@@ -1,4 +1,5 @@
-"""MoeTokenUnpermuteGrad tiling: all 13 host UTs of the real op ([M26] tests/ut/op_host), the kernel UT's figures,
+"""MoeTokenUnpermuteGrad tiling: all 13 host UTs of moe/moe_token_unpermute_grad/tests/ut/op_host/test_moe_token_unpermute_grad_tiling.cpp
+@ 25fb6b92890d, the kernel UT's figures,
 and the cases where the real tiling fails or quietly leaves its in-core fields at 0."""
 from __future__ import annotations
 

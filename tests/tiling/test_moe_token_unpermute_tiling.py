@@ -1,4 +1,5 @@
-"""Tiling of MoeTokenUnpermute: every host tiling UT of moe_token_unpermute/tests/ut/op_host (key, fields,
+"""Tiling of MoeTokenUnpermute: every host tiling UT of
+moe/moe_token_unpermute/tests/ut/op_host/test_moe_token_unpermute_tiling.cpp @ 25fb6b92890d (key, fields,
 workspace, failures; the 310P cases need a 310P profile, which the simulator does not have), the twelve keys,
 block dim, UB plan per instantiation, and the Ascend 950 (MoeFinalizeRoutingV2) checks."""
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""Tiling of MoeTokenUnpermuteWithRoutingMap: the real UT figures (facts §9.d), the pad split's front/tail cores and
-its AlignDown quirk, the UB plan per key, and every place the tiling fails."""
+"""Tiling of MoeTokenUnpermuteWithRoutingMap: every host tiling UT of
+moe/moe_token_unpermute_with_routing_map/tests/ut/op_host/test_moe_token_unpermute_with_routing_map_tiling.cpp
+@ 25fb6b92890d (inputs as the UTs pass them: storage shapes, routing map, restore_shape; test_tiling_parse has nothing
+to simulate), the pad split's front/tail cores and its AlignDown quirk, the UB plan per key, and every place the
+tiling fails."""
 from __future__ import annotations
 
 import pytest
@@ -12,23 +15,46 @@ from tiling.status import TilingError
 UT_SOC = get_soc("ascend910b", ub_size=262144, aiv_num=64)      # UT: 64 cores, UB 261888 for tiling
 
 
-def test_ut_fp32_droppad_key_1000():
-    r = tiling(D((327744, 7168), "fp32"), D((20544,), "int32"), D((4096, 8), "bool"), D((4096, 8), "fp32"), True,
-               soc=UT_SOC)
-    assert r.tiling_key == 1000 and r.workspace_size == 16777216 and r.block_dim == 64
-    assert r.data()[25:] == [int(v) for v in "64 4096 8 2568 64 1 321 0 321 0 1 321 0 321".split()]
-    assert r.data()[:25] == [0] * 25
+def test_ut_fp32_droppad():
+    """test_tiling_fp32_droppad: key 1000, only the 14 pad fields set."""
+    r = tiling(D((40968 * 8, 7168), "fp32"), D((2568 * 8,), "int32"), D((4096, 256), "int8"), D((4096, 8), "fp32"),
+               True, (4096, 7168), soc=UT_SOC)
+    assert r.tiling_key == 1000 and r.workspace_size == 16 * 1024 * 1024 and r.block_dim == 64
+    assert r.data() == [0] * 25 + [int(v) for v in "64 4096 8 2568 64 1 321 0 321 0 1 321 0 321".split()]
     assert list(r.fields) == list(FIELDS) and len(FIELDS) == 39
 
 
-def test_ut_bf16_not_padded_key_1():
-    r = tiling(D((327744, 7168), "fp16"), D((20544,), "int32"), D((4096, 8), "bool"), D((4096, 8), "fp16"), False,
-               soc=UT_SOC)
-    assert r.tiling_key == 1 and r.workspace_size == 33554432 and r.schedule_mode == 1
-    assert r.data()[:13] == [int(v) for v in "7168 80 327744 7168 1 0 64 0 64 1 0 64 4".split()]
-    assert r.data()[13:25] == [int(v) for v in "8 4096 1 4096 4096 0 0 0 0 0 4096 8".split()]
-    assert r.data()[25:] == [0] * 14
+def test_ut_bf16():
+    """test_tiling_bf16 (fp16 tensors despite its name): key 1, T-G then the masked-select fields, schedule mode 1."""
+    r = tiling(D((40968 * 8, 7168), "fp16"), D((2568 * 8,), "int32"), D((4096, 256), "bool"), D((4096, 8), "fp16"),
+               False, (4096, 7168), soc=UT_SOC)
+    assert r.tiling_key == 1 and r.workspace_size == 2 * 16 * 1024 * 1024 and r.schedule_mode == 1
+    assert r.data() == [int(v) for v in ("7168 80 327744 7168 1 0 64 0 64 1 0 64 4 8 4096 1 4096 4096 0 0 0 0 0 4096 8 "
+                                         "0 0 0 0 0 0 0 0 0 0 0 0 0 0").split()]
     assert r.block_dim == 64
+
+
+# UT name: (args, soc, key); these UTs check the status and the key only
+UT_KEY_ONLY = {
+    "test_tiling_fp32_probs_none_restore_shape": (
+        (D((8, 64), "fp32"), D((8,), "int32"), D((4, 2), "int8"), None, False, (4, 64)), UT_SOC, 0),
+    "test_tiling_indices_int64_dtype": (
+        (D((16, 128), "fp16"), D((16,), "int64"), D((8, 4), "int8"), D((8, 4), "fp16"), False, (8, 128)), UT_SOC, 1),
+    "test_tiling_small_ub_hidden_split": (
+        (D((64, 8192), "fp16"), D((64,), "int32"), D((32, 8), "int8"), D((32, 8), "fp16"), False, (32, 8192)),
+        get_soc("ascend910b", ub_size=8192, aiv_num=64), 1),
+    "test_tiling_many_experts_masked_select_tail": (
+        (D((8, 64), "fp32"), D((8,), "int32"), D((4, 65), "int8"), D((4, 65), "fp32"), False, (4, 64)), UT_SOC, 1),
+    "test_tiling_droppad_capacity_warning": (
+        (D((200, 64), "fp32"), D((200,), "int32"), D((10, 8), "int8"), D((10, 8), "fp32"), True, (10, 64)),
+        UT_SOC, 1000),
+}
+
+
+@pytest.mark.parametrize("case", UT_KEY_ONLY)
+def test_ut_key_only_cases(case):
+    args, soc, key = UT_KEY_ONLY[case]
+    assert tiling(*args, soc=soc).tiling_key == key
 
 
 def test_key_0_uses_restore_shape_and_still_tiles_the_masked_select():
