@@ -1,5 +1,9 @@
 """MoeTokenUnpermuteWithRoutingMapGrad: gradient of the routing-map unpermute.
 
+source: moe/moe_token_unpermute_with_routing_map_grad/op_host/moe_token_unpermute_with_routing_map_grad_def.cpp and
+docs/aclnnMoeTokenUnpermuteWithRoutingMapGrad.md @ 25fb6b92890d. The OpDef gives ascend910b / 910_93 the membase
+binary (kernel.py) and ascend950 the regbase one, moe_token_unpermute_with_routing_map_grad_apt (arch35.py).
+
 aclnn entry (auto-generated "inner" aclnn in CANN): null required tensor -> 161001,
 dtype combination outside the OpDef columns -> 161002, tiling failure -> 561002.
 Shape relations the documentation requires but the tiling does not read (output shapes,

@@ -1,6 +1,7 @@
-"""Kernels of MoeTokenUnpermuteWithRoutingMapGrad, one per AscendC kernel class.
+"""Kernels of MoeTokenUnpermuteWithRoutingMapGrad on 910B / 910_93 (membase), one per AscendC kernel class.
 
-Source layout mirrored (op_kernel/ of the real op, [M26]):
+source: moe/moe_token_unpermute_with_routing_map_grad/op_kernel/moe_token_unpermute_with_routing_map_grad.cpp and
+op_kernel/moe_token_unpermute_with_routing_map_grad_*.h @ 25fb6b92890d. Layout mirrored:
 
     moe_token_unpermute_with_routing_map_grad_base.h             -> base helpers below
     ..._prob_none_drop_pad_false.h        key 0                    -> prob_none_drop_pad_false
@@ -48,7 +49,7 @@ Template = namedtuple("Template", ["permuted_token_t", "probs_t"])
 
 # --- base: moe_token_unpermute_with_routing_map_grad_base.h -------------------------------------
 INDICES_PROBS_MAX_RESERVE_NUM = 512
-STRICT = 1                 # [M26] ReduceSumFunc tiers of this op are strict (> 4096 / 512 / 64)
+STRICT = 1                 # ReduceSumFunc tiers of this op are strict (> 4096 / 512 / 64)
 
 # scalar-array ids for fault messages
 ARR_INDICES = 1
@@ -442,7 +443,7 @@ PROB_GRAD_LINE_RACES = (
                "the real kernel zeroes the next line with no MTE3 -> V event after the copy-out"),
     RaceWaiver("S", "LocalTensor::SetValue", "V", "Duplicate",
                "the real kernel zeroes the next line with no S -> V event after filling the last one"))
-# keys 11 / 111 with fp32 gradients ([M26] ..._prob_not_none_drop_pad_true.h, Process(), lines 137-143): the
+# keys 11 / 111 with fp32 gradients (..._prob_not_none_drop_pad_true.h, Process(), lines 139-145): the
 # product written by Muls (V) goes through EnQue / DeQue of permutedTokensTQue, a TQue<VECIN> whose event is
 # MTE2 -> V, and is then copied out by DataCopyPad (MTE3) with no V -> MTE3 event; the fp16 / bf16 branch has
 # its VToMTE3Sync() after the Cast, the fp32 branch none
