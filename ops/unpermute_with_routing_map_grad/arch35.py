@@ -49,7 +49,8 @@ from .kernel import (ARR_INDICES, ARR_PROBS, ARR_PROBS_ADDR, EVENT_ID0, EVENT_ID
 @global_aicore
 def prob_not_none_drop_pad_true_init(c, td, gm, tmpl):
     """Init(): zero probsGrad before SyncAll(), the tokensNum * numExpert elements split over all cores
-    (the first taskNum % cores cores take one more), each core Fill-ing its own range."""
+    (the first taskNum % cores cores take one more), each core Fill-ing its own range. With taskNum 0 the
+    real Init() skips both the Fill and its SyncAll(); the stage list keeps the SyncAll (no data moves)."""
     task_num = td.tokens_num * td.num_expert
     if task_num > 0:
         total_core_num = td.tail_core_num + td.former_core_num
@@ -149,7 +150,6 @@ def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
         copy_params = asc.DataCopyExtParams(1, P.itemsize, (h - n) * T.itemsize, 0)
         asc.data_copy_pad(c, asc.gm_at(gm.probs_grad, prob_offset), prob_grad_out_local, copy_params)
         asc.sync_pipes(c, asc.MTE3_V)
-
 
 
 # --- keys 1 and 101: arch35/..._prob_not_none_drop_pad_false.h ---------------------------------------------
