@@ -1,4 +1,10 @@
-"""Tiling of MoeTokenUnpermuteWithRoutingMapGrad (moe_token_unpermute_with_routing_map_grad_tiling.cpp, [M26]).
+"""Tiling of MoeTokenUnpermuteWithRoutingMapGrad.
+
+source: moe/moe_token_unpermute_with_routing_map_grad/op_host/moe_token_unpermute_with_routing_map_grad_tiling.cpp
+and _tiling.h @ 25fb6b92890d. One tiling serves every chip: the file has no arch35 branch, and the ascend950
+(regbase, _apt.cpp) kernels read the same 21-field struct. Per chip only the platform figures differ: the
+vector-core count (block dim, core split) and GetCoreMemSize(UB) (totalUbSize, every UB budget below). The
+arch35 kernels make the same InitBuffer calls as the membase ones, so ub_plan is the same on every chip.
 
 Three branches, by whether probs is given and by dropAndPad:
 

@@ -2,7 +2,8 @@
 
 source: moe/moe_token_unpermute_with_routing_map_grad/op_host/moe_token_unpermute_with_routing_map_grad_def.cpp (the
 OpDef its auto-generated aclnn checks; master has no op_api/ for it) and docs/aclnnMoeTokenUnpermuteWithRoutingMapGrad.md
-(the status table) @ 25fb6b92890d.
+(the status table) @ 25fb6b92890d. The OpDef gives ascend910b / 910_93 the membase binary (kernel.py) and ascend950
+the regbase one, moe_token_unpermute_with_routing_map_grad_apt (arch35.py).
 
 aclnn entry (auto-generated "inner" aclnn in CANN): null required tensor -> 161001,
 dtype combination outside the OpDef columns -> 161002, tiling failure -> 561002.
@@ -30,6 +31,7 @@ from tiling.status import ParamNullptrError, TilingError
 from .._framework import (Executor, IndexLink, dtype_code, gm_tensor, match_dtype_columns, run_executor, run_friendly,
                           validate_check)
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require, routing_map_dtype
+from .arch35 import KERNELS as ARCH35_KERNELS
 from .kernel import KERNELS, GmTensors, Template
 
 OP = "MoeTokenUnpermuteWithRoutingMapGrad"
@@ -117,16 +119,22 @@ def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, rout
     gm = GmTensors(grads, gm_tensor(o, 1, np.int32), gm_tensor(i, 2, np.int32), gm_tensor(rm, 3, np.int8),
                    gm_tensor(p, 4, absent), gm_tensor(pr, 5, absent), gm_tensor(out_grad, 6),
                    gm_tensor(out_probs_grad, 7, absent))
-    tmpl = Template(token_t, dtype_code(pr, token_t), 1 if soc.is_regbase else 0)
+    tmpl = Template(token_t, dtype_code(pr, token_t))
     td = TilingData(*result.fields.values())
     n, h = g.shape
     rows, experts = out_grad.shape[0], pr.shape[1] if pr is not None else 0
     links = (IndexLink("out_index", "permuted_tokens_grad", h, rows), IndexLink("out_index", "permuted_tokens", h, rows),
              IndexLink("permute_token_id", "unpermuted_tokens_grad", h, n),
              IndexLink("permute_token_id", "probs", experts, n), IndexLink("permute_token_id", "probs_grad", experts, n))
-    executor = Executor(OP, result, KERNELS[result.tiling_key], (td, gm, tmpl), _INPUT_NAMES, api=API,
+    executor = Executor(OP, result, kernels_of(soc)[result.tiling_key], (td, gm, tmpl), _INPUT_NAMES, api=API,
                         tensors=tensors, ub_advice=_ub_advice(result), index_links=links)
     return result.workspace_size, executor
+
+
+def kernels_of(soc) -> dict:
+    """The tiling-key table of the kernel binary the chip loads: ascend950 registers the regbase config
+    (moe_token_unpermute_with_routing_map_grad_apt.cpp, arch35/ kernels), 910B / 910_93 the membase one."""
+    return ARCH35_KERNELS if soc.is_regbase else KERNELS
 
 
 def _ub_advice(result) -> str:

@@ -1,5 +1,9 @@
 """NumPy golden of MoeTokenUnpermuteWithRoutingMapGrad, written from the op's formulas.
 
+source: moe/moe_token_unpermute_with_routing_map_grad/docs/aclnnMoeTokenUnpermuteWithRoutingMapGrad.md (formulas)
+and the reduction order of op_kernel/moe_token_unpermute_with_routing_map_grad_base.h @ 25fb6b92890d (the
+arch35/ base.h is identical, so one golden serves every chip).
+
 It follows the kernel's fp32 path so results compare bit for bit:
 
 * products G * prob and permutedTokens * G in fp32 (both operands widened exactly),

@@ -1,13 +1,14 @@
-"""Kernels of MoeTokenUnpermuteWithRoutingMapGrad, one per AscendC kernel class.
+"""Kernels of MoeTokenUnpermuteWithRoutingMapGrad on 910B / 910_93 (membase), one per AscendC kernel class.
 
-Source layout mirrored (op_kernel/ of the real op, [M26]):
+source: moe/moe_token_unpermute_with_routing_map_grad/op_kernel/moe_token_unpermute_with_routing_map_grad.cpp and
+op_kernel/moe_token_unpermute_with_routing_map_grad_*.h @ 25fb6b92890d. Layout mirrored:
 
     moe_token_unpermute_with_routing_map_grad_base.h             -> base helpers below
     ..._prob_none_drop_pad_false.h        key 0                    -> prob_none_drop_pad_false
     ..._prob_none_drop_pad_true.h         key 10                   -> prob_none_drop_pad_true
     ..._prob_not_none_drop_pad_true.h     keys 11, 111             -> prob_not_none_drop_pad_true_*
     ..._prob_not_none_drop_pad_false.h    keys 1, 101              -> prob_not_none_drop_pad_false_*
-    arch35/ copies (Ascend 950)           same keys, tmpl.arch35   -> the arch35 differences are inline
+    arch35/ (Ascend 950, _apt.cpp)        same keys                -> arch35.py (keys 0 / 10 shared)
 
 Every stage takes (c, td, gm, tmpl): the core, the tiling struct (TilingData namedtuple),
 the GM tensors (GmTensors) and the template parameters (Template). A kernel with SyncAll()
@@ -43,12 +44,12 @@ GmTensors = namedtuple("GmTensors", [
     "probs_grad",              # probGradGm (N, E), output
 ])
 
-Template = namedtuple("Template", ["permuted_token_t", "probs_t", "arch35"])
-"""PermutedTokenT and ProbsT as ge dtype codes; arch35 = 1 for the Ascend 950 (arch35/) variant."""
+Template = namedtuple("Template", ["permuted_token_t", "probs_t"])
+"""PermutedTokenT and ProbsT as ge dtype codes."""
 
 # --- base: moe_token_unpermute_with_routing_map_grad_base.h -------------------------------------
 INDICES_PROBS_MAX_RESERVE_NUM = 512
-STRICT = 1                 # [M26] ReduceSumFunc tiers of this op are strict (> 4096 / 512 / 64)
+STRICT = 1                 # ReduceSumFunc tiers of this op are strict (> 4096 / 512 / 64)
 
 # scalar-array ids for fault messages
 ARR_INDICES = 1
@@ -124,25 +125,10 @@ PROB_GRAD_OUT_TBUF = 4          # TBuf: 32 bytes for the one prob gradient
 
 @global_aicore
 def prob_not_none_drop_pad_true_init(c, td, gm, tmpl):
-    """Init(): zero probsGrad before SyncAll().
-
-    membase: every core fills tokensNum * numExpert elements from its token offset (which is
-    0 in this mode, so all cores zero the whole tensor). arch35: the fill is split over cores.
-    """
-    if not tmpl.arch35:
-        _, token_start = former_tail_offsets(c, td)
-        asc.init_output(c, asc.gm_at(gm.probs_grad, token_start * td.num_expert), td.tokens_num * td.num_expert, 0)
-        return
-    task_num = td.tokens_num * td.num_expert
-    if task_num > 0:
-        core_num = td.tail_core_num + td.former_core_num
-        per_core = task_num // core_num
-        former = task_num % core_num
-        i = c.block_idx
-        init_num = per_core + 1 if i < former else per_core
-        if init_num > 0:
-            init_addr = (per_core + 1) * i if i < former else (per_core + 1) * former + (i - former) * per_core
-            asc.init_output(c, asc.gm_at(gm.probs_grad, init_addr), init_num, 0)   # Fill
+    """Init(): InitOutput zeroes probsGrad before SyncAll(): every core fills tokensNum * numExpert elements
+    from its token offset, which is 0 in this mode, so all cores zero the whole tensor."""
+    _, token_start = former_tail_offsets(c, td)
+    asc.init_output(c, asc.gm_at(gm.probs_grad, token_start * td.num_expert), td.tokens_num * td.num_expert, 0)
 
 
 @global_aicore
@@ -203,11 +189,8 @@ def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
             reduce_sum(c, prob_grad_reduce_sum_local[hidden_loop:], permuted_tokens_local_fp32, n, STRICT)
             asc.sync_pipes(c, asc.V_S)
             asc.muls(c, permuted_tokens_local_fp32, unpermuted_grad_local_fp32, prob, n)
-            if tmpl.arch35:
-                asc.sync_pipes(c, asc.V_MTE3)
-            else:
-                asc.en_que(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
-                permuted_tokens_local_fp32 = asc.de_que(c, PERMUTED_TOKENS_TQUE, F32)
+            asc.en_que(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
+            permuted_tokens_local_fp32 = asc.de_que(c, PERMUTED_TOKENS_TQUE, F32)
             permuted_tokens_grad_local = asc.alloc_tensor(c, PERMUTED_TOKENS_GRAD_TQUE, T)
             if token_fp32:
                 asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, permuted_tokens_offset),
@@ -252,7 +235,7 @@ EVENT_ID0, EVENT_ID1, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 = 0, 1, 4, 5, 6
 
 @global_aicore
 def prob_not_none_drop_pad_false_init(c, td, gm, tmpl):
-    """Init(): zero this core's rows of probsGrad (InitOutput; Fill on arch35) before SyncAll()."""
+    """Init(): zero this core's rows of probsGrad (InitOutput) before SyncAll()."""
     _, token_start = former_tail_offsets(c, td)
     tokens = td.token_num_each_core if c.block_idx < td.former_core_num else td.token_num_tail_core
     asc.init_output(c, asc.gm_at(gm.probs_grad, token_start * td.num_expert), tokens * td.num_expert, 0)
@@ -340,8 +323,7 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
         asc.duplicate(c, tmp_buffer_prob_grad_reduce_sum_fp32, 0.0, td.indices_reserve_num_align)
         for hidden_loop in range(td.hidden_size_loop_times):
             n, h_off = _hidden_piece(td, hidden_loop)
-            if not tmpl.arch35:
-                asc.duplicate(c, tmp_buffer_prob_grad_fp32, 0.0, td.indices_reserve_num_align)
+            asc.duplicate(c, tmp_buffer_prob_grad_fp32, 0.0, td.indices_reserve_num_align)
             copy_params = asc.DataCopyExtParams(1, n * T.itemsize, 0, 0)
             for top_k_in_indices_loop in range(top_k_in_indices_loop_times):
                 # copy in one row piece of unpermutedTokensGrad (ping-pong on events 4 / 5)
@@ -461,7 +443,7 @@ PROB_GRAD_LINE_RACES = (
                "the real kernel zeroes the next line with no MTE3 -> V event after the copy-out"),
     RaceWaiver("S", "LocalTensor::SetValue", "V", "Duplicate",
                "the real kernel zeroes the next line with no S -> V event after filling the last one"))
-# keys 11 / 111 with fp32 gradients ([M26] ..._prob_not_none_drop_pad_true.h, Process(), lines 137-143): the
+# keys 11 / 111 with fp32 gradients (..._prob_not_none_drop_pad_true.h, Process(), lines 139-145): the
 # product written by Muls (V) goes through EnQue / DeQue of permutedTokensTQue, a TQue<VECIN> whose event is
 # MTE2 -> V, and is then copied out by DataCopyPad (MTE3) with no V -> MTE3 event; the fp16 / bf16 branch has
 # its VToMTE3Sync() after the Cast, the fp32 branch none

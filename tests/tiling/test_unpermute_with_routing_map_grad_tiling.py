@@ -43,6 +43,33 @@ def test_host_ut_figures(case):
     assert result.block_dim == 40 and result.schedule_mode == 1
 
 
+def test_host_ut_tiling_data_accessor():
+    """moe_token_unpermute_with_routing_map_grad_tiling_data_accessor: the struct's 21 int64 fields, in the
+    order the UT sets them to 1..21 (the order the kernel reads the raw tiling buffer in)."""
+    from tiling.moe_token_unpermute_with_routing_map_grad import FIELDS
+    struct = ("tokensNum topK capacity numExpert hiddenSize numOutTokens formerCoreNum tailCoreNum tokenNumEachCore "
+              "tokenNumTailCore rowIdMapEachCore rowIdMapTailCore hiddenSizeAlign hiddenSizeLoopTimes "
+              "hiddenSizeLoopTimesAlign hiddenSizeTail inputReserveNum indicesReserveNum indicesReserveNumAlign "
+              "numExpertAlign totalUbSize").split()
+    snake = ["".join("_" + ch.lower() if ch.isupper() else ch for ch in name) for name in struct]
+    assert list(FIELDS) == snake and len(FIELDS) == 21
+
+
+@pytest.mark.parametrize("pad,probs,key,data", [
+    # the UT's key-1 / 11 / 0 inputs on the stock 950 profile: 64 vector cores, GetCoreMemSize(UB) 253696
+    (False, True, 1, "30 1 0 64 64 30 30 34 1 0 1 0 64 1 0 64 0 1 16 64 253696"),
+    (True, True, 11, "30 0 0 64 64 30 30 34 0 0 1 0 64 1 8 64 1 1 0 0 253696"),
+    (False, False, 0, "30 1 0 0 64 30 30 34 0 0 1 0 64 1 0 64 1 1 0 0 253696"),
+], ids=["key1", "key11", "key0"])
+def test_ut_inputs_on_the_950_profile(pad, probs, key, data):
+    """The same host tiling on ascend950 (no arch35 branch in the tiling .cpp): only the core split and
+    totalUbSize move with the platform."""
+    result = tiling_uwrm_grad(*_inputs(30, 64, 64, 30, probs=probs), drop_and_pad=pad, soc="ascend950")
+    assert result.tiling_key == key and result.block_dim == 64
+    assert list(result.fields.values()) == [int(v) for v in data.split()]
+    assert result.workspace_size == 16 * 1024 * 1024
+
+
 @pytest.mark.parametrize("case,inputs,pad,soc,key", [
     ("test_tiling_prob_none_small_ub_hidden_split", _inputs(30, 512, 64, 30, probs=False), False,
      get_soc("910b", aiv_num=40, ub_size=512), 0),
