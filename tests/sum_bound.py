@@ -22,10 +22,11 @@ UNIT_ROUNDOFF = {np.dtype(np.float32): U_FP32, np.dtype(np.float16): 2.0 ** -11,
 
 
 def gamma(m, u: float = U_FP32):
-    """gamma_m = m u / (1 - m u) (m may be an array); m u must stay below 1."""
+    """gamma_m = m u / (1 - m u) (m may be an array); infinite where m u >= 1: there the worst-case bound says
+    nothing (long chains of 16-bit roundings), and only the order-golden's bits hold the result."""
     mu = np.asarray(m, np.float64) * u
-    assert np.all(mu < 1), "gamma_m needs m u < 1"
-    return mu / (1.0 - mu)
+    with np.errstate(divide="ignore"):
+        return np.where(mu < 1, mu / np.where(mu < 1, 1.0 - mu, 1.0), np.inf)
 
 
 def ulp(x, dtype) -> np.ndarray:

@@ -11,6 +11,7 @@ from .sum_bound import U_FP32, assert_within_sum_bound, gamma, ulp
 
 def test_gamma_and_ulp():
     assert gamma(0) == 0.0
+    assert gamma(2 ** 8, 2.0 ** -8) == np.inf             # m u >= 1: no bound
     assert gamma(3) == pytest.approx(3 * U_FP32 / (1 - 3 * U_FP32), rel=0, abs=0)
     assert ulp(1.0, np.float32) == 2.0 ** -23
     assert ulp(1.5, ml_dtypes.bfloat16) == 2.0 ** -7
