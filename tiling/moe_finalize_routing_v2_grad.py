@@ -1,5 +1,8 @@
-"""Tiling of MoeFinalizeRoutingV2Grad on Ascend 950 (op_host/moe_finalize_routing_v2_grad_tiling.cpp for the shared
-checks, the three *_arch35.cpp templates), read from the cannmirror master branch (July 2026).
+"""Tiling of MoeFinalizeRoutingV2Grad on Ascend 950.
+
+source: moe/moe_finalize_routing_v2_grad/op_host/moe_finalize_routing_v2_grad_tiling.cpp (shared checks),
+moe_finalize_routing_v2_grad_not_split_h_tiling_arch35.cpp, moe_finalize_routing_v2_grad_split_h_tiling_arch35.cpp,
+moe_finalize_routing_v2_grad_without_scale_tiling_arch35.cpp and moe_finalize_routing_v2_grad_tiling.h @ 25fb6b92890d.
 
     grad_expanded_x[expanded_row_idx[j]] = grad_y[j // topK] * scales[j]        (grad_y[j] without scales)
     grad_scales[j]                       = sum over h of grad_y[j // topK, h] * (expanded_x[row, h] + bias[e, h])

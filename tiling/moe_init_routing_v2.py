@@ -1,4 +1,7 @@
-"""Tiling of MoeInitRoutingV2 (moe_init_routing_v2_tiling.cpp, cannmirror master of 2026-07), both branches.
+"""Tiling of MoeInitRoutingV2, both branches.
+
+source: moe/moe_init_routing_v2/op_host/moe_init_routing_v2_tiling.cpp, moe_init_routing_v2_tiling.h
+@ 25fb6b92890d.
 
 One host tiling serves every chip; it branches on the platform:
 

@@ -1,8 +1,9 @@
-"""Tiling of MoeInitRoutingV2Grad on Ascend 950 (the arch35 templates of op_host/moe_init_routing_v2_grad_*).
+"""Tiling of MoeInitRoutingV2Grad on Ascend 950 (the arch35 templates).
 
-The host tiling (moe_init_routing_v2_grad_tiling_base.cpp for the checks, the three *_arch35.cpp templates) is
-read from the Dec-2025 snapshot (cannmirror/ops-transformer): the newer hicann tree stores only the kernels, whose
-struct member `blockDim` is called `numBlocks` there (same value; the field keeps the snapshot's name here).
+source: moe/moe_init_routing_v2_grad/op_host/moe_init_routing_v2_grad_tiling_base.cpp (checks, workspace, TilingParse),
+moe_init_routing_v2_grad_split_h_tiling_arch35.cpp, moe_init_routing_v2_grad_full_load_tiling_arch35.cpp,
+moe_init_routing_v2_grad_tiling_arch35.cpp and the structs of moe_init_routing_v2_grad_tiling.h @ 25fb6b92890d
+(the last struct member of each is numBlocks, here num_blocks).
 
 The registry tries the templates by priority; the first whose IsCapable holds and whose DoOpTiling succeeds wins:
 
@@ -30,10 +31,10 @@ from .status import TilingError
 
 OP = "MoeInitRoutingV2Grad"
 
-SPLIT_H_FIELDS = ("n", "k_ub_factor", "k", "active_num", "h", "h_block_factor", "h_ub_factor", "block_dim")
-FULL_LOAD_FIELDS = ("n", "n_block_factor", "n_ub_factor", "k", "active_num", "h", "h_ub_factor", "block_dim")
+SPLIT_H_FIELDS = ("n", "k_ub_factor", "k", "active_num", "h", "h_block_factor", "h_ub_factor", "num_blocks")
+FULL_LOAD_FIELDS = ("n", "n_block_factor", "n_ub_factor", "k", "active_num", "h", "h_ub_factor", "num_blocks")
 REGBASE_FIELDS = ("n", "n_block_factor", "n_ub_factor", "k", "k_ub_factor", "active_num", "h", "h_ub_factor",
-                  "block_dim")
+                  "num_blocks")
 FIELDS_BY_TEMPLATE = {200000: SPLIT_H_FIELDS, 300000: FULL_LOAD_FIELDS, 400000: REGBASE_FIELDS}
 
 KEY_SPLIT_H, KEY_FULL_LOAD, KEY_REGBASE = 200000, 300000, 400000
@@ -206,7 +207,7 @@ def moe_init_routing_v2_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_
             break
     parts, block_dim = got
     f = struct_fields(FIELDS_BY_TEMPLATE[template])
-    f.update(n=n, k=k, active_num=active, h=h, block_dim=block_dim, **parts)
+    f.update(n=n, k=k, active_num=active, h=h, num_blocks=block_dim, **parts)
     mode = MODE_DROP_PAD if drop_pad == 1 else (MODE_ACTIVE if active > 0 else MODE_DROPLESS)
     return TilingResult(tiling_key=template + mode, block_dim=block_dim, workspace_size=WORKSPACE_BYTES, fields=f,
                         ub_plan=ub_plan(template, f, ts), schedule_mode=0, soc=soc)

@@ -1,6 +1,7 @@
-"""Tiling of MoeMaskedScatter on Ascend 950 (moe/3rd/moe_masked_scatter/op_host/arch35/moe_masked_scatter_tiling.cpp
-and its struct in arch35/moe_masked_scatter_tiling.h; read in the indexed fork yuanfang-chen/ops-transformer, commit
-1e50a7a6 of the .cpp, 99f9a98c of the .h; the op is missing from both ops-transformer mirrors).
+"""Tiling of MoeMaskedScatter on Ascend 950.
+
+source: moe/3rd/moe_masked_scatter/op_host/arch35/moe_masked_scatter_tiling.cpp and moe_masked_scatter_tiling.h
+@ 25fb6b92890d.
 
     y = x; the k-th True of mask (row-major) takes updates[k]
 
@@ -16,7 +17,7 @@ The kernel runs in two phases over the flat x / mask / y of n elements, split in
 
 UB: the tiling plans with GetCoreMemSize(UB) - 32 KiB (its DCACHE_SIZE, the SIMT data cache) and hands that to
 SetLocalMemorySize. No tiling unit test of the op exists upstream (moe/3rd/moe_masked_scatter has no tests/ folder
-in any stored version); tests/tiling/test_moe_masked_scatter_tiling.py works its cases by hand from this file.
+at 25fb6b92890d); tests/tiling/test_moe_masked_scatter_tiling.py works its cases by hand from this file.
 """
 from __future__ import annotations
 

@@ -43,7 +43,8 @@ def _unscaled(h, idx_dt=I32):
     return dict(gy=T((5, h), F32), idx=T((5,), idx_dt), gex=T((5, h), F32), gsc=T((5, 1), F32))
 
 
-# id (the real test's name without its prefix): (arguments, tilingKey or None when the tiling fails)
+# id (the real test's name without its MoeFinalizeRoutingV2Grad_arch35_ prefix, which the test ids add back):
+# (arguments, tilingKey or None when the tiling fails)
 UT_CASES = {
     "not_split_h_float_no_bias": (_scaled(8), 20011),
     "not_split_h_float_with_bias": (_scaled(8, bias=True), 20021),
@@ -61,7 +62,8 @@ UT_CASES = {
 }
 
 
-@pytest.mark.parametrize("args,key", UT_CASES.values(), ids=UT_CASES.keys())
+@pytest.mark.parametrize("args,key", UT_CASES.values(),
+                         ids=["MoeFinalizeRoutingV2Grad_arch35_" + k for k in UT_CASES])
 def test_real_arch35_unit_test(args, key):
     if key is None:
         with pytest.raises(TilingError) as e:
@@ -75,8 +77,9 @@ def test_real_arch35_unit_test(args, key):
 
 # the membase UT's without-scale data (same struct, same formula): "5 0 5 5 0 5 0 1 8 5 16376 0 0 10001"
 MEMBASE_UT = {
-    "regbase_10001_001": (8, 10001, [5, 0, 5, 5, 0, 5, 0, 1, 8, 5, 16376, 0, 0, 10001]),
-    "regbase_10002_001": (262144, 10002, [5, 0, 5, 5, 0, 5, 0, 1, 262144, 5, 16376, 16, 128, 10002]),
+    "MoeFinalizeRoutingV2GradTiling_regbase_10001_001": (8, 10001, [5, 0, 5, 5, 0, 5, 0, 1, 8, 5, 16376, 0, 0, 10001]),
+    "MoeFinalizeRoutingV2GradTiling_regbase_10002_001": (262144, 10002,
+                                                         [5, 0, 5, 5, 0, 5, 0, 1, 262144, 5, 16376, 16, 128, 10002]),
 }
 
 

@@ -1,7 +1,7 @@
 """tiling.moe_masked_scatter: the arch35 (Ascend 950) host tiling of MoeMaskedScatter.
 
-Upstream has no tiling unit test of this op (moe/3rd/moe_masked_scatter carries no tests/ folder in any version of
-yuanfang-chen/ops-transformer). The cases below are worked by hand from arch35/moe_masked_scatter_tiling.cpp:
+Upstream has no tiling unit test of this op (moe/3rd/moe_masked_scatter carries no tests/ folder @ 25fb6b92890d).
+The cases below are worked by hand from moe/3rd/moe_masked_scatter/op_host/arch35/moe_masked_scatter_tiling.cpp:
 on stock 950 the kernel UB is 253952 - 256 - 32768 = 220928 bytes, so ub_factor = 220928 / 10 = 22092 -> 22080
 (a multiple of 64 int32 lanes) and, for 2-byte values, buffer_size = (220928 - 256) / 8 = 27584.
 """

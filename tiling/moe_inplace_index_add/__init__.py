@@ -1,6 +1,7 @@
-"""Tiling of MoeInplaceIndexAdd on Ascend 950 (moe/3rd/moe_inplace_index_add/op_host/arch35/, [M26]: cannmirror
-master 2026-07-24; the op has no membase tiling in this library: 910B / 910_93 take InplaceIndexAdd from another
-CANN library).
+"""Tiling of MoeInplaceIndexAdd on Ascend 950 (the op has no membase tiling in this library: 910B / 910_93 take
+InplaceIndexAdd from another CANN library).
+
+source: moe/3rd/moe_inplace_index_add/op_host/arch35/*.cpp, *.h @ 25fb6b92890d.
 
     var[pre, indices[j], after] += alpha * updates[pre, j, after]      (axis = the op's dim attribute)
 

@@ -2,6 +2,9 @@
 SelTemplateByInput): the shape parse and its checks (GetShapeAttrsInfo), the template selection, the tiling keys,
 the dtype tables, the ids' sort type (GetCastTypeForSort) with AscendC's radix-sort scratch size, and the
 shrink-until-it-fits search the SIMD templates size their windows and column pieces with.
+
+source: moe/3rd/moe_inplace_index_add/op_host/arch35/moe_inplace_index_add_base_tiling.cpp,
+moe_inplace_index_add_tiling.cpp @ 25fb6b92890d.
 """
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 op_host/arch35/moe_inplace_index_add_determinstic_tiling.cpp): taken for float var when the context's
 deterministic switch is on (GetDeterministic, set by aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC)).
 
+source: moe/3rd/moe_inplace_index_add/op_host/arch35/moe_inplace_index_add_determinstic_tiling.cpp @ 25fb6b92890d.
+
 Every core is launched (blockDim = the core count). The split:
 
 * pre > cores / 2, after > cores / 2 or ids <= cores / 2: split the columns over the cores (afterAxis >= preAxis)

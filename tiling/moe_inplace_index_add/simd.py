@@ -2,6 +2,8 @@
 windows of ids and pieces of columns, double-buffered, split over the cores by columns (afterAxis * sizeof >= 128
 bytes per core), else by ids (more ids than pre rows), else by pre rows. The selection only lets the column split
 through (see ops/l0/moe_inplace_index_add/simd.py); the other two are tiled all the same.
+
+source: moe/3rd/moe_inplace_index_add/op_host/arch35/moe_inplace_index_add_simd_tiling.cpp @ 25fb6b92890d.
 """
 from __future__ import annotations
 

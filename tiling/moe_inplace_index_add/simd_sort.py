@@ -2,6 +2,8 @@
 the SIMD template's three splits (columns, ids, pre rows) with every id window's buffers for the sort (cast ids,
 sorted ids with their pads, run counts, run ids, origin positions) and AscendC's radix-sort scratch in the budget,
 and an fp32 sum row beside every update row.
+
+source: moe/3rd/moe_inplace_index_add/op_host/arch35/moe_inplace_index_add_simd_sort_tiling.cpp @ 25fb6b92890d.
 """
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The SIMT template of MoeInplaceIndexAdd (keys 10abdd; op_host/arch35/moe_inplace_index_add_simt_tiling.cpp): one
 thread per updates element, no id window. Only the 8/16-bit int and bool var take UB (a var piece and its int32 /
 fp16 accumulator copy) and a workspace copy of var.
+
+source: moe/3rd/moe_inplace_index_add/op_host/arch35/moe_inplace_index_add_simt_tiling.cpp @ 25fb6b92890d.
 """
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 op_host/arch35/moe_inplace_index_add_simt_sort_tiling.cpp): windows of ids spread over the cores, each window's
 ids sorted (AscendC radix sort in a shared scratch) and cut into runs, the runs' update rows summed by SIMT
 threads; as many pre rows of updates per window as fit.
+
+source: moe/3rd/moe_inplace_index_add/op_host/arch35/moe_inplace_index_add_simt_sort_tiling.cpp @ 25fb6b92890d.
 """
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 expandedRowIdx = sorted_indices, expandedX = permuted_tokens, scales = probs or none, dropPadMode 0, activeNum =
 len(sorted_indices); no expert_idx / bias).
 
+source: moe/moe_finalize_routing_v2_grad/op_host/op_api/moe_finalize_routing_v2_grad.cpp @ 25fb6b92890d.
+
     grad_expanded_x[idx[j]] = grad_y[j // topK] * scales[j]        fp32 product, CAST_RINT to T (grad_y[j] without)
     grad_scales[j]          = sum over h of grad_y[j // topK, h] * expanded_x[idx[j], h]     fp32, CAST_RINT to S
 

@@ -1,6 +1,9 @@
 """What the MoeFinalizeRoutingV2Grad arch35 templates share (op_kernel/arch35/moe_finalize_routing_v2_grad_base.h for
 the without-scale classes, ..._regbase.h for the with-scale ones).
 
+source: moe/moe_finalize_routing_v2_grad/op_kernel/arch35/moe_finalize_routing_v2_grad_base.h and
+moe_finalize_routing_v2_grad_regbase.h @ 25fb6b92890d.
+
 * the two core splits: `init_out_rows` (the dropPadMode 1 zeroing of grad_expanded_x, GetInitOutBatches /
   InitOutputGm) and `compute_rows` (the slots, GetSubProcessBatches / ComputeLoopParam): core b takes
   eachCoreBatchNum rows, one more when b < modCoreNum, none from needCoreNum on;

@@ -1,6 +1,8 @@
 """Kernel entry of MoeFinalizeRoutingV2Grad on Ascend 950 (op_kernel/moe_finalize_routing_v2_grad_apt.cpp): the tiling
 key picks the template (tiling.moe_finalize_routing_v2_grad):
 
+source: moe/moe_finalize_routing_v2_grad/op_kernel/moe_finalize_routing_v2_grad_apt.cpp @ 25fb6b92890d.
+
     10001 without scales, not cut H     10002 without scales, cut H (hiddenPrePart-element pieces)
     20011 / 20021 with scales, not cut H (without / with bias)
     20012 / 20022 with scales, cut H (main / fold blocks)

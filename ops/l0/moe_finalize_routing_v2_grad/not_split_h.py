@@ -1,6 +1,9 @@
 """MoeFinalizeRoutingV2GradRegbaseNotCutH<T, int32, S, false> (arch35/moe_finalize_routing_v2_grad_regbase_not_cut_h.h),
 key 20011: with scales, no bias, every row whole in UB (hAlign elements).
 
+source: moe/moe_finalize_routing_v2_grad/op_kernel/arch35/moe_finalize_routing_v2_grad_regbase_not_cut_h.h and
+moe_finalize_routing_v2_grad_regbase.h @ 25fb6b92890d.
+
 Per slot j of the core's share, with row = expanded_row_idx[j] (a scalar GM read):
 * a valid row (base.valid_row): CopyIn grad_y[j // topK] and expanded_x[row]; ComputeOneRow:
   CalcGradExpandedXVF (grad_y * scales[j] in fp32, CAST_RINT to T) and CalcGradScaleVF (the fp32 sum of

@@ -1,5 +1,8 @@
-"""MoeFinalizeRoutingV2GradRegBaseCutH<T1, int32, T3, IsBiasExist=false> (arch35/
-moe_finalize_routing_v2_grad_regbase_cut_h.h, with the VFs of ..._regbase.h; cannmirror master), key 20012.
+"""MoeFinalizeRoutingV2GradRegBaseCutH<T1, int32, T3, IsBiasExist=false>, key 20012.
+
+source: moe/moe_finalize_routing_v2_grad/op_kernel/arch35/moe_finalize_routing_v2_grad_regbase_cut_h.h (the
+cacheIdx % 256 cache and the level1Temp / level2Temp final sum) with the VFs of moe_finalize_routing_v2_grad_regbase.h
+@ 25fb6b92890d.
 
 Slot j (one core takes a run of slots, tiling compute split) of token t = j // topK, row = expanded_row_idx[j]:
 

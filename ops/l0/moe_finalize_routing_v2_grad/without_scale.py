@@ -1,6 +1,9 @@
 """MoeFinalizeRoutingV2GradWithoutScaleNotCutH / ...CutH (arch35/moe_finalize_routing_v2_grad_without_scale_not_cut_h.h
 and ..._cut_h.h), keys 10001 / 10002: no scales, so grad_expanded_x[expanded_row_idx[j]] = grad_y[j], a byte copy.
 
+source: moe/moe_finalize_routing_v2_grad/op_kernel/arch35/moe_finalize_routing_v2_grad_without_scale_not_cut_h.h,
+moe_finalize_routing_v2_grad_without_scale_cut_h.h and moe_finalize_routing_v2_grad_base.h @ 25fb6b92890d.
+
 Per slot j of the core's share: CopyIn puts row j of grad_y (10002: one hiddenPrePart-element piece of it at a
 time, then the hiddenLastPart piece) and the slot's index in UB; CopyOut reads the index with GetValue and, for a
 valid row (base.valid_row), DataCopyPads the piece to that row of grad_expanded_x, then MTE3 -> MTE2. A slot

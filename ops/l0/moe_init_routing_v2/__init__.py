@@ -1,6 +1,9 @@
 """l0op::MoeInitRoutingV2 on Ascend 950: the arch35 kernels aclnnMoeTokenPermute (V1) launches for fp16 / bf16 /
 fp32 tokens, with activeNum = numOutTokens, expertCapacity 0, expertNum 0, dropPadMode 0, no expert-token counts.
 
+source: moe/moe_init_routing_v2/op_host/op_api/moe_init_routing_v2.cpp and op_kernel/moe_init_routing_v2.cpp
+@ 25fb6b92890d.
+
     expanded_row_idx[slot] = the output row of flat slot `slot` (stable ascending sort of the flat expert ids)
     expanded_x[row] = x[slot // k] for the rows row < activeRows (the slot sorted to that row)
 

@@ -1,5 +1,7 @@
-"""The token copy of MoeInitRoutingV2 on arch35: MoeV2GatherOutSimt<T> (moe_v2_gather_out_for_simt.h) and
-MoeV2ScatterOutBatchRow<T> (moe_v2_scatter_out_batch_row.h, newer sources than the Dec-2025 snapshot).
+"""The token copy of MoeInitRoutingV2 on arch35: MoeV2GatherOutSimt<T> and MoeV2ScatterOutBatchRow<T>.
+
+source: moe/moe_init_routing_v2/op_kernel/arch35/moe_v2_gather_out_for_simt.h and moe_v2_scatter_out_batch_row.h
+@ 25fb6b92890d.
 
 Both write expanded_x[dst] = x[slot // k] for the output rows dst < activateRows (slot = the flat slot sorted to
 row dst); they only move bits, so each compiles once per element width (x and expanded_x as uint16 for fp16 /
@@ -12,7 +14,8 @@ bf16, float32 for fp32).
 * MoeV2ScatterOutBatchRow (scatterMode 1: row bytes a multiple of 32, k <= 6, dropless): cores take the output
   rows in order; per loop they copy expandDstToSrcRow (row -> slot) from the workspace, gather ubRowsPerLoop
   (the tiling's perLoopCols) token rows into UB and write them as one multi-row DataCopyPad. (sic) The first
-  loop copies perLoopRows indices even when the core's only loop has fewer rows.
+  loop copies perLoopRows indices even when the core's only loop has fewer rows; (sic) the row copy-in follows
+  AllocTensor with no MTE3 -> MTE2 event (a real race, waived in kernel.py).
 """
 from __future__ import annotations
 
@@ -147,7 +150,6 @@ def _scatter_out_one_block(c, td, gm, out_start, out_rows, index_offset, dst_to_
     total = td.n * td.k
     activate_rows = td.gather_out_activate_rows
     out_rows_local = asc.alloc_tensor(c, SCATTER_OUT_QUEUE, X)
-    asc.sync_pipes(c, asc.MTE3_MTE2)
     valid_rows = min(out_rows, activate_rows - out_start)
     row_bytes = cols * gm.x.data.itemsize
     copy_in = asc.DataCopyExtParams(1, row_bytes, 0, 0)

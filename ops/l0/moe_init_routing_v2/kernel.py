@@ -1,15 +1,16 @@
-"""Kernels of MoeInitRoutingV2 on Ascend 950 (op_kernel/moe_init_routing_v2.cpp, the __DAV_C310__ branch).
+"""Kernels of MoeInitRoutingV2 on Ascend 950 (the __NPU_ARCH__ == 3510 branch of the entry).
+
+source: moe/moe_init_routing_v2/op_kernel/moe_init_routing_v2.cpp and op_kernel/arch35/*.h @ 25fb6b92890d.
 
 Each dropless key without expert-token counts runs three steps:
 
 1. sortPipe: MoeV2SortOneCore<T> (keys 10001 / 11001) or MoeV2SortMultiCore<T> (10002 / 11002), T the expert id
    type: the sorted ids and expandDstToSrcRow into the workspace (sort.py).
-2. MoeV2SrcToDstOpSimt: no TPipe of its own (it follows sortPipe.Destroy()); a SIMT call inverts the permutation
-   into expandedRowIdx, then SyncAll (src_to_dst.py).
-3. gatherPipe: MoeV2ScatterOutBatchRow<T> when the tiling set scatterMode, else MoeV2GatherOutSimt<T>
-   (gather_out.py). The Dec-2025 entry knows only the gather; the scatter template comes with newer sources
-   (whose entry file is not stored): the tiling's ub_plan and scatterMode field say which of the two builds
-   gatherPipe, and this kernel dispatches on them the same way.
+2. MoeV2SrcToDstOpSimt: no TPipe of its own; a SIMT call inverts the permutation into expandedRowIdx
+   (src_to_dst.py). With scatterMode 0 the entry calls Process() (the call, then SyncAll unless coreNum is 1); with
+   scatterMode 1 it calls ProcessWithoutSync(), since the scatter reads expandDstToSrcRow, not expandedRowIdx.
+3. gatherPipe: MoeV2ScatterOutBatchRow<T> when the tiling set scatterMode, followed by an unconditional SyncAll
+   before gatherPipe.Destroy(); else MoeV2GatherOutSimt<T> with no barrier after it (gather_out.py).
 
 Keys 1x001 / 1x002 differ only in the expert-token-count TPipe (MoeV2ExpertTokenOutRegBase / Simt), which runs only
 with expertTokensCountOrCumsumFlag > 0; drop-pad keys (10011 / 11011 / ...) and that pipe are not modelled (the l0
@@ -21,6 +22,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from ascend_sim import SYNC_ALL, Kernel, PipePhase
+from ascend_sim.check import RaceWaiver
 
 from . import sort
 from .gather_out import (GATHER_BUFFERS, SCATTER_BUFFERS, GatherGm, gather_out_stage, scatter_out_stage)
@@ -54,6 +56,9 @@ def _gather_args(td, gm, tmpl):
 
 
 def _src_to_dst_schedule(td, gm, tmpl):
+    """Process() = ProcessWithoutSync() + SyncAll (skipped for coreNum 1); scatterMode 1 takes ProcessWithoutSync()."""
+    if tmpl.scatter_mode:
+        return [src_to_dst_stage]
     return [src_to_dst_stage] + ([SYNC_ALL] if td.core_num != 1 else [])
 
 
@@ -65,11 +70,21 @@ def _gather_core_plan(block_idx, rows, td, gm, tmpl):
     return tuple(r._replace(bytes=nbytes) if r.name == "expandedRowIdxIndexCopyInQueue" else r for r in rows)
 
 
+# ScatterOutOneBlock fills outputRowsQueue (a VECOUT TQue of two buffers) with DataCopyPad GM->UB on MTE2 right after
+# AllocTensor; the queue's free event orders MTE3 -> V, not MTE3 -> MTE2, so the copy-in may overwrite the buffer the
+# copy-out two blocks earlier still reads. The real kernel has no MTE3 -> MTE2 event there: a race on the chip,
+# waived for the scatter kernels only
+SCATTER_ROWS_REUSE_RACE = RaceWaiver("MTE3", "DataCopyPad(UB->GM)", "MTE2", "DataCopyPad(GM->UB)",
+                                     "MoeV2ScatterOutBatchRow refills an outputRowsQueue buffer (MTE2) with no "
+                                     "MTE3 -> MTE2 event after its earlier copy-out")
+
+
 def _kernel(key: int, scatter_mode: int) -> Kernel:
     multi_core = key % 10 == 2
     sort_name = "MoeV2SortMultiCore" if multi_core else "MoeV2SortOneCore"
     if scatter_mode:
-        gather = PipePhase("gatherPipe", SCATTER_BUFFERS, (scatter_out_stage,), _gather_args)
+        # scatterOpBatchRow.Process(); AscendC::SyncAll(); (not guarded by coreNum)
+        gather = PipePhase("gatherPipe", SCATTER_BUFFERS, (scatter_out_stage, SYNC_ALL), _gather_args)
         gather_name = "MoeV2ScatterOutBatchRow"
     else:
         gather = PipePhase("gatherPipe", GATHER_BUFFERS, (gather_out_stage,), _gather_args,
@@ -78,7 +93,7 @@ def _kernel(key: int, scatter_mode: int) -> Kernel:
     return Kernel(OP, f"{sort_name} + MoeV2SrcToDstOpSimt + {gather_name}",
                   (sort.sort_phase(multi_core, _sort_args),
                    PipePhase("srcToDst", (), _src_to_dst_schedule, _src_to_dst_args),
-                   gather))
+                   gather), waivers=(SCATTER_ROWS_REUSE_RACE,) if scatter_mode else ())
 
 
 KEYS = (10001, 10002, 11001, 11002)

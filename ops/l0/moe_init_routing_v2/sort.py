@@ -1,6 +1,7 @@
-"""The arch35 sort of MoeInitRoutingV2 (op_kernel/arch35: moe_v2_sort_one_core_arch35.h,
-moe_v2_sort_multi_core_arch35.h, moe_v2_mrgsort_arch35.h, moe_v2_mrgsort_out_arch35.h, moe_v2_sort_base_arch35.h and
-ArithProgressionPerf of moe_init_routing_v2_arch35_common.h).
+"""The arch35 sort of MoeInitRoutingV2 (MoeV2SortOneCore / MoeV2SortMultiCore and their merge sorts).
+
+source: moe/moe_init_routing_v2/op_kernel/arch35/moe_v2_sort_one_core.h, moe_v2_sort_multi_core.h, moe_v2_mrgsort.h,
+moe_v2_mrgsort_out.h, moe_v2_sort_base.h and ArithProgressionPerf of moe_v2_common.h @ 25fb6b92890d.
 
 Sorts the n * k flat expert ids (int32 or int64) ascending as -fp32(id), descending, and writes two int32 lists to the
 user workspace: the sorted expert ids at [0, total) and the source slots in sorted order (expandDstToSrcRow) at

@@ -1,4 +1,6 @@
-"""MoeV2SrcToDstOpSimt (op_kernel/arch35/moe_v2_src_to_dst_op_simt_arch35.h): the inverse of the sort's permutation.
+"""MoeV2SrcToDstOpSimt: the inverse of the sort's permutation.
+
+source: moe/moe_init_routing_v2/op_kernel/arch35/moe_v2_src_to_dst_op_simt.h @ 25fb6b92890d.
 
 The sort left expandDstToSrcRow in the workspace (int32 from element Align(total, 4)): for each output row, in sorted
 order, the flat slot it comes from. Every core takes srcToDst's share of output rows and starts one SIMT call of

@@ -1,6 +1,8 @@
 """l0op::MoeInitRoutingV2Grad on Ascend 950: the arch35 kernels aclnnMoeTokenPermuteGrad launches (fp16 / bf16 /
 fp32 rows, topK = num_topk, dropPadMode 0, activeNum = rows of the gradient).
 
+source: moe/moe_init_routing_v2_grad/op_host/op_api/moe_init_routing_v2_grad.cpp @ 25fb6b92890d.
+
     grad_x[t] = sum over j < topK of grad_expanded_x[expanded_row_idx[t * topK + j]], a slot whose row is invalid
                 (IsInvalidRowIdx<Mode>: < 0 always, >= activeNum in the active mode, >= N * topK when dropless)
                 counting as a zero row; fp32 sums from +0.0 in groups of four slots (base.py), one CAST_RINT

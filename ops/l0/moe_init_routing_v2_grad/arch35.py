@@ -1,11 +1,13 @@
-"""MoeInitRoutingV2GradCompute<T, Mode> (op_kernel/arch35/moe_init_routing_v2_grad_arch35.h, hicann master): keys
-40000x, the catch-all for a large topK with a long H. The cores split the N output rows; a core takes one row
-(n_ub_factor is always 1) and H in pieces of h_ub_factor, and the topK slots k_ub_factor at a time: the first pass
-starts the fp32 sums in binaryAddBuf at +0.0, the later ones continue them; a last VF casts them to T.
+"""MoeInitRoutingV2GradCompute<T, Mode>: keys 40000x, the catch-all for a large topK with a long H. The cores split
+the N output rows; a core takes one row (n_ub_factor is always 1) and H in pieces of h_ub_factor, and the topK slots
+k_ub_factor at a time: the first pass starts the fp32 sums in binaryAddBuf at +0.0, the later ones continue them; a
+last VF casts them to T.
 
     inputQueue   (2 buffers)  n_ub_factor * k_ub_factor rows of h_ub_factor T
     outputQueue  (1 buffer)   n_ub_factor rows of h_ub_factor T
     binaryAddBuf (TBuf)       n_ub_factor rows of h_ub_factor fp32: the running sums
+
+source: moe/moe_init_routing_v2_grad/op_kernel/arch35/moe_init_routing_v2_grad.h @ 25fb6b92890d.
 """
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ def arch35_process(c, td, gm, tmpl):
     """Init + Process of one core."""
     T = asc.ub_like(c, gm.grad_expanded_x)
     block_idx = c.block_idx
-    single_n = td.n - td.n_block_factor * (td.block_dim - 1) if block_idx == td.block_dim - 1 else td.n_block_factor
+    single_n = td.n - td.n_block_factor * (td.num_blocks - 1) if block_idx == td.num_blocks - 1 else td.n_block_factor
     index_gm = asc.gm_at(gm.expanded_row_idx, td.n_block_factor * block_idx * td.k)
     output_gm = asc.gm_at(gm.grad_x, td.n_block_factor * block_idx * td.h)
     tmp_buf = asc.tbuf_get(c, BINARY_ADD_BUF, asc.ub_f32(c))

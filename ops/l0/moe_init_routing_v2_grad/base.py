@@ -1,5 +1,7 @@
-"""What the three MoeInitRoutingV2Grad arch35 templates share (op_kernel/arch35/moe_init_routing_v2_grad_base_arch35.h,
-hicann master; the Dec-2025 snapshot's moe_init_routing_v2_grad_base.h adds every slot in turn instead).
+"""What the three MoeInitRoutingV2Grad arch35 templates share.
+
+source: moe/moe_init_routing_v2_grad/op_kernel/arch35/moe_init_routing_v2_grad_base.h @ 25fb6b92890d (IsInvalidRowIdx,
+the Load/StoreOneTensorForDtypeT casts, SequenceReduceSum with its four-slot groups).
 
 * `copy_in`: the CopyIn loop every template has: one GlobalTensor::GetValue per slot, then the slot's row piece
   into its UB row by DataCopyPad (MTE2), or a zero row by Duplicate when IsInvalidRowIdx<Mode> says so.

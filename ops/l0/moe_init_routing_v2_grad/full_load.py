@@ -1,9 +1,11 @@
-"""MoeInitRoutingV2GradFullLoadCompute<T, Mode> (op_kernel/arch35/moe_init_routing_v2_grad_full_load.h, hicann
-master): keys 30000x. The cores split the N output rows (n_block_factor each, the last the rest); a core takes
-n_ub_factor rows at a time with all topK slots, and H in pieces of h_ub_factor (one piece when H fits the UB).
+"""MoeInitRoutingV2GradFullLoadCompute<T, Mode>: keys 30000x. The cores split the N output rows (n_block_factor each,
+the last the rest); a core takes n_ub_factor rows at a time with all topK slots, and H in pieces of h_ub_factor (one
+piece when H fits the UB).
 
     inputQueue  (2 buffers)  n_ub_factor * k rows of h_ub_factor T: the slots' row pieces, UB row stride HAlign
     outputQueue (1 buffer)   n_ub_factor rows of h_ub_factor T: the sums, cast to T by the VF's stores
+
+source: moe/moe_init_routing_v2_grad/op_kernel/arch35/moe_init_routing_v2_grad_full_load.h @ 25fb6b92890d.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def full_load_process(c, td, gm, tmpl):
     """Init + Process of one core."""
     T = asc.ub_like(c, gm.grad_expanded_x)
     block_idx = c.block_idx
-    single_n = td.n - td.n_block_factor * (td.block_dim - 1) if block_idx == td.block_dim - 1 else td.n_block_factor
+    single_n = td.n - td.n_block_factor * (td.num_blocks - 1) if block_idx == td.num_blocks - 1 else td.n_block_factor
     index_gm = asc.gm_at(gm.expanded_row_idx, td.n_block_factor * block_idx * td.k)
     output_gm = asc.gm_at(gm.grad_x, td.n_block_factor * block_idx * td.h)
     n_quot = (single_n + td.n_ub_factor - 1) // td.n_ub_factor

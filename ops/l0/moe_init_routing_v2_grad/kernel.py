@@ -1,4 +1,6 @@
-"""Kernels of MoeInitRoutingV2Grad on Ascend 950 (op_kernel/moe_init_routing_v2_grad_apt.cpp, the arch35 entry).
+"""Kernels of MoeInitRoutingV2Grad on Ascend 950 (the arch35 entry).
+
+source: moe/moe_init_routing_v2_grad/op_kernel/moe_init_routing_v2_grad_apt.cpp @ 25fb6b92890d.
 
     keys 20000x  MoeInitRoutingV2GradSplitHCompute<T, Mode>     split_h.py
     keys 30000x  MoeInitRoutingV2GradFullLoadCompute<T, Mode>   full_load.py

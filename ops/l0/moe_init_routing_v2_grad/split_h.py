@@ -1,10 +1,11 @@
-"""MoeInitRoutingV2GradSplitHCompute<T, Mode> (op_kernel/arch35/moe_init_routing_v2_grad_split_h.h, hicann master):
-keys 20000x, for few output rows and a long H. The cores split H (h_block_factor columns each, the last core the
-rest); a core walks its columns in pieces of h_ub_factor and, for each piece, the N rows k_ub_factor at a time with
-all topK slots.
+"""MoeInitRoutingV2GradSplitHCompute<T, Mode>: keys 20000x, for few output rows and a long H. The cores split H
+(h_block_factor columns each, the last core the rest); a core walks its columns in pieces of h_ub_factor and, for each
+piece, the N rows k_ub_factor at a time with all topK slots.
 
     inputQueue  (2 buffers)  k_ub_factor * k rows of AlignUp(h_ub_factor * sizeof(T), 32) bytes
     outputQueue (1 buffer)   k_ub_factor rows of the same size
+
+source: moe/moe_init_routing_v2_grad/op_kernel/arch35/moe_init_routing_v2_grad_split_h.h @ 25fb6b92890d.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def split_h_process(c, td, gm, tmpl):
     block_idx = c.block_idx
     output_gm = asc.gm_at(gm.grad_x, td.h_block_factor * block_idx)
     cur_block_h = td.h_block_factor
-    if block_idx == td.block_dim - 1:
+    if block_idx == td.num_blocks - 1:
         cur_block_h = td.h_block_factor if td.h % td.h_block_factor == 0 else td.h % td.h_block_factor
     split_h_loops = (cur_block_h + td.h_ub_factor - 1) // td.h_ub_factor
     cur_sub_h = td.h_ub_factor

@@ -2,6 +2,8 @@
 [M26]), launched by aclnnMoeTokenPermuteWithRoutingMapGrad (drop-and-pad tokens gradient) and
 aclnnMoeTokenUnpermuteWithRoutingMap (padded mode) where they do not take the sorted index add.
 
+source: moe/3rd/moe_inplace_index_add/op_host/op_api/moe_inplace_index_add.cpp @ 25fb6b92890d.
+
     var[pre, indices[j], after] += updates[pre, j, after]        (axis 0 and no alpha on those chains)
 
 The tiling (tiling.moe_inplace_index_add) chooses one of five templates; the simulated kernels are SIMT

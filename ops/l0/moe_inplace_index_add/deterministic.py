@@ -2,6 +2,9 @@
 base class of moe_inplace_index_add_common.h): keys 300000 / 300001 / 300002 with isSplitPreAxis or
 isSplitAfterAxis (the deterministic switch on, float32 / float16 / bfloat16 var), int32 ids, no alpha.
 
+source: moe/3rd/moe_inplace_index_add/op_kernel/arch35/moe_inplace_index_add_determinstic_notquant.h,
+op_kernel/arch35/moe_inplace_index_add_common.h @ 25fb6b92890d.
+
 The cores own disjoint parts of var: the column split gives core k the columns [k * eachCoreAfterAxisCount, ...)
 of every row, the pre split the pre rows [k * eachCorePreAxisCount, ...). A core walks windows of ubIndexFactor
 ids (the pre split with all ids in one window: batches of ubIndexFactor div updatesInAxis pre rows,

@@ -2,6 +2,8 @@
 300002 with neither isSplitPreAxis nor isSplitAfterAxis (the deterministic switch on, few pre rows and short rows,
 ids split over the cores), int32 ids, no alpha.
 
+source: moe/3rd/moe_inplace_index_add/op_kernel/arch35/moe_inplace_index_add_determinstic.h @ 25fb6b92890d.
+
 The adds of different cores to one var row are made order-free by fixed-point: every core's partial sums of a
 row are scaled by the row's largest partial sum and rounded to int32, and int32 adds commute. Per pre row:
 

@@ -1,4 +1,6 @@
-"""Kernels of MoeInplaceIndexAdd on Ascend 950 (op_kernel/moe_inplace_index_add.cpp, TILING_KEY_IS dispatch):
+"""Kernels of MoeInplaceIndexAdd on Ascend 950 (TILING_KEY_IS dispatch).
+
+source: moe/3rd/moe_inplace_index_add/op_kernel/moe_inplace_index_add.cpp and op_kernel/arch35/*.h @ 25fb6b92890d.
 
     keys 100000 / 100001 / 100027 (+100: 64-bit offsets)   MoeInplaceIndexAddSimt<float | half | bfloat16_t>  simt.py
     key 400000                                             MoeInplaceIndexAddSimd<DTYPE_VAR> ProcessAfter     simd.py

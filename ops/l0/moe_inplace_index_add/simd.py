@@ -3,6 +3,8 @@
 the selection lets this template reach: SIMD without sort needs afterAxis >= cores * 128 elements, hence at least
 128 * cores bytes, so the tiling's ProcessPre / ProcessIndices branches are dead code.
 
+source: moe/3rd/moe_inplace_index_add/op_kernel/arch35/moe_inplace_index_add_simd.h @ 25fb6b92890d.
+
 Every core owns a slice of eachCoreAfterAxisCount columns. For each window of ubIndexFactor indices and each
 piece of afterAxisFactor columns of its slice it copies the indices in, then per pre row the window's update rows
 (one strided DataCopyPad, each UB row padded to 32 bytes), and adds every row to var[pre, indices[i]] with an

@@ -4,6 +4,9 @@ moe_inplace_index_add_common.h and the id statistic of indices_sort_utils.h): ke
 than pre rows and rows under 1 KiB per core), int32 ids, no alpha, float32 / float16 / bfloat16 var (the chains'
 case: ids repeat topK times). One stage (Process) runs both branches.
 
+source: moe/3rd/moe_inplace_index_add/op_kernel/arch35/moe_inplace_index_add_simd_sort.h,
+moe_inplace_index_add_common.h, indices_sort_utils.h @ 25fb6b92890d.
+
 ProcessAfter: each of usedCoreNumBefore cores owns eachCoreAfterAxisCount consecutive columns (the last core
 tailCoreAfterAxisCount), walks all the ids in windows of ubIndexFactor and scores, sorts and sums each window
 itself, exactly as below, with two differences: a window sorts on maxScore > 0.01 alone (no 128-id floor), and

@@ -1,6 +1,8 @@
 """MoeInplaceIndexAddSimt (op_kernel/arch35/moe_inplace_index_add_simt.h): keys 100000 + dtype, no alpha, float32 /
 float16 / bfloat16 var (the dtypes the routing-map chains pass).
 
+source: moe/3rd/moe_inplace_index_add/op_kernel/arch35/moe_inplace_index_add_simt.h @ 25fb6b92890d.
+
 One SIMT call per core of USED_THREAD (2048) threads walks the updates elements in a grid-stride loop (element
 i = blockIdx * 2048 + threadIdx, step blockNum * 2048). Element i is (pre d0, index row d1, column d2); it is added
 to var[d0, indices[d1], d2] with one atomic add in var's own type (asc_atomic_add: fp32 rounded half to even,

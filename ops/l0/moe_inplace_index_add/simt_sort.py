@@ -3,6 +3,9 @@ moe_inplace_index_add_common.h and the id statistic of indices_sort_utils.h): ke
 alpha), int32 ids, float32 / float16 / bfloat16 var: the template the tiling takes where ids repeat five times or
 more and rows are short (afterAxis * sizeof(var) < 128 bytes, afterAxis <= 1024).
 
+source: moe/3rd/moe_inplace_index_add/op_kernel/arch35/moe_inplace_index_add_simt_sort.h,
+moe_inplace_index_add_common.h, indices_sort_utils.h @ 25fb6b92890d.
+
 Each of usedCoreNum cores owns indicesLoopSize windows of indicesUbFactor consecutive ids (the last core
 tailBlockIndicesLoopSize windows, its last one of indiceAxisTailNum ids). Per window:
 

@@ -1,6 +1,8 @@
 """l0op::MoeMaskedScatter on Ascend 950: the arch35 kernel aclnnMoeTokenPermuteWithRoutingMapGrad launches (open
 build, BUILD_OPEN_PROJECT_API) for the probs gradient without dropAndPad.
 
+source: moe/3rd/moe_masked_scatter/op_host/op_api/moe_masked_scatter.cpp @ 25fb6b92890d.
+
     y = x; the k-th True of mask, in row-major order, takes updates[k]
 
 It only moves values: every dtype of the OpDef is carried as the unsigned integer of its width (one kernel per

@@ -14,6 +14,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ...sum_bound import U_FP32, assert_within_sum_bound
+
 UNIT_ROUNDOFF = {np.dtype(np.float32): 2.0 ** -24, np.dtype(np.float16): 2.0 ** -11,
                  np.dtype(ml_dtypes.bfloat16): 2.0 ** -8}
 
@@ -50,6 +52,26 @@ def check_within_bound(got, var, idx, upd):
     assert np.all(err <= bound), f"max excess {np.max(err - bound)}"
     untouched = adds == 0
     assert np.array_equal(got3[:, untouched].view(np.uint8), var3[:, untouched].view(np.uint8))
+
+
+def check_formula(got, var, idx, upd):
+    """The formula check of an (N, H) index-add result, sharing no code with add_windows or the kernel: every element
+    against var + the float64 sum of the updates landing on it (tests/sum_bound.py). With n updates on a row, each
+    term meets at most n fp32 additions (u = 2^-24) for fp32 var; for 16-bit var each addition is rounded to T and a
+    run sum once more on its way into T, so m = 2n with u the unit roundoff of T."""
+    ok = (idx >= 0) & (idx < var.shape[0])
+    exact = var.astype(np.float64)
+    magnitude = np.abs(exact)
+    adds = np.zeros(var.shape[0], np.int64)
+    np.add.at(exact, idx[ok], upd[ok].astype(np.float64))
+    np.add.at(magnitude, idx[ok], np.abs(upd[ok].astype(np.float64)))
+    np.add.at(adds, idx[ok], 1)
+    if var.dtype == np.dtype(np.float32):
+        m, u = adds, U_FP32
+    else:
+        m, u = 2 * adds, UNIT_ROUNDOFF[var.dtype]
+    assert_within_sum_bound(got, exact, magnitude, m[:, None], var.dtype, u=u,
+                            what="index_add vs the exact float64 sums")
 
 
 def add_windows(var, idx, upd, windows, sort_floor):

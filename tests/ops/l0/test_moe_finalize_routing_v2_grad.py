@@ -7,7 +7,9 @@
 for slots with 0 <= idx[j] < expandedXDim0; other slots write no row and get +0. The sum is formed in the order the
 arch35 CalcGradScaleVF reads (see `row_sum`): a scalar loop here, one fp32 addition at a time, sharing nothing with
 the kernel. The one assumption, the lane order of a 64-lane in-register ReduceSum, is LANE_TREE (pairwise, adjacent
-lanes; inactive lanes +0): change it there and every golden follows.
+lanes; inactive lanes +0): change it there and every golden follows. Beside the bits, `formula_check` holds every
+grad_scales to the float64 dot product within the error bound of its fp32 roundings (tests/sum_bound.py), which no
+order assumption enters.
 
 Shapes are small; the kernels compile once per token carrier (uint16, float32) and template.
 """
@@ -21,6 +23,8 @@ from ops.l0 import moe_finalize_routing_v2_grad as l0
 from tiling import get_soc
 from tiling import moe_finalize_routing_v2_grad as tile
 from tiling.status import TilingError
+
+from ...sum_bound import assert_within_sum_bound
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 DT = {"bf16": BF16, "fp16": F16, "fp32": F32}
@@ -90,6 +94,21 @@ def golden(grad_y, idx, expanded_x, scales, dim0, out_rows):
     return gex, gsc.reshape(n, k).astype(scales.dtype)
 
 
+def formula_check(gsc, grad_y, idx, expanded_x, scales, dim0):
+    """grad_scales against the float64 dot products, sharing no code with the kernel or `row_sum`: H products, each
+    rounded once in fp32, then H - 1 fp32 additions in some order (m = H), then the rounding to S."""
+    k = scales.shape[1]
+    hidden = grad_y.shape[1]
+    x64 = expanded_x.reshape(-1, hidden).astype(np.float64)
+    g64 = grad_y.astype(np.float64)
+    ok = np.flatnonzero((idx >= 0) & (idx < dim0))
+    terms = g64[ok // k] * x64[idx[ok]]
+    got = gsc.reshape(-1)[ok]
+    finite = np.isfinite(got.astype(np.float64)) & np.isfinite(terms).all(axis=1)
+    assert_within_sum_bound(got[finite], terms.sum(axis=1)[finite], np.abs(terms).sum(axis=1)[finite], hidden,
+                            scales.dtype, what="grad_scales vs the exact dot products")
+
+
 # --- running -------------------------------------------------------------------------------------------------------
 def _inputs(tokens, hidden, top_k, tok, prob, *, seed=0, minus_one=0, past=0, rows=None):
     """grad_y (tokens, H) (tokens * k rows without scales), a permutation of the slots over the rows (`minus_one`
@@ -139,6 +158,7 @@ def _check(grad_y, idx, expanded_x, scales, soc, *, key=None, check=None, **kw):
     _bits_equal(gex.reshape(want_x.shape), want_x, f"key {executor.tiling.tiling_key} grad_expanded_x")
     if scales is not None:
         _bits_equal(gsc, want_s, f"key {executor.tiling.tiling_key} grad_scales")
+        formula_check(gsc, grad_y, idx, expanded_x, scales, dim0)
     if key is not None:
         assert executor.tiling.tiling_key == key
     return executor

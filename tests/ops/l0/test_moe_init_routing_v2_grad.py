@@ -56,21 +56,21 @@ def chunk_of(t):
 # id: (n, topK, H, dtype, soc, key, {field: value} that pins the branch)
 CASES = {
     # full-load, topK 1, 70 tokens over 35 cores, H = 256 (one unrolled block) + 44 (tail)
-    "full-load-k1-bf16": (70, 1, 300, "bf16", CHIP, 300003, dict(n_block_factor=2, block_dim=35)),
+    "full-load-k1-bf16": (70, 1, 300, "bf16", CHIP, 300003, dict(n_block_factor=2, num_blocks=35)),
     # full-load, topK 6 (a group of four and two single slots), 3 tokens per UB pass, 8 per core (3 + 3 + 2),
     # the last core 6
     "full-load-k6-fp16": (30, 6, 200, "fp16", SMALL, 300003, dict(n_ub_factor=3, n_block_factor=8)),
     # full-load, H split in pieces of 312 fp32 (13 rows of 3000 do not fit 16 KiB, topK <= 10): tail piece 192
     "full-load-split-h-fp32": (5, 6, 3000, "fp32", SMALL, 300003, dict(n_ub_factor=1, h_ub_factor=312)),
     # split-H: 2 tokens, H 8232 over 64 cores (129 columns each, the last 66), all rows in one pass
-    "split-h-bf16": (2, 3, 8232, "bf16", CHIP, 200003, dict(h_block_factor=129, block_dim=64, k_ub_factor=125)),
+    "split-h-bf16": (2, 3, 8232, "bf16", CHIP, 200003, dict(h_block_factor=129, num_blocks=64, k_ub_factor=125)),
     # split-H, fp32: 8200 columns, 129 per core, the last of 64 cores 73 (an unaligned GM column offset)
-    "split-h-fp32": (3, 2, 8200, "fp32", CHIP, 200003, dict(h_block_factor=129, block_dim=64)),
+    "split-h-fp32": (3, 2, 8200, "fp32", CHIP, 200003, dict(h_block_factor=129, num_blocks=64)),
     # split-H with sub-H pieces: 1250 columns per core in pieces of 416 (tail 2), 1 row per pass
     "split-h-sub-h-fp16": (2, 9, 5000, "fp16", SMALL, 200003, dict(h_block_factor=1250, h_ub_factor=416,
                                                                     k_ub_factor=1)),
     # regbase: topK 64 in chunks of 60 + 4 (the fp32 sums continue in binaryAddBuf), 10 tokens on 10 cores
-    "regbase-k64-fp32": (10, 64, 512, "fp32", CHIP, 400003, dict(k_ub_factor=60, block_dim=10)),
+    "regbase-k64-fp32": (10, 64, 512, "fp32", CHIP, 400003, dict(k_ub_factor=60, num_blocks=10)),
     # regbase, small UB: topK 16 in chunks of 2 slots (each added on its own), H 1000 whole
     "regbase-k16-bf16": (3, 16, 1000, "bf16", SMALL, 400003, dict(k_ub_factor=2, h_ub_factor=1008)),
     # regbase, small UB: topK 16 in chunks of 6 + 6 + 4 (a group of four and two singles, then a group)

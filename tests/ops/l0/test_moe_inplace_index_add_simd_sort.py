@@ -22,7 +22,7 @@ from ops.l0 import moe_inplace_index_add as l0
 from tiling import get_soc
 from tiling.moe_inplace_index_add import KEY_SIMD_SORT
 
-from .index_add_golden import add_windows, check_within_bound
+from .index_add_golden import add_windows, check_formula, check_within_bound
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 DTYPES = {"fp32": F32, "fp16": F16, "bf16": BF16}
@@ -44,8 +44,11 @@ def _windows(f, m):
 
 def golden(var, idx, upd, f):
     """The kernel's sequence of roundings, windows in core order; windows of 128 ids or fewer never sort.
-    Returns (result, windows that sorted)."""
-    return add_windows(var, idx, upd, _windows(f, len(idx)), INDICES_SORT_THRESHOLD)
+    Returns (result, windows that sorted). The result also passes the formula check (index_add_golden.check_formula),
+    so every test that holds the kernel to these bits holds it to the exact sums' error bound too."""
+    want, sorted_windows = add_windows(var, idx, upd, _windows(f, len(idx)), INDICES_SORT_THRESHOLD)
+    check_formula(want, var, idx, upd)
+    return want, sorted_windows
 
 
 def _slot_order(var, idx, upd):

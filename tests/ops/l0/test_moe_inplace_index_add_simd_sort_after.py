@@ -22,7 +22,7 @@ from ops.l0 import moe_inplace_index_add as l0
 from tiling import get_soc
 from tiling.moe_inplace_index_add import KEY_SIMD_SORT
 
-from .index_add_golden import add_windows, check_within_bound
+from .index_add_golden import add_windows, check_formula, check_within_bound
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 DTYPES = {"fp32": F32, "fp16": F16, "bf16": BF16}
@@ -37,8 +37,11 @@ def _windows(f, m):
 
 
 def golden(var, idx, upd, f, sort_floor=0):
-    """sort_floor=0: the column split's rule (score alone); 128 would be the id split's, 2**62 never sorts."""
-    return add_windows(var, idx, upd, _windows(f, len(idx)), sort_floor)
+    """sort_floor=0: the column split's rule (score alone); 128 would be the id split's, 2**62 never sorts. The result
+    also passes the formula check (index_add_golden.check_formula), which shares nothing with the windows."""
+    want, sorted_windows = add_windows(var, idx, upd, _windows(f, len(idx)), sort_floor)
+    check_formula(want, var, idx, upd)
+    return want, sorted_windows
 
 
 def _inputs(n, m, h, dtype, ids="random", seed=0):
