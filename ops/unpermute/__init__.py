@@ -165,8 +165,11 @@ def _regbase(p, s, pr, out, soc, tensors):
     result = None
     if out.size:        # the l0 allocates y like out and launches nothing for an empty y
         try:
-            _, executor = _l0_finalize.get_workspace_size(p, s, scales=pr, drop_pad_mode=DROP_PAD_MODE_ROW, y_out=out,
-                                                          soc=soc)
+            # master's call: x1, x2, bias, expert_idx, x, alpha1, alpha2, v null, the three ranges null, k 1
+            _, executor = _l0_finalize.get_workspace_size(p, s, None, None, None, pr, None, None, None, None, None,
+                                                          drop_pad_mode=DROP_PAD_MODE_ROW, zero_expert_range=None,
+                                                          copy_expert_range=None, constant_expert_range=None, k=1,
+                                                          y_out=out, soc=soc)
         except TilingError as e:
             raise InnerNullptrError(f"l0op::{L0_950} returns nullptr: {e.message}") from None
         result = executor.tiling

@@ -1,4 +1,6 @@
-"""moe_finalize_routing_v2_base.h (arch35): the VFs and copies the four MoeFinalizeRoutingV2 templates share.
+"""The VFs and copies the four MoeFinalizeRoutingV2 arch35 templates share.
+
+source: moe/moe_finalize_routing_v2/op_kernel/arch35/moe_finalize_routing_v2_base.h @ 25fb6b92890d
 
 Only the parts MoeTokenUnpermute reaches are modelled: no x1 / x2 (y starts from Duplicate(0)), no bias. Every VF
 works on fp32 y in UB and adds one expanded row (widened to fp32, times its scale when there are scales) per call
@@ -32,8 +34,8 @@ def round_up(elems, nbytes):
 
 @aicore
 def skipped(idx, active_num, drop_pad_mode):
-    """The newest kernels' validity test of an expanded_row_idx value: -1 always, and in the dropless modes every
-    row at or past activeNum. (The Dec 2025 dropless kernels test only the second and read row -1.)"""
+    """The templates' validity test of an expanded_row_idx value: -1 always, and in the dropless modes every
+    row at or past activeNum."""
     if idx == INVALID_IDX:
         return True
     return (drop_pad_mode == DROPLESS_COLUMN or drop_pad_mode == DROPLESS_ROW) and idx >= active_num

@@ -1,8 +1,10 @@
-"""MoeFinalizeRoutingV2HFullLoad (arch35/moe_finalize_routing_v2_h_full_load.h), keys 10020 / 10021 / 10022.
+"""MoeFinalizeRoutingV2HFullLoad, keys 10020 / 10021 / 10022.
+
+source: moe/moe_finalize_routing_v2/op_kernel/arch35/moe_finalize_routing_v2_h_full_load.h @ 25fb6b92890d
 
 Per loop a core makes rowFactor tokens of y in one fp32 buffer; per token it takes its k slots kFactor at a time:
 the valid slots' expanded rows are copied side by side (hAligned apart) with their scales packed to the front,
-then one VF adds them in slot order. The skip rule is the newest kernel's (base.skipped).
+then one VF adds them in slot order (the skip rule: base.skipped).
 """
 from __future__ import annotations
 

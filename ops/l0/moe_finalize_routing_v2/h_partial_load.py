@@ -1,4 +1,6 @@
-"""MoeFinalizeRoutingV2HPartialLoad (arch35/moe_finalize_routing_v2_h_partial_load.h), keys 20020 / 20021 / 20022.
+"""MoeFinalizeRoutingV2HPartialLoad, keys 20020 / 20021 / 20022.
+
+source: moe/moe_finalize_routing_v2/op_kernel/arch35/moe_finalize_routing_v2_h_partial_load.h @ 25fb6b92890d
 
 One token at a time in hFactor-element pieces: per piece y starts at 0 and each valid slot's piece of its expanded
 row is copied in and added (times its scale, read from GM by the scalar unit) by one VF, in slot order.
@@ -34,10 +36,10 @@ def h_partial_load_stage(c, td, gm, tmpl):
                 x_local = asc.alloc_tensor(c, X_QUE, asc.ub_like(c, gm.expanded_x))
                 copy_in(c, x_local, asc.gm_at(gm.expanded_x, idx * td.h + h_idx * td.h_factor), h_factor)
                 asc.en_que(c, X_QUE, x_local)
+                x_local = asc.de_que(c, X_QUE, asc.ub_like(c, gm.expanded_x))
                 scale = 0.0
                 if tmpl.has_scales:
-                    scale = get_scale_gm(c, gm, tmpl.s_t, offset)   # the scale offset is the index offset
-                x_local = asc.de_que(c, X_QUE, asc.ub_like(c, gm.expanded_x))
+                    scale = get_scale_gm(c, gm, tmpl.s_t, offset)   # SetScaleOffset: the index offset (row modes)
                 process_expand_x_scale(c, y_local, 0, x_local, 0, scale, tmpl.has_scales, tmpl.x_t, tmpl.s_t,
                                        h_factor)
                 asc.free_tensor(c, X_QUE, x_local)

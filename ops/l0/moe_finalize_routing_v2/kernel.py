@@ -1,11 +1,12 @@
-"""Kernel entry of MoeFinalizeRoutingV2 on Ascend 950 (op_kernel/moe_finalize_routing_v2_apt.cpp): the tiling key
-picks the template (10000 H full load, 20000 split H, 30000 row-K-H full load, 40000 K-H full load), the drop-pad
+"""Kernel entry of MoeFinalizeRoutingV2 on Ascend 950: the tiling key picks the template (10000 H full load, 20000 split H, 30000 row-K-H full load, 40000 K-H full load), the drop-pad
 mode (tens digit) and the scales' type S (units: 0 fp32 or none, 1 fp16, 2 bf16); T is expanded_x's type.
 
 Each template is one TPipe whose InitBuffer calls depend on the inputs present (scales) and, for K-H full load, on
 k == 1: one Kernel per (template, scales present, k == 1) with the buffers of tiling.moe_finalize_routing_v2's
 ub_plan. The stages take (c, td, gm, tmpl); the tokens are carriers (uint16 for fp16 / bf16, float32) and the
 scales come as both views of their bytes, so a stage compiles once per token carrier.
+
+source: moe/moe_finalize_routing_v2/op_kernel/moe_finalize_routing_v2_apt.cpp @ 25fb6b92890d
 """
 from __future__ import annotations
 
@@ -52,11 +53,19 @@ def _buffers(template: int, has_scales: bool, k1: bool) -> tuple[str, ...]:
 # and the kernel orders nothing between the two (its S_V event comes after the packing).
 SCALES_PACK_RACE = RaceWaiver("V", "vector function (__VEC_SCOPE__)", "S", "LocalTensor::SetValue",
                               "K-H full load packs the next token's scales next to the ones the previous VF reads")
+# k_h_full_load.h ProcessYWithInputK4 packs a 16-token batch's scales with SetValue (S) and its VFs (V) read them
+# with no S_V event in between; ProcessYWithInputK1 writes each token's scale back onto itself (S) before its VF
+# reads it, likewise without an S_V event (only the expandedXQue EnQue / DeQue, an MTE2 -> V wait).
+SCALES_UNSYNCED_RACE = RaceWaiver("S", "LocalTensor::SetValue", "V", "vector function (__VEC_SCOPE__)",
+                                  "K-H full load (k == 1, and k <= 4 batched) has no S_V event between the scales' "
+                                  "SetValue and the VF that reads them")
 
 
 def _kernel(template: int, has_scales: bool, k1: bool) -> Kernel:
     stage, name = _STAGES[template]
-    waivers = (SCALES_PACK_RACE,) if template == 40000 and has_scales and not k1 else ()
+    waivers = ()
+    if template == 40000 and has_scales:
+        waivers = (SCALES_UNSYNCED_RACE,) if k1 else (SCALES_PACK_RACE, SCALES_UNSYNCED_RACE)
     return Kernel(OP, name, (PipePhase("pipe", _buffers(template, has_scales, k1), (stage,)),), waivers)
 
 

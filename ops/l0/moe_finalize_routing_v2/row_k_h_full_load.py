@@ -1,5 +1,6 @@
-"""MoeFinalizeRoutingV2RowKHFullLoad (arch35/moe_finalize_routing_v2_row_k_h_full_load.h), keys 30020 / 30021 /
-30022.
+"""MoeFinalizeRoutingV2RowKHFullLoad, keys 30020 / 30021 / 30022.
+
+source: moe/moe_finalize_routing_v2/op_kernel/arch35/moe_finalize_routing_v2_row_k_h_full_load.h @ 25fb6b92890d
 
 The whole expanded_x is copied into UB once: the kernel copies row * k * h elements (dropless modes) whatever
 expanded_x's own length. Deviation: where expanded_x has fewer rows (activeNum < row * k) the hardware reads unrelated

@@ -3,7 +3,8 @@ dropPadMode 2, bit for bit against the MoeTokenUnpermute golden's 950 rules (ops
 -1 and rows >= R skipped, zero probs multiplied, the fp32 sum from +0.0 in slot order).
 
 A 16 KiB, 3-core profile walks the templates with the hidden size (row-K-H full load -> K-H full load -> H full load
--> split H); each cut is run on both sides. Shapes are small; the kernels compile once per (tokens, scales) carrier.
+-> split H); each cut is run on both sides. A 64 KiB profile reaches K-H full load's 16-token batched path (k <= 4,
+rowFactor >= 16). Shapes are small; the kernels compile once per (tokens, scales) carrier.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from ascend_sim import OutOfBoundsError
+from tiling.status import ParamInvalidError, TilingError
 from ops.l0 import moe_finalize_routing_v2 as l0
 from ops.unpermute.golden import golden
 from tiling import get_soc
@@ -21,6 +23,9 @@ BF16, F16, F32, I32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dty
 SMALL = get_soc("ascend950", ub_size=16384, aiv_num=3)
 STOCK = get_soc("ascend950")
 DT = {"bf16": BF16, "fp16": F16, "fp32": F32}
+# what aclnnMoeTokenUnpermute passes (op_host/op_api/aclnn_moe_token_unpermute.cpp @ 25fb6b92890d)
+UNPERMUTE_ATTRS = dict(drop_pad_mode=2, zero_expert_range=None, copy_expert_range=None, constant_expert_range=None,
+                       k=1)
 
 
 def _inputs(rows, hidden, tokens, top_k, tok, prob, *, seed=0, drop=0, minus_one=0, nan_under_zero=False):
@@ -47,7 +52,7 @@ def _inputs(rows, hidden, tokens, top_k, tok, prob, *, seed=0, drop=0, minus_one
 
 def _run(x, s, probs, soc, check=None):
     y = np.zeros(((probs.shape[0] if probs is not None else s.size), x.shape[1]), x.dtype)
-    size, executor = l0.get_workspace_size(x, s, scales=probs, drop_pad_mode=2, y_out=y, soc=soc)
+    size, executor = l0.get_workspace_size(x, s, scales=probs, **UNPERMUTE_ATTRS, y_out=y, soc=soc)
     l0.run(np.zeros(size, np.uint8), size, executor, check=check)
     return y, executor
 
@@ -151,9 +156,48 @@ def test_unmodelled_inputs_are_refused_after_the_tiling():
     x, s, probs = _inputs(20, 64, 5, 4, "fp32", "fp32", seed=11)
     y = np.zeros((5, 64), F32)
     with pytest.raises(NotImplementedError):
-        l0.get_workspace_size(x, s, x1=np.zeros((5, 64), F32), scales=probs, drop_pad_mode=2, y_out=y, soc=SMALL)
+        l0.get_workspace_size(x, s, x1=np.zeros((5, 64), F32), scales=probs, **UNPERMUTE_ATTRS, y_out=y, soc=SMALL)
     with pytest.raises(NotImplementedError):
-        l0.get_workspace_size(x, s, scales=probs, drop_pad_mode=0, y_out=y, soc=SMALL)
+        l0.get_workspace_size(x, s, scales=probs, **dict(UNPERMUTE_ATTRS, drop_pad_mode=0), y_out=y, soc=SMALL)
+    with pytest.raises(NotImplementedError):
+        l0.get_workspace_size(x, s, scales=probs, x=np.zeros((5, 64), F32), **UNPERMUTE_ATTRS, y_out=y, soc=SMALL)
+
+
+BAD_ATTRS = {
+    "k-not-int": (dict(k=1.5), ParamInvalidError, "k must be an integer"),
+    "drop-pad-mode-not-int": (dict(drop_pad_mode="2"), ParamInvalidError, "drop_pad_mode"),
+    "zero-range-not-list": (dict(zero_expert_range=3), ParamInvalidError, "zero_expert_range"),
+    "copy-range-float": (dict(copy_expert_range=[0, 1.5]), ParamInvalidError, r"copy_expert_range\[1\]"),
+    "constant-range-str": (dict(constant_expert_range="0,2"), ParamInvalidError, "constant_expert_range"),
+    "k-not-scales-dim1": (dict(k=3), TilingError, "k \\(3\\) must equal dim 1 of scales"),
+    "ranges-overlap": (dict(zero_expert_range=[0, 2], copy_expert_range=[1, 3]), TilingError, "overlap"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_ATTRS)
+def test_attributes_are_validated_with_their_names(case):
+    """The l0 takes master's five attributes: malformed values are 161002 naming them, the tiling's checks 561002."""
+    attrs, error, match = BAD_ATTRS[case]
+    x, s, probs = _inputs(20, 64, 5, 4, "fp32", "fp32", seed=11)
+    with pytest.raises(error, match=match):
+        l0.get_workspace_size(x, s, scales=probs, **dict(UNPERMUTE_ATTRS, **attrs), y_out=np.zeros((5, 64), F32),
+                              soc=SMALL)
+
+
+BATCHED = get_soc("ascend950", ub_size=65536, aiv_num=3)
+
+
+@pytest.mark.parametrize("tok,prob,top_k,hidden", [("bf16", "bf16", 4, 64), ("fp16", "fp32", 2, 128)],
+                         ids=["bf16-bf16-k4", "fp16-fp32-k2"])
+def test_k_h_full_load_batched_path(tok, prob, top_k, hidden):
+    """k <= 4 with rowFactor >= 16: 150 tokens over 3 cores; a core's 50 rows in 2 loops of 25 -> batches of 16
+    and 9, with dropped and -1 slots; checked mode waives only the unsynced scales packing."""
+    x, s, probs = _inputs(150 * top_k, hidden, 150, top_k, tok, prob, seed=12, drop=5, minus_one=4)
+    executor = _check(x, s, probs, BATCHED, check="race")
+    f = executor.tiling.fields
+    assert executor.tiling.tiling_key // 10000 == 4 and (f["row_factor"], f["row_loop_of_former_block"]) == (25, 2)
+    assert ("expandedXQue", 16 * top_k * hidden * x.itemsize, 2) in [(u.name, u.bytes, u.count)
+                                                                   for u in executor.tiling.ub_plan]
 
 
 ALL_PAIRS = [(t, p) for t in ("bf16", "fp16", "fp32") for p in ("bf16", "fp16", "fp32", None)]
@@ -172,3 +216,25 @@ def test_every_dtype_pair_on_every_template(tok, prob):
                               drop=0 if prob is None else 2, minus_one=0 if prob is None else 1)
         keys.add(_check(x, s, probs, SMALL).tiling.tiling_key // 10000)
     assert keys == {1, 2, 3, 4}
+
+
+def test_moe_token_unpermute_on_950_passes_masters_arguments(monkeypatch):
+    """aclnn_moe_token_unpermute.cpp @ 25fb6b92890d calls l0op::MoeFinalizeRoutingV2(tokens, indices, nullptr x1,
+    x2, bias, probs, nullptr expert_idx, x, alpha1, alpha2, v, READ_INDEX_BY_ROW, nullptr ranges, k 1, out)."""
+    import ops.unpermute as unpermute
+
+    calls = []
+    real = l0.get_workspace_size
+
+    def spy(*args, **kwargs):
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(unpermute._l0_finalize, "get_workspace_size", spy)
+    x, s, probs = _inputs(8, 32, 4, 2, "bf16", "bf16", seed=13)
+    out = np.zeros((4, 32), BF16)
+    unpermute.get_workspace_size(x, s, probs, False, None, out, soc="ascend950")
+    (args, kwargs), = calls
+    assert len(args) == 11 and args[0] is not None and args[1] is not None and args[5] is not None
+    assert all(a is None for i, a in enumerate(args) if i not in (0, 1, 5))
+    assert {k: v for k, v in kwargs.items() if k not in ("y_out", "soc")} == UNPERMUTE_ATTRS
