@@ -132,6 +132,8 @@ class Executor:
     bind_workspace: Callable | None = None
     writes: tuple = ()
     _memo: dict = field(default_factory=dict, repr=False)   # laid-out plans, compiled flag: see launch()
+    # one run at a time: a run writes the executor's outputs and report (see run_executor)
+    _run_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self):
         if self.kernel is not None and not launches(self.tiling.block_dim, self.writes):
@@ -320,6 +322,8 @@ class Composite:
     report: CompositeReport | None = None
     workspace_size: int = 0
     soc: Any = None
+    # one run at a time: the chain's intermediates are arrays of this executor (see run_executor)
+    _run_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def stage_calls(self) -> list:
         return [call for s in self.steps if isinstance(s, KernelStep) for call in s.executor.stage_calls()]
@@ -432,7 +436,11 @@ def run_executor(api: str, workspace, workspace_size: int, executor: Executor | 
         if not workspace.flags.writeable or not workspace.flags.c_contiguous:
             raise ParamInvalidError("workspace must be a writeable C-contiguous array (the kernel writes it)")
         check_no_alias(executor.tensors, {"workspace": workspace})
-    executor.run(workspace, check=check)
+    # Runs of one executor from several threads take turns: a chain's intermediates, the outputs and `report` belong
+    # to the executor, so two runs at once would mix their steps (each thread's own workspace does not separate
+    # them). Serialised, every run sees its own complete chain and the outputs hold a whole run's result.
+    with executor._run_lock:
+        executor.run(workspace, check=check)
     log = _RUN_LOG.get()
     if log is not None:
         log.append(RecordedRun(api, executor))
