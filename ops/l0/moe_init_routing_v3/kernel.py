@@ -112,7 +112,7 @@ def _gather_args(td, gm, tmpl):
     return td, GatherGm(gm.x, gm.scale, gm.workspace, gm.expanded_x, gm.expanded_scale), tmpl
 
 
-# ExpertTokensCount::expertCountCompute (moe_v3_expert_tokens_count_arch35.h): the S -> MTE3 SetFlag / WaitFlag
+# ExpertTokensCount::expertCountCompute (arch35/moe_v3_expert_tokens_count.h): the S -> MTE3 SetFlag / WaitFlag
 # comes before `expertTotalCountLocal.SetValue(0, ...)`; the total count's only ordering towards its DataCopyPad
 # is then the EnQue / DeQue of a VECOUT queue (a V -> MTE3 event), so the scalar write races with the copy-out
 TOTAL_COUNT_RACE = RaceWaiver("S", "LocalTensor::SetValue", "MTE3", "DataCopyPad(UB->GM)",
