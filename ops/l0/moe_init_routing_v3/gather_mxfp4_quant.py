@@ -4,9 +4,9 @@ phase (gatherPipe) of the sort templates 10100000 / 11100000 (quant_mode 9; rowI
 source: moe/moe_init_routing_v3/op_kernel/arch35/moe_v3_gather_mxfp4_quant.h (constants from
 arch35/moe_v3_common.h; the launch in op_kernel/moe_init_routing_v3_apt.cpp) @ 25fb6b92890d
 
-Unlike the MXFP8 class it has one copy path, CopyExpandedXandMXQuant (one quantisation per output row, its source token read
-through expandedDstToSrcRow in the workspace), one buffer per queue, and reads the expert total count without a
-DataCacheCleanAndInvalid. Its Process does not FreeTensor the row indices it dequeues: with a one-buffer queue a
+Unlike the MXFP8 class it has one copy path, CopyExpandedXandMXQuant (one quantisation per output row, its
+source token read through expandedDstToSrcRow in the workspace, for GATHER row ids), one buffer per queue, and
+reads the expert total count without a DataCacheCleanAndInvalid. Its Process does not FreeTensor the row indices it dequeues: with a one-buffer queue a
 core's second row loop then finds no free buffer (the model raises the queue error the chip would hang on).
 
 VFs (register model): vf_compute_amax with the exponent mask (vfMxfp4ComputeMaxExp), vf_compute_scale with the

@@ -12,13 +12,14 @@ moe/moe_init_routing_v3/op_kernel/arch35/ @ 25fb6b92890d
     11100000  MoeSortMultiCore -> ... -> MoeV3GatherMxfp4Quant
     3000000   EMPTY_TENSOR: core 0 zeroes expanded_row_idx / expanded_scale (n * k > 0) and the expert counts
 
-Each arrow is a new TPipe (sortPipe, histogramPipe, rowIdxPipe, gatherPipe); RowIdxGather ends in SyncAll. Stages take (c, td, gm[,
-tmpl]): the core, the MoeInitRoutingV3Arch35TilingData fields (one flat namedtuple, tiling field names), the GM
-tensors a stage uses and, for the gather, the Template.
+Each arrow is a new TPipe (sortPipe, histogramPipe, rowIdxPipe, gatherPipe); RowIdxGather ends in SyncAll.
+Stages take (c, td, gm[, tmpl]): the core, the MoeInitRoutingV3Arch35TilingData fields (one flat namedtuple,
+tiling field names), the GM tensors a stage uses and, for the gather, the Template.
 
 WORKSPACE LAYOUT (the user workspace, after the 16 MiB system workspace; A = Align(n * k, 4 B) = n * k rounded up
-to a multiple of 8, E = actualExpertNum; offsets in int32 / float32 elements). The MXFP8 / MXFP4 gathers read the
-sorted row ids and the total count from here, through the helpers named below (all importable from this module):
+to a multiple of 8, E = actualExpertNum; offsets in int32 / float32 elements). RowIdxGather, MoeGatherOut and
+the MXFP4 gather read the sorted row ids and the total count from here (the MXFP8 gather, GATHER row ids, reads
+expanded_row_idx instead), through the helpers named below (all importable from this module):
 
     [0, A)                      sortedExpertIdx: the sorted expert ids (dropped slots last; ids below expertStart
                                 as INT32_MAX)                                            sort.py, offset 0
