@@ -78,8 +78,8 @@ DEMO = [
     ("multi-core sort (VBS, VMS, SortOut)", None, 2048, 1024, 8, 0, -1),
     ("numOutTokens drops rows", None, 512, 4096, 8, 3000, -1),
     ("split-D rows", None, 16, 65536, 2, 0, -1),
-    ("MXFP8 E5M2 (quant_mode 2)", "ascend950", 512, 4096, 8, 0, 2),
-    ("MXFP8 E4M3FN (quant_mode 3)", "ascend950", 512, 4096, 8, 0, 3),
+    ("MXFP8 E5M2 (quant_mode 2, round-scale rule)", "ascend950", 512, 4096, 8, 0, 2),
+    ("MXFP8 E4M3FN (quant_mode 3, round-scale rule)", "ascend950", 512, 4096, 8, 0, 3),
     ("MXFP4 E2M1 (quant_mode 9)", "ascend950", 512, 4096, 8, 0, 9),
 ]
 
