@@ -103,8 +103,8 @@ def add_case_parser(sub, name: str, helptext: str, *, shape_needed: bool = True)
                    help="moe_token_permute on ascend950: -1 none (default), 2 MXFP8 E5M2, 3 MXFP8 E4M3FN, "
                         "9 MXFP4 E2M1")
     p.add_argument("--mx-scale-rule", choices=("floor", "round_scale"),
-                   help="moe_token_permute with --quant-mode 2/3: MXFP8 scale rule, OCP floor (default) or the "
-                        "master-branch kernel's round_scale")
+                   help="moe_token_permute with --quant-mode 2/3: MXFP8 scale rule, the MoeInitRoutingV3 kernel's "
+                        "round_scale (default, as at master) or the OCP v1.0 floor (not what master does)")
     add_chip_flags(p)
     p.add_argument("--seed", type=integer, default=0, help="random seed of the generated inputs (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")

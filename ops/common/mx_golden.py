@@ -2,6 +2,12 @@
 MoeTokenPermuteV2 / MoeInitRoutingV3 on Ascend 950 (quantMode 2 = MXFP8 E5M2, 3 = MXFP8 E4M3FN,
 9 = MXFP4 E2M1).
 
+source (the formulas): moe/moe_init_routing_v3/op_kernel/arch35/moe_v3_gather_mxfp8_quant.h
+(vfComputeAmax, vfComputeRoundScale, vfComputeData) and arch35/moe_v3_gather_mxfp4_quant.h
+(vfMxfp4ComputeMaxExp, vfMxfp4ComputeScale) @ 25fb6b92890d. The default rule of each mode is the one those
+kernels compute: "round_scale" for MXFP8, "floor" for MXFP4. The "floor" rule for MXFP8 is the OCP MX v1.0
+rule, which master does not do (kept as an option).
+
 This module is the *independent* side of bit-exact comparisons with the simulated kernel, so it imports
 nothing but NumPy and ml_dtypes (no `ascend_sim`, no other project module).
 
@@ -15,12 +21,14 @@ it were padded with zeros):
 
   - ``"floor"`` (OCP rule; the only rule for MXFP4): ``E = max(T >> 7)`` over the block;
     ``E == 255`` (Inf/NaN present) -> 0xFF, otherwise ``max(E, emax) - emax``.
-  - ``"round_scale"`` (MXFP8 only; master-branch MoeInitRoutingV3 kernel): ``A = max(T)``;
+  - ``"round_scale"`` (MXFP8 only; the MoeInitRoutingV3 kernel at master): ``A = max(T)``;
     ``A >= 0x7F80`` -> 0xFF; ``A == 0`` -> 0; otherwise ``E = A >> 7``, ``m7 = A & 0x7F``,
     ``code = E - emax + (m7 > 0x60)``, and ``code = 1`` whenever ``E <= emax``.
 
-* Elements of a finite block: ``y = x * 2**(127 - code)`` (exact), clipped to +-max normal (448, 57344,
-  6), then one round-to-nearest-even cast onto the element grid (subnormals included, sign of zero kept).
+* Elements of a finite block: ``y = x * 2**(127 - code)`` (exact: the kernel multiplies by that power of two in
+  bf16 for bf16 tokens and in fp32 for fp16 tokens, and either product is exact wherever an element code can
+  be non-zero), clipped to +-max normal (448, 57344, 6), then one round-to-nearest-even cast onto the element
+  grid (subnormals included, sign of zero kept): the kernel's RINT cast with saturation.
 * Elements of an Inf/NaN block (code 0xFF) are all written as code 0x00.
 * The padded scale slot (present when ceil(H/32) is odd) is 0x00.
 """
@@ -83,12 +91,13 @@ def _block_codes(blocks: np.ndarray, emax: int, scale_rule: str, amax_floor: int
     return np.where(amax >= _BF16_INF_MAG, _NAN_CODE, code)
 
 
-def mx_quantize(x: np.ndarray, quant_mode: int, scale_rule: str = "floor",
+def mx_quantize(x: np.ndarray, quant_mode: int, scale_rule: str | None = None,
                 amax_clamp: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """MX-quantise the rows of ``x`` in blocks of 32 along the last axis.
 
     x: (M, H) ml_dtypes.bfloat16 or np.float16.  quant_mode: 2 = MXFP8 E5M2, 3 = MXFP8 E4M3FN,
-    9 = MXFP4 E2M1.  scale_rule: "floor" (all modes) or "round_scale" (modes 2 and 3 only).
+    9 = MXFP4 E2M1.  scale_rule: "floor" (all modes) or "round_scale" (modes 2 and 3 only); None (the
+    default) is the master kernels' rule of the mode: "round_scale" for 2 / 3, "floor" for 9.
 
     Returns (data, scales):
       mode 2/3: data (M, H) float8_e5m2 / float8_e4m3fn; scales (M, S) float8_e8m0fnu,
@@ -105,6 +114,8 @@ def mx_quantize(x: np.ndarray, quant_mode: int, scale_rule: str = "floor",
             or int(quant_mode) not in _FORMATS:
         raise ValueError(f"quant_mode must be one of {sorted(_FORMATS)}, got {quant_mode!r}")
     quant_mode = int(quant_mode)
+    if scale_rule is None:
+        scale_rule = "floor" if quant_mode == 9 else "round_scale"
     if scale_rule not in _SCALE_RULES:
         raise ValueError(f"scale_rule must be one of {_SCALE_RULES}, got {scale_rule!r}")
     _name, emax, max_normal, elem_dtype = _FORMATS[quant_mode]

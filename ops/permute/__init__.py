@@ -108,8 +108,8 @@ def _build(tokens, indices, num_out_tokens, padded_mode, quant_mode, permute_out
     check_no_alias({"tokens": tokens, "indices": indices},
                    {"permute_tokens_out": permute_out, "sorted_indices_out": sorted_out,
                     "expanded_scale_out": scale_out})
-    if mx_scale_rule not in MX_SCALE_RULES:
-        raise ParamInvalidError(f"mx_scale_rule must be one of {MX_SCALE_RULES}, got {mx_scale_rule!r}")
+    if mx_scale_rule is not None and mx_scale_rule not in MX_SCALE_RULES:
+        raise ParamInvalidError(f"mx_scale_rule must be None or one of {MX_SCALE_RULES}, got {mx_scale_rule!r}")
     if soc.is_regbase:
         return _build_regbase(tokens, indices, num_out_tokens, quant_mode, permute_out, sorted_out, scale_out, soc,
                               v2, mx_scale_rule)
@@ -153,9 +153,11 @@ def _build_regbase(tokens, indices, num_out_tokens, quant_mode, permute_out, sor
         # function refuses it, and so does the simulator
         raise ParamInvalidError(f"quant_mode 9 packs two FP4 codes per byte: hidden must be even, got "
                                 f"{tokens.shape[1]}")
-    if quant_mode == QUANT_MXFP4_E2M1 and mx_scale_rule != "floor":
+    if quant_mode == QUANT_MXFP4_E2M1 and mx_scale_rule == "round_scale":
         raise ParamInvalidError("mx_scale_rule 'round_scale' exists for MXFP8 only; MXFP4 (quant_mode 9) has one "
                                 "scale rule")
+    if mx_scale_rule is None:           # master's rule: round-scale for MXFP8 (MXFP4 ignores the option)
+        mx_scale_rule = "round_scale"
     return v3_chain(api, OP, tokens, indices, permute_out, sorted_out, scale_out, quant_mode, soc, mx_scale_rule)
 
 
@@ -184,12 +186,14 @@ def get_workspace_size(tokens, indices, num_out_tokens=0, padded_mode=False, per
 
 def get_workspace_size_v2(tokens, indices, num_out_tokens=0, padded_mode=False, quant_mode=-1,
                           permute_tokens_out=None, sorted_indices_out=None, expanded_scale_out=None, *,
-                          soc="ascend910b", mx_scale_rule="floor"):
+                          soc="ascend910b", mx_scale_rule=None):
     """aclnnMoeTokenPermuteV2GetWorkspaceSize -> (workspace_size, executor).
 
-    `mx_scale_rule` (simulator option): "floor" is the OCP MX v1.0 rule (shared exponent = floor(log2 amax)
-    - emax); "round_scale" is what the master-branch MoeInitRoutingV3 MXFP8 kernel computes
-    (ceil(log2(amax / fp8 max)), at least 1). MXFP4 always uses the floor rule.
+    `mx_scale_rule` (simulator option, MXFP8): None (the default) or "round_scale" is the rule of the
+    MoeInitRoutingV3 MXFP8 kernel at master 25fb6b92890d (code from the bf16 bits of the block amax:
+    ceil(log2(amax / fp8 max)), at least 1); "floor" is the OCP MX v1.0 rule (shared exponent =
+    floor(log2 amax) - emax), which master does not do. MXFP4 has master's one rule (the floor on the bf16
+    exponent field): None or "floor".
     """
     soc = get_soc(soc)
     for name, t in (("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_tokens_out),
@@ -243,7 +247,7 @@ def allocate_outputs(tokens, indices, num_out_tokens=0, quant_mode=-1, *, soc="a
 
 
 def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quant_mode=-1, *, soc="ascend910b",
-                      mx_scale_rule="floor", check=None):
+                      mx_scale_rule=None, check=None):
     """Friendly call (allocates the outputs, runs both phases of aclnnMoeTokenPermuteV2).
 
     Returns (permute_tokens, sorted_indices int32 (N*topK,), expanded_scale). Without quantisation (or on

@@ -38,7 +38,7 @@ def _inputs(a: argparse.Namespace) -> dict:
     tokens, indices = examples.make_inputs(a.tokens, a.hidden, a.experts, topk=a.topk, dtype=a.dtype,
                                            indices_dtype=a.indices_dtype or "int32", seed=a.seed)
     return dict(tokens=tokens, indices=indices, num_out_tokens=a.num_out_tokens or 0, padded_mode=False,
-                quant_mode=quant_mode(a), mx_scale_rule=a.mx_scale_rule or "floor")
+                quant_mode=quant_mode(a), mx_scale_rule=a.mx_scale_rule)
 
 
 def _check_flags(a: argparse.Namespace, soc) -> None:
@@ -56,7 +56,7 @@ def _tiling(args: dict, soc):
 
 def _workspace(args: dict, outs: tuple, soc):
     return get_workspace_size_v2(args["tokens"], args["indices"], args["num_out_tokens"], args["padded_mode"],
-                                 args["quant_mode"], *outs, soc=soc, mx_scale_rule=args.get("mx_scale_rule", "floor"))
+                                 args["quant_mode"], *outs, soc=soc, mx_scale_rule=args.get("mx_scale_rule"))
 
 
 def _golden(args: dict, tiling):
@@ -64,7 +64,7 @@ def _golden(args: dict, tiling):
         total = int(np.prod(np.shape(args["indices"])))
         rows = golden.num_out_rows(int(args["num_out_tokens"]), total)
         return golden.golden_950(args["tokens"], args["indices"], rows, args["quant_mode"],
-                                 args.get("mx_scale_rule", "floor"))[:3]
+                                 args.get("mx_scale_rule"))[:3]
     return golden.golden_v2(args["tokens"], args["indices"], args["num_out_tokens"], -1)
 
 
@@ -78,8 +78,8 @@ DEMO = [
     ("multi-core sort (VBS, VMS, SortOut)", None, 2048, 1024, 8, 0, -1),
     ("numOutTokens drops rows", None, 512, 4096, 8, 3000, -1),
     ("split-D rows", None, 16, 65536, 2, 0, -1),
-    ("MXFP8 E5M2 (quant_mode 2)", "ascend950", 512, 4096, 8, 0, 2),
-    ("MXFP8 E4M3FN (quant_mode 3)", "ascend950", 512, 4096, 8, 0, 3),
+    ("MXFP8 E5M2 (quant_mode 2, round-scale rule)", "ascend950", 512, 4096, 8, 0, 2),
+    ("MXFP8 E4M3FN (quant_mode 3, round-scale rule)", "ascend950", 512, 4096, 8, 0, 3),
     ("MXFP4 E2M1 (quant_mode 9)", "ascend950", 512, 4096, 8, 0, 9),
 ]
 

@@ -53,7 +53,7 @@ def golden(tokens, indices, num_out_tokens=0):
     return permute_tokens, sorted_indices
 
 
-def golden_v2(tokens, indices, num_out_tokens=0, quant_mode=-1, scale_rule="floor"):
+def golden_v2(tokens, indices, num_out_tokens=0, quant_mode=-1, scale_rule=None):
     """(permute_tokens, sorted_indices, expanded_scale) of MoeTokenPermuteV2 on a chip that quantises.
 
     quant_mode -1 gives V1's outputs and a (0,) float32 scale; 2 / 3 / 9 quantise with the MX reference.
@@ -72,7 +72,7 @@ def golden_v2(tokens, indices, num_out_tokens=0, quant_mode=-1, scale_rule="floo
 V3_EXPERT_END = 10240      # MoeInitRoutingV3 keeps expert ids in [0, 10240) on the 950 chain
 
 
-def golden_950(tokens, indices, rows: int, quant_mode=-1, scale_rule="floor"):
+def golden_950(tokens, indices, rows: int, quant_mode=-1, scale_rule=None):
     """What the Ascend 950 MoeInitRoutingV3 chain (V2, and V1 with int8 tokens) writes into the caller's outputs of
     `rows` rows: (permute_tokens, sorted_indices, expanded_scale, written_rows).
 

@@ -763,3 +763,29 @@ def test_module_loads_standalone():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd="/")
+
+
+# --------------------------------------------------------------------------------------------------
+# Default rule: master's (MoeInitRoutingV3 arch35 kernels @ 25fb6b92890d)
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode,rule", [(2, "round_scale"), (3, "round_scale"), (9, "floor")],
+                         ids=["e5m2", "e4m3", "e2m1"])
+def test_default_rule_is_masters(dtype, mode, rule):
+    """No scale_rule: round-scale for MXFP8 (vfComputeRoundScale), the exponent floor for MXFP4
+    (vfMxfp4ComputeScale)."""
+    x = random_input(np.random.default_rng(mode), dtype, 8, 96)
+    d0, s0 = mx_quantize(x, mode)
+    d1, s1 = mx_quantize(x, mode, rule)
+    np.testing.assert_array_equal(d0.view(np.uint8), d1.view(np.uint8))
+    np.testing.assert_array_equal(s0.view(np.uint8), s1.view(np.uint8))
+
+
+def test_pinned_bf16_1_9_block():
+    """bf16 1.9 = 0x3FF3 (E = 127, m7 = 0x73 > 0x60) in E4M3FN: default (round_scale) code 127 - 8 + 1 = 120,
+    1.8984375 * 2**7 = 243 -> 240 = 0x77; floor code 119, 486 -> saturated 448 = 0x7E."""
+    x = np.full((1, 32), 1.9, dtype=BF16)
+    data, scales = mx_quantize(x, 3)
+    assert scale_bytes(scales)[0].tolist() == [120, 0] and (data.view(np.uint8) == 0x77).all()
+    data, scales = mx_quantize(x, 3, "floor")
+    assert scale_bytes(scales)[0].tolist() == [119, 0] and (data.view(np.uint8) == 0x7E).all()

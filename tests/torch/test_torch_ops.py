@@ -132,6 +132,17 @@ def test_cann_moe_token_permute_quantises_on_950_only(soc, quant_mode):
         assert outs[0].dtype == torch.bfloat16 and outs[2].shape == (0,)
 
 
+def test_cann_moe_token_permute_mxfp8_takes_masters_round_scale_rule():
+    """The torch op has no scale-rule argument: it runs the simulator's default, the MoeInitRoutingV3 MXFP8 rule at
+    master 25fb6b92890d. A bf16 block of 1.9 in E4M3FN: scale code 120, elements 0x77 (the OCP floor rule would
+    give 119 and 0x7E)."""
+    x = torch.full((4, 32), 1.9, dtype=torch.bfloat16)
+    idx = torch.tensor([[0], [1], [2], [3]], dtype=torch.int32)
+    with nt.device("ascend950"):
+        data, _, scale = nt.moe_token_permute(x, idx, quant_mode=3)
+    assert (np_of(scale).view(np.uint8)[:, 0] == 120).all() and (np_of(data).view(np.uint8) == 0x77).all()
+
+
 # --- op-plugin's output sizes on the meta device and under FakeTensorMode -----------------------------------------
 @pytest.mark.parametrize("num_out_tokens, rows", [(None, N * K), (0, N * K), (5, 5), (100, N * K), (-3, N * K - 3)],
                          ids=["none", "zero", "five", "capped", "negative"])

@@ -12,9 +12,12 @@ dropless, count-type expert tokens, GATHER row indices).
 * expanded_scale (n * k) float32: with a scale input (n) float32, scale[row] of each gathered row.
 
 Modelled keys: 10000000 (one-core sort) and 11000000 (multi-core sort) for x of 1, 2 or 4 bytes without MX
-element types, and 3000000 (EMPTY_TENSOR). Any other key (quantised gathers, SCATTER row indices, drop-pad,
-full-load and counting-sort templates) and the cumsum / key-value expert-token types raise
-KernelNotSimulatedError naming the key: nothing falls back to another kernel.
+element types, the MX quantising gathers 10030000 / 11030000 (MXFP8) and 10100000 / 11100000 (MXFP4) for fp16 /
+bf16 x, and 3000000 (EMPTY_TENSOR). Any other key (the other quantised gathers, SCATTER row indices, drop-pad,
+full-load templates) and the cumsum / key-value expert-token types raise KernelNotSimulatedError naming the key:
+nothing falls back to another kernel.
+
+source: moe/moe_init_routing_v3/op_kernel/moe_init_routing_v3_apt.cpp (kernels: kernel.py) @ 25fb6b92890d
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from tiling.moe_init_routing_v3 import moe_init_routing_v3 as _tiling
 
 from ..._framework import Executor
 from ..._validate import as_input, as_output, check_no_alias
-from .kernel import KERNELS, KEY_EMPTY_TENSOR, MX_KEYS, OP, GmTensors, Template
+from .kernel import KERNELS, KEY_EMPTY_TENSOR, MX_KEYS, OP, GmTensors, Template, launch_plan
 from .tiling_data import MoeInitRoutingV3Arch35TilingData
 
 
@@ -90,9 +93,11 @@ def _check_modelled(result, x: np.ndarray, expert_tokens_num_type: int) -> None:
 def get_workspace_size(x, expert_idx, scale=None, offset=None, *, active_num, expert_capacity, expert_num,
                        drop_pad_mode, expert_tokens_num_type, expert_tokens_num_flag, quant_mode, active_expert_range,
                        row_idx_type, expanded_x_out, expanded_row_idx_out, expert_tokens_count_or_cumsum_out,
-                       expanded_scale_out, soc="ascend950", mx_scale_rule="floor"):
+                       expanded_scale_out, soc="ascend950", mx_scale_rule="round_scale"):
     """MoeInitRoutingV3 tiling + launch preparation -> (workspace_size, Executor). Inputs and outputs are numpy
     arrays (outputs writeable, filled in place; expanded_scale_out may be None); attributes as the OpDef's.
+    mx_scale_rule (simulator option, MXFP8 keys only): "round_scale" (default) is the master kernel's rule;
+    "floor" the OCP MX v1.0 rule, which master does not do.
     Raises the tiling's TilingError where it fails and KernelNotSimulatedError for an unmodelled kernel."""
     soc = get_soc(soc)
     x, expert_idx = as_input("x", x), as_input("expert_idx", expert_idx)
@@ -133,5 +138,6 @@ def get_workspace_size(x, expert_idx, scale=None, offset=None, *, active_num, ex
                                               expert_tokens_count_or_cumsum_out=counts,
                                               expanded_scale_out=expanded_scale),
                         bind_workspace=lambda args, ws, size: _bind_workspace(args, ws, size, lib),
+                        ub_plan=None if result.tiling_key == KEY_EMPTY_TENSOR else launch_plan(result.ub_plan, td),
                         writes=(expanded_x, row_idx, counts))
     return result.workspace_size, executor

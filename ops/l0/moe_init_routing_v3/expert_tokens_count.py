@@ -1,5 +1,7 @@
-"""ExpertTokensCount of MoeInitRoutingV3 on arch35 (arch35/moe_v3_expert_tokens_count_arch35.h): tokens per expert
-from the sorted expert ids, in count mode (expertTokensNumType 1) without drop-pad, as the sort chain uses it.
+"""ExpertTokensCount of MoeInitRoutingV3 on arch35: tokens per expert from the sorted expert ids, in count mode
+(expertTokensNumType 1) without drop-pad, as the sort chain uses it.
+
+source: moe/moe_init_routing_v3/op_kernel/arch35/moe_v3_expert_tokens_count.h @ 25fb6b92890d
 
 Each of expertTokensCount.needCoreNum cores takes its slice of the sorted ids in the workspace (read from GM by
 two SIMT functions of SIMT_THREAD_NUM threads): the first records, per expert, the slice index where its run

@@ -1,10 +1,12 @@
-"""MoeInitRoutingV3's MXFP4 quantising gather on Ascend 950: MoeV3GatherMxfp4Quant<T, fp4x2_e2m1_t>
-(op_kernel/arch35/moe_v3_gather_mxfp4_quant.h, newest hicann/ops-transformer version), the last phase (gatherPipe)
-of the sort templates 10100000 / 11100000 (quant_mode 9; rowIdxType 0).
+"""MoeInitRoutingV3's MXFP4 quantising gather on Ascend 950: MoeV3GatherMxfp4Quant<T, fp4x2_e2m1_t>, the last
+phase (gatherPipe) of the sort templates 10100000 / 11100000 (quant_mode 9; rowIdxType 0).
 
-Unlike the MXFP8 class it has only the scatter copy (one quantisation per output row, its source token read
-through expandedDstToSrcRow in the workspace), one buffer per queue, and reads the expert total count without a
-DataCacheCleanAndInvalid. Its Process does not FreeTensor the row indices it dequeues: with a one-buffer queue a
+source: moe/moe_init_routing_v3/op_kernel/arch35/moe_v3_gather_mxfp4_quant.h (constants from
+arch35/moe_v3_common.h; the launch in op_kernel/moe_init_routing_v3_apt.cpp) @ 25fb6b92890d
+
+Unlike the MXFP8 class it has one copy path, CopyExpandedXandMXQuant (one quantisation per output row, its
+source token read through expandedDstToSrcRow in the workspace, for GATHER row ids), one buffer per queue, and
+reads the expert total count without a DataCacheCleanAndInvalid. Its Process does not FreeTensor the row indices it dequeues: with a one-buffer queue a
 core's second row loop then finds no free buffer (the model raises the queue error the chip would hang on).
 
 VFs (register model): vf_compute_amax with the exponent mask (vfMxfp4ComputeMaxExp), vf_compute_scale with the
@@ -14,8 +16,9 @@ E2M1 directly; fp16 tokens are multiplied in fp32, rounded onto the E2M1 grid in
 by 2^-e, Truncate RINT, scale back, negative results that became 0 are -0), cast to bf16, packed and re-interleaved,
 then cast to E2M1. Output: cols / 2 bytes a row, element 2i in the low nibble.
 
-Stages take (c, td, gm, tmpl) as the MXFP8 gather's (GatherMxGm, MxTemplate with quant_mode 9; round_scale is
-ignored: the scale rule is the floor one).
+The scale rule is master's for MXFP4: the floor rule on the block's largest bf16 exponent field (E2M1 bound 0x0100;
+the round-scale rule of the MXFP8 class is not used here). Stages take (c, td, gm, tmpl) as the MXFP8 gather's
+(GatherMxGm, MxTemplate with quant_mode 9; round_scale is ignored).
 """
 from __future__ import annotations
 

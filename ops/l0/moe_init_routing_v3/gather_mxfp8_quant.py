@@ -1,29 +1,36 @@
-"""MoeInitRoutingV3's MXFP8 quantising gather on Ascend 950: MoeGatherOutMxfp8Quant<T, U, CLAMP_AMAX>
-(op_kernel/arch35/moe_v3_gather_mxfp8_quant.h, newest hicann/ops-transformer version), the last phase
-(gatherPipe) of the sort templates 10030000 / 11030000 (quant_mode 2 = E5M2, 3 = E4M3FN, CLAMP_AMAX false) and
-10170000 / 11170000 (quant_mode 16 / 17, CLAMP_AMAX true).
+"""MoeInitRoutingV3's MXFP8 quantising gather on Ascend 950: MoeGatherOutMxfp8Quant<T, U, CLAMP_AMAX>, the last
+phase (gatherPipe) of the sort templates 10030000 / 11030000 (quant_mode 2 = E5M2, 3 = E4M3FN, CLAMP_AMAX false)
+and 10170000 / 11170000 (quant_mode 16 / 17, CLAMP_AMAX true).
 
-Each core takes a run of output rows (scatter copy: expandedDstToSrcRow from the workspace, one quantisation per
-output row) or of source slots (gather copy, useGatherCopy: expanded_row_idx, one quantisation per source row,
-copied to every output row of its slots). A row moves in column pieces of perLoopCols (a multiple of 32); each
-piece is quantised by three VFs on the register model (regbase):
+source: moe/moe_init_routing_v3/op_kernel/arch35/moe_v3_gather_mxfp8_quant.h (constants and helpers from
+arch35/moe_v3_common.h; the launch in op_kernel/moe_init_routing_v3_apt.cpp) @ 25fb6b92890d
+
+With GATHER row indices (rowIdxType 0, the only type the simulated keys take) the cores split all n * k source
+slots (no expert total count is read) and walk expanded_row_idx, which RowIdxGather finished before its SyncAll:
+each loop's slots are grouped by token (slot / k); every token the loop touches is read and quantised once per
+column piece, then copied to the output row of each of its slots whose index is not -1 (a token whose slots
+were all dropped is still read and quantised, and nothing is written). A row moves in column pieces of
+perLoopCols (a multiple of 32); each piece is quantised by three VFs on the register model (regbase):
 
 * vf_compute_amax (vfComputeAmax): per 32-element block the largest bf16 magnitude (fp16 truncated to bf16
   first, its Inf / NaN as bf16 Inf), written through an unaligned store stream into maxExpBuffer;
-* vf_compute_round_scale (vfComputeRoundScale): the E8M0 code ceil(log2(amax / fp8 max)) + 127 from the bf16
-  exponent and the mantissa-above-1.75 carry, and the inverse scale as bf16 bits;
+* vf_compute_round_scale (vfComputeRoundScale): the E8M0 code from the bf16 bits of amax -- exponent field minus
+  the FP8 emax, plus one when the 7-bit mantissa is above 0x60 (1.75), 1 when the exponent field is at most emax,
+  0xFF for Inf / NaN, 0 for a zero block -- and the inverse scale 2^(127 - code) as bf16 bits;
 * vf_compute_data (vfComputeData): x * inverse scale (bf16 multiply for bf16 tokens, fp32 for fp16), cast to
   FP8 with CAST_RINT and SAT into the low byte of each fp32 lane, stored one byte a token (DIST_PACK4_B32).
 
-Scale rule (MxTemplate.round_scale): 1 (the default) is the kernel's round-scale rule above; 0 is the OCP
-"floor" rule (floor(log2 amax) - emax), the documented alternative (earlier versions of this kernel, as
-/work/shared/reference/mx_quant_spec.md describes them): the max VF keeps only the exponent field and the scale
-VF clamps at emax << 7 -- the two VFs the MXFP4 gather runs (vf_compute_amax with the exponent mask,
-vf_compute_scale), here with the FP8 lower bound.
+The class's ScatterCopyExpandedXandMXQuant runs only for rowIdxType SCATTER (keys 10031000 / 11031000), which
+the simulator does not launch; it is not modelled.
+
+Scale rule (MxTemplate.round_scale): 1 (the default) is the kernel's round-scale rule above, the only rule the
+master kernel has. 0 is a simulator option master does not do: the OCP MX v1.0 "floor" rule (floor(log2 amax) -
+emax), run with the two VFs of the MXFP4 gather (vf_compute_amax keeping only the exponent field,
+vf_compute_scale) with the FP8 lower bound.
 
 Stages take (c, td, gm, tmpl): td a TilingData (the namedtuple of tiling.moe_init_routing_v3.FIELDS), gm a
-GatherMxGm, tmpl a MxTemplate. Every field of the three is an int or an array of one carrier type, so one compiled stage serves
-fp16 / bf16 tokens, E5M2 / E4M3FN and both rules.
+GatherMxGm, tmpl a MxTemplate. Every field of the three is an int or an array of one carrier type, so one
+compiled stage serves fp16 / bf16 tokens, E5M2 / E4M3FN and both rules.
 """
 from __future__ import annotations
 
@@ -50,8 +57,8 @@ GatherMxGm = namedtuple("GatherMxGm", [
 MxTemplate = namedtuple("MxTemplate", ["x_t", "quant_mode", "round_scale"])
 """x_t: DTYPE_X (asc.DT_FLOAT16 or asc.DT_BF16); quant_mode: 2 (U = fp8_e5m2), 3 (fp8_e4m3fn) or 9 (fp4x2_e2m1);
 16 / 17 are E5M2 / E4M3FN with CLAMP_AMAX = true (amax raised to 0x38D2 first; keys 10170000 / 11170000);
-round_scale: MXFP8 scale rule, 1 the kernel's round-scale rule (default), 0 the OCP floor rule (MXFP4 always
-floor)."""
+round_scale: MXFP8 scale rule, 1 the kernel's round-scale rule (the default, master's only rule), 0 the OCP
+floor rule (a simulator option master does not do); the MXFP4 gather ignores it (its floor rule is master's)."""
 
 ROUND_SCALE = 1
 FLOOR = 0
@@ -93,7 +100,7 @@ LOWER_BOUND_OF_MAX_EXP_FOR_E5M2 = 0x0780
 LOWER_BOUND_OF_MAX_EXP_FOR_E4M3 = 0x0400
 LOWER_BOUND_OF_MAX_EXP_FOR_E2M1 = 0x0100
 
-ROW_IDX_SCATTER = 1
+ROW_IDX_SCATTER = 1                # rowIdxType SCATTER (the MXFP4 gather reads expanded_row_idx then)
 MXFP8_ROUNDSCALE_AMAX_E5M2 = 16    # quant modes 16 / 17: the CLAMP_AMAX = true class (keys 10170000 / 11170000)
 
 B16 = 2
@@ -417,16 +424,11 @@ def vf_compute_data(c, x_local, inv_scale_local, x_quant_local, x_elem_num, vf_l
 
 @aicore
 def init_kernel_tiling(c, td, gm):
-    """InitKernelTiling: the core split of the rows to scan (n * k source slots with gather copy, else the expert
-    total count the sort left in the workspace, read after a DataCacheCleanAndInvalid) and the column pieces."""
+    """InitKernelTiling for GATHER row indices: the core split of all n * k source slots and the column pieces.
+    (With SCATTER the kernel would split the expert total count instead, read after a DataCacheCleanAndInvalid.)"""
     valid_scale_cols = (td.cols + MX_BLOCK_SIZE - 1) // MX_BLOCK_SIZE
     scale_cols = (valid_scale_cols + 1) // 2 * 2
     scan_row_count = np.int64(td.n * td.k)
-    if td.use_gather_copy == 0:
-        a = align_elems(td.n * td.k, 4)
-        total = asc.gm_at(gm.workspace, 2 * a + align_elems(td.actual_expert_num, 4))
-        asc.data_cache_clean_and_invalid(c, total, asc.SINGLE_CACHE_LINE, asc.CACHELINE_OUT)
-        scan_row_count = np.int64(asc.get_value(c, total, 0))
     per_core_row = ceil_div(scan_row_count, td.core_num)
     need_core_num = ceil_div(scan_row_count, per_core_row)
     last_core_indices = scan_row_count - (need_core_num - 1) * per_core_row
@@ -528,26 +530,9 @@ def _piece(m, j):
 
 
 @aicore
-def scatter_copy(c, td, gm, tmpl, m, progress, current_loop_rows, fp8_emax):
-    """ScatterCopyExpandedXandMXQuant: each output row of this loop reads its source token (slot / k) and is
-    quantised piece by piece."""
-    indices_local = asc.de_que(c, SORTED_ROW_IDX_IN_QUEUE, asc.ub_i32(c))
-    asc.sync_pipes(c, asc.MTE2_S)
-    for index in range(current_loop_rows):
-        src_idx = np.int64(asc.get_value(c, indices_local, index))
-        dst_idx = m[1] * c.block_idx + m[2] * progress + index
-        for j in range(m[7]):
-            loop_cols, loop_scale_cols, loop_valid = _piece(m, j)
-            copy_in(c, td, gm, src_idx // td.k, j, loop_cols, m[5])
-            compute(c, tmpl, loop_cols, loop_scale_cols, loop_valid, fp8_emax)
-            copy_out(c, td, gm, dst_idx, j, loop_cols, loop_scale_cols, m[5], m[8], m[11])
-    asc.free_tensor(c, SORTED_ROW_IDX_IN_QUEUE, indices_local)
-
-
-@aicore
 def gather_copy(c, td, gm, tmpl, m, progress, current_loop_rows, fp8_emax):
-    """GatherCopyExpandedXandMXQuant: this loop's source slots are grouped by token (slot / k); a token with at
-    least one kept slot is read and quantised once per piece, then copied to the output row of every kept slot."""
+    """GatherCopyExpandedXandMXQuant: every token this loop's source slots belong to (slot / k) is read and
+    quantised once per piece, then copied to the output row of each of its slots with an index >= 0."""
     indices_local = asc.de_que(c, SORTED_ROW_IDX_IN_QUEUE, asc.ub_i32(c))
     asc.sync_pipes(c, asc.MTE2_S)
     U8 = asc.ub_u8(c)
@@ -558,15 +543,6 @@ def gather_copy(c, td, gm, tmpl, m, progress, current_loop_rows, fp8_emax):
         first_row = global_sort_idx // td.k
         last_row = (global_sort_idx + current_loop_rows - 1) // td.k
         for row in range(first_row, last_row + 1):
-            has_valid_out = False
-            while cur < current_loop_rows and global_sort_idx // td.k == row:
-                if asc.get_value(c, indices_local, cur) >= 0:
-                    has_valid_out = True
-                    break
-                cur += 1
-                global_sort_idx += 1
-            if not has_valid_out:
-                continue
             asc.sync_pipes(c, asc.S_MTE2)
             copy_in(c, td, gm, row, j, loop_cols, m[5])
             compute(c, tmpl, loop_cols, loop_scale_cols, loop_valid, fp8_emax)
@@ -590,26 +566,16 @@ def gather_copy(c, td, gm, tmpl, m, progress, current_loop_rows, fp8_emax):
 
 @global_aicore
 def gather_mxfp8_quant(c, td, gm, tmpl):
-    """MoeGatherOutMxfp8Quant<T, U, false>::Init + Process on one core."""
+    """MoeGatherOutMxfp8Quant<T, U, CLAMP_AMAX>::Init + Process on one core (GATHER row indices)."""
     m = init_kernel_tiling(c, td, gm)
     fp8_emax = MXFP8_E5M2_EMAX if tmpl.quant_mode == 2 or tmpl.quant_mode == 16 else MXFP8_E4M3_EMAX
-    a = align_elems(td.n * td.k, 4)
-    # useGatherCopy walks source slots (expanded_row_idx), the scatter copy output rows (expandedDstToSrcRow);
-    # with rowIdxType SCATTER the two swap
-    use_row_idx_out = (td.use_gather_copy != 0) == (td.row_idx_type != ROW_IDX_SCATTER)
-    if use_row_idx_out:
-        rows_gm = asc.gm_at(gm.expanded_row_idx, m[1] * c.block_idx)
-    else:
-        rows_gm = asc.gm_at(gm.workspace, a + m[1] * c.block_idx)
+    rows_gm = asc.gm_at(gm.expanded_row_idx, m[1] * c.block_idx)       # sortedRowIdxGm_
     if c.block_idx >= m[0]:
         return
     for loop in range(m[4]):
         rows = m[3] if loop == m[4] - 1 else m[2]
         copy_in_indices(c, rows_gm, loop, m[2], rows)
-        if td.use_gather_copy == 0:
-            scatter_copy(c, td, gm, tmpl, m, loop, rows, fp8_emax)
-        else:
-            gather_copy(c, td, gm, tmpl, m, loop, rows, fp8_emax)
+        gather_copy(c, td, gm, tmpl, m, loop, rows, fp8_emax)
 
 
 def mxfp8_gather_phase(select=None) -> PipePhase:

@@ -1,5 +1,6 @@
-"""MoeGatherOut<T> of MoeInitRoutingV3 without quantisation (arch35/moe_v3_gather_out.h, the newest stored version;
-the moe_v3_gather_out_arch35.h the kernel entry now includes is not stored): expanded_x[i] = x[sortedRowIdx[i] / k].
+"""MoeGatherOut<T> of MoeInitRoutingV3 without quantisation: expanded_x[i] = x[sortedRowIdx[i] / k].
+
+source: moe/moe_init_routing_v3/op_kernel/arch35/moe_v3_gather_out.h @ 25fb6b92890d
 
 The rows are only moved, so the stage sees x and expanded_x as unsigned integers of the element width (one
 compiled variant per width: int8 shares uint8 with every 1-byte type, fp16 / bf16 share uint16, fp32 is uint32).

@@ -1,6 +1,8 @@
-"""Kernels of MoeInitRoutingV3 on Ascend 950 (op_kernel/moe_init_routing_v3_apt.cpp, arch35 headers) that the
-simulator models: the sort chain with GATHER row indices, dropless, unquantised or MX-quantising, and the
-empty-tensor branch.
+"""Kernels of MoeInitRoutingV3 on Ascend 950 that the simulator models: the sort chain with GATHER row indices,
+dropless, unquantised or MX-quantising, and the empty-tensor branch.
+
+source: moe/moe_init_routing_v3/op_kernel/moe_init_routing_v3_apt.cpp and the headers it includes from
+moe/moe_init_routing_v3/op_kernel/arch35/ @ 25fb6b92890d
 
     10000000  MoeSortOneCore   -> ExpertTokensCount -> RowIdxGather -> MoeGatherOut<DTYPE_X>
     11000000  MoeSortMultiCore -> ExpertTokensCount -> RowIdxGather -> MoeGatherOut<DTYPE_X>
@@ -10,13 +12,14 @@ empty-tensor branch.
     11100000  MoeSortMultiCore -> ... -> MoeV3GatherMxfp4Quant
     3000000   EMPTY_TENSOR: core 0 zeroes expanded_row_idx / expanded_scale (n * k > 0) and the expert counts
 
-Each arrow is a new TPipe (sortPipe, histogramPipe, none for RowIdxGather, gatherPipe). Stages take (c, td, gm[,
-tmpl]): the core, the MoeInitRoutingV3Arch35TilingData fields (one flat namedtuple, tiling field names), the GM
-tensors a stage uses and, for the gather, the Template.
+Each arrow is a new TPipe (sortPipe, histogramPipe, rowIdxPipe, gatherPipe); RowIdxGather ends in SyncAll.
+Stages take (c, td, gm[, tmpl]): the core, the MoeInitRoutingV3Arch35TilingData fields (one flat namedtuple,
+tiling field names), the GM tensors a stage uses and, for the gather, the Template.
 
 WORKSPACE LAYOUT (the user workspace, after the 16 MiB system workspace; A = Align(n * k, 4 B) = n * k rounded up
-to a multiple of 8, E = actualExpertNum; offsets in int32 / float32 elements). The MXFP8 / MXFP4 gathers read the
-sorted row ids and the total count from here, through the helpers named below (all importable from this module):
+to a multiple of 8, E = actualExpertNum; offsets in int32 / float32 elements). RowIdxGather, MoeGatherOut and
+the MXFP4 gather read the sorted row ids and the total count from here (the MXFP8 gather, GATHER row ids, reads
+expanded_row_idx instead), through the helpers named below (all importable from this module):
 
     [0, A)                      sortedExpertIdx: the sorted expert ids (dropped slots last; ids below expertStart
                                 as INT32_MAX)                                            sort.py, offset 0
@@ -46,8 +49,8 @@ from ascend_sim.check import RaceWaiver
 from .expert_tokens_count import CountGm, count_phase, total_count_offset  # noqa: F401  (workspace layout)
 from .gather_mxfp4_quant import mxfp4_gather_phase
 from .gather_mxfp8_quant import GatherMxGm, MxTemplate, mxfp8_gather_phase
-from .gather_out import GatherGm, gather_phase
-from .row_idx_gather import RowIdxGm, row_idx_gather_phase
+from .gather_out import GatherGm, active_count, gather_phase
+from .row_idx_gather import PIPE as ROW_IDX_PIPE, RowIdxGm, init_buffer_rows, row_idx_gather_phase
 from .sort import V3SortGm, count_temp_offset, sort_phase, sorted_idx_offset  # noqa: F401  (workspace layout)
 
 OP = "MoeInitRoutingV3"
@@ -93,11 +96,24 @@ def _row_idx_args(td, gm, tmpl):
     return td, RowIdxGm(gm.workspace, gm.expanded_row_idx)
 
 
+def _active(td, gm, tmpl):
+    """The expert total count the sort chain will leave: ids in [expertStart, expertEnd)."""
+    return active_count(gm.expert_idx.data, td.expert_start, td.expert_end)
+
+
+def launch_plan(plan: tuple, td) -> tuple:
+    """The tiling's UB plan plus RowIdxGather's rowIdxPipe rows when the plan does not list them (core 0's rows for
+    a count of n * k; each core's own rows follow the run's count, see row_idx_gather_phase)."""
+    if td.n * td.k == 0 or any(b.pipe == ROW_IDX_PIPE for b in plan):
+        return plan
+    return tuple(plan) + init_buffer_rows(td, 0, td.n * td.k)
+
+
 def _gather_args(td, gm, tmpl):
     return td, GatherGm(gm.x, gm.scale, gm.workspace, gm.expanded_x, gm.expanded_scale), tmpl
 
 
-# ExpertTokensCount::expertCountCompute (moe_v3_expert_tokens_count_arch35.h): the S -> MTE3 SetFlag / WaitFlag
+# ExpertTokensCount::expertCountCompute (arch35/moe_v3_expert_tokens_count.h): the S -> MTE3 SetFlag / WaitFlag
 # comes before `expertTotalCountLocal.SetValue(0, ...)`; the total count's only ordering towards its DataCopyPad
 # is then the EnQue / DeQue of a VECOUT queue (a V -> MTE3 event), so the scalar write races with the copy-out
 TOTAL_COUNT_RACE = RaceWaiver("S", "LocalTensor::SetValue", "MTE3", "DataCopyPad(UB->GM)",
@@ -110,7 +126,8 @@ def sort_chain(multi_core: bool) -> tuple[PipePhase, ...]:
     RowIdxGather. A kernel appends its gather (step 5) and declares TOTAL_COUNT_RACE among its waivers; its launch
     args are (td, gm, tmpl) with a gm that has the GmTensors fields expert_idx, expanded_row_idx,
     expert_tokens_count, workspace and workspace_f32."""
-    return (sort_phase(multi_core, _sort_args), count_phase(_count_args), row_idx_gather_phase(_row_idx_args))
+    return (sort_phase(multi_core, _sort_args), count_phase(_count_args),
+            row_idx_gather_phase(_row_idx_args, _active))
 
 
 def _mx_gather_args(td, gm, tmpl):

@@ -1,5 +1,7 @@
-"""The arch35 sort of MoeInitRoutingV3 (arch35/moe_v3_sort_one_core_arch35.h, moe_v3_sort_multi_core_arch35.h,
-moe_v3_mrgsort_arch35.h, moe_v3_mrgsort_out_arch35.h, moe_v3_sort_base_arch35.h).
+"""The arch35 sort of MoeInitRoutingV3: MoeSortOneCore, MoeSortMultiCore, MoeMrgsort, MoeMrgsortOut.
+
+source: moe/moe_init_routing_v3/op_kernel/arch35/moe_v3_sort_one_core.h, moe_v3_sort_multi_core.h,
+moe_v3_mrgsort.h, moe_v3_mrgsort_out.h and moe_v3_sort_base.h @ 25fb6b92890d
 
 Sorts the n * k int32 expert ids ascending and stable, and writes two int32 streams to the workspace (kernel.py,
 WORKSPACE LAYOUT): the sorted ids (sortedExpertIdx) and the flat slots they came from (the sorted row ids).

@@ -1,6 +1,9 @@
 """The MoeInitRoutingV3Arch35TilingData struct as every stage of the l0 kernels takes it: one flat namedtuple of
 tiling.moe_init_routing_v3.FIELDS. One class for all phases, because numba compiles a stage once per class, and
-importable under its own name, because numba's disk cache pickles the type by module and name."""
+importable under its own name, because numba's disk cache pickles the type by module and name.
+
+source: moe/moe_init_routing_v3/op_kernel/arch35/moe_init_routing_v3_arch35_tiling_def.h @ 25fb6b92890d
+"""
 from __future__ import annotations
 
 from collections import namedtuple

@@ -246,3 +246,24 @@ def test_scale_input_needs_an_expanded_scale_output():
                            expanded_x_out=np.zeros((8, 16), dtype=np.float16),
                            expanded_row_idx_out=np.zeros(8, dtype=np.int32),
                            expert_tokens_count_or_cumsum_out=np.zeros(EXPERTS, dtype=np.int64), expanded_scale_out=None)
+
+
+def test_row_idx_gather_builds_its_own_tpipe_and_ends_in_sync_all():
+    """moe_init_routing_v3_apt.cpp @ 25fb6b92890d: RowIdxGather runs in a TPipe of its own (rowIdxPipe) whose Init
+    builds a VECIN queue of AlignBytes(per-loop count, 4) and a VECOUT queue of 32 bytes, and its Process ends in
+    SyncAll on every core. 15 active slots: the count core(s) split them again; core 0 takes ceil(15 / need)."""
+    from ascend_sim import SYNC_ALL
+    from ops.l0.moe_init_routing_v3.kernel import KERNELS
+    for key in (10000000, 11000000, 10030000, 11030000, 10100000, 11100000):
+        phase = KERNELS[key].phases[2]
+        assert phase.pipe == "rowIdxPipe" and phase.buffers == ("sortedExpertIndicesInQueue", "copyOutQueue")
+        assert tuple(phase.schedule)[-1] is SYNC_ALL
+    executor, _, inputs, outputs = _run(5, 3, 16, ml_dtypes.bfloat16, dropped=False, seed=4)
+    _check(inputs, outputs)
+    f = executor.tiling.fields
+    per_core = -(-15 // f["expert_tokens_count_need_core_num"])
+    loops = -(-per_core // f["expert_tokens_count_per_core_per_loop_elements"])
+    per_loop = -(-per_core // loops)
+    rows = {r[0]: r for r in executor.report.ub_plan}
+    assert rows["sortedExpertIndicesInQueue"][3] == -(-per_loop * 4 // 32) * 32
+    assert rows["copyOutQueue"][3] == 32

@@ -4,8 +4,11 @@ with the independent golden ops/common/mx_golden.py.
 
 Shapes cover every branch once: a tail of at most half a 32-token block and one of more than half, an odd block
 count (padded scale slot), several column pieces (a small-UB 950 profile), several row loops and cores, the
-gather copy (useGatherCopy) and the scatter copy, dropped slots (an active expert range), NaN / Inf / zero / -0 /
-subnormal blocks, bf16 and fp16 tokens, E5M2 / E4M3FN / E2M1 and both MXFP8 scale rules.
+MXFP8 gather copy over all n * k source slots (GATHER row indices, as at master 25fb6b92890d), dropped slots (an
+active expert range), NaN / Inf / zero / -0 / subnormal blocks, the round-scale edges (mantissa 0x60 / 0x61,
+amax carried into the next binade, fp16 values whose bf16 truncation decides), bf16 and fp16 tokens (the dtypes
+the MX modes accept), E5M2 / E4M3FN / E2M1 and both MXFP8 scale rules (round_scale, master's and the default;
+floor, the OCP option master does not do).
 """
 from __future__ import annotations
 
@@ -110,14 +113,56 @@ DT = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}
 @pytest.mark.parametrize("rule", ["round_scale", "floor"])
 @pytest.mark.parametrize("quant_mode", [2, 3], ids=["e5m2", "e4m3fn"])
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
-def test_mxfp8_scatter_copy_tail_and_specials(dt, quant_mode, rule):
+def test_mxfp8_tail_and_specials(dt, quant_mode, rule):
     """cols 200: 7 blocks (an odd count: the padded slot), a tail of 8 tokens (right padding of one more block);
-    NaN / Inf / zero / subnormal / top-of-range blocks; scatter copy over 10 cores, 1 row each."""
+    NaN / Inf / zero / subnormal / top-of-range blocks; 12 source slots over the cores, 1 or 2 each."""
     rng = np.random.default_rng(quant_mode * 10 + len(rule))
     x = _tokens(rng, 6, 200, DT[dt], True)
     idx = rng.integers(0, 8, (6, 2)).astype(np.int32)
     r = check(x, idx, quant_mode, rule, expert_num=8)
-    assert r.tiling_key == 10030000 and r.fields["use_gather_copy"] == 0
+    assert r.tiling_key == 10030000
+
+
+def _edge_rows(dtype):
+    """One row per round-scale edge (block 0; block 1 a plain ramp): bf16 mantissa 0x60 (1.75: no carry, the
+    element lands on the FP8 maximum) and 0x61 (carry), 0x7F (1.9921875: the code moves up a binade), the pinned
+    1.9 block; for fp16 tokens 1.751953125 (its bf16 truncation is 1.75: no carry, the element saturates) and
+    1.99951171875 (truncates to 1.9921875: carry); a block whose amax exponent field is at most emax (code 1);
+    the largest finite value; a lone smallest subnormal."""
+    rows = [1.75, 1.7578125, 1.9921875, 1.9, 2.0 ** -120 if dtype != np.float16 else 2.0 ** -14]
+    if dtype == np.float16:
+        rows += [1.751953125, 1.99951171875, 65504.0, 2.0 ** -24]
+    else:
+        rows += [3.3895313892515355e38, 2.0 ** -133]
+    x = np.zeros((len(rows), 64), dtype=np.float32)
+    for r, v in enumerate(rows):
+        x[r, :32] = v * np.where(np.arange(32) % 5 == 0, -1.0, 1.0) * np.where(np.arange(32) < 16, 1.0, 0.5)
+        x[r, 0] = v
+        x[r, 32:] = np.linspace(-3.0, 3.0, 32)
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("rule", ["round_scale", "floor"])
+@pytest.mark.parametrize("quant_mode", [2, 3], ids=["e5m2", "e4m3fn"])
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+def test_mxfp8_scale_rule_edges(dt, quant_mode, rule):
+    x = _edge_rows(DT[dt])
+    idx = (np.arange(x.shape[0] * 2).reshape(-1, 2) % 4).astype(np.int32)
+    check(x, idx, quant_mode, rule, expert_num=4)
+
+
+@pytest.mark.parametrize("rule,code,element", [("round_scale", 120, 0x77), ("floor", 119, 0x7E)],
+                         ids=["round_scale-default", "floor-option"])
+def test_mxfp8_pinned_bf16_1_9_block(rule, code, element):
+    """A bf16 block of 1.9 (0x3FF3: exponent field 127, mantissa 0x73 > 0x60) under E4M3FN: master's round scale
+    gives code 127 - 8 + 1 = 120 and 1.8984375 * 2^7 = 243 -> 240 (0x77); the OCP floor gives 119 and
+    486 -> saturated 448 (0x7E)."""
+    x = np.full((2, 32), 1.9, dtype=ml_dtypes.bfloat16)
+    idx = np.array([[0], [1]], dtype=np.int32)
+    _, _, got_x, got_scale = run_gather(x, idx, 3, expert_num=2, rule=int(rule == "round_scale"))
+    assert got_scale[:, 0].tolist() == [code, code] and (got_x == element).all()
+    data, scales = mx_quantize(x, 3, rule)
+    assert scales.view(np.uint8)[0, 0] == code and (data.view(np.uint8) == element).all()
 
 
 @pytest.mark.parametrize("quant_mode", [16, 17], ids=["e5m2", "e4m3fn"])
@@ -143,22 +188,21 @@ def test_mxfp8_column_pieces_row_loops_and_dropped_slots(dt):
     r = check(x, idx, 3, expert_num=6, expert_range=(1, 6), ub_size=SMALL_UB, aiv_num=2)
     f = r.fields
     assert f["gather_out_cols_loops"] == 4 and f["gather_out_last_loop_cols"] == 124
-    assert f["gather_out_per_core_per_loop_indices_elements"] < 60 and f["use_gather_copy"] == 0
+    assert f["gather_out_per_core_per_loop_indices_elements"] < 60
 
 
 @pytest.mark.parametrize("rule", ["round_scale", "floor"])
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
-def test_mxfp8_gather_copy(dt, rule):
-    """useGatherCopy (k * active experts > 3 * experts): each source token quantised once per piece, copied to the
-    output row of every kept slot (expanded_row_idx -1: skipped); cols 45 (one block + a tail of 13)."""
+def test_mxfp8_gather_copy_top_k_8(dt, rule):
+    """top-k 8: each source token quantised once per piece, copied to the output row of every kept slot
+    (expanded_row_idx -1: skipped); cols 45 (one block + a tail of 13); 72 slots over 3 cores."""
     rng = np.random.default_rng(11)
     x = _tokens(rng, 9, 45, DT[dt], True)
     idx = rng.integers(0, 2, (9, 8)).astype(np.int32)
-    r = check(x, idx, 2, rule, expert_num=2, expert_range=(0, 2), aiv_num=3)
-    assert r.fields["use_gather_copy"] == 1
+    check(x, idx, 2, rule, expert_num=2, expert_range=(0, 2), aiv_num=3)
     idx = rng.integers(0, 3, (9, 8)).astype(np.int32)      # expert 2 is outside [0, 2): its slots are dropped
-    r = check(x, idx, 2, rule, expert_num=3, expert_range=(0, 2), aiv_num=3)
-    assert r.fields["use_gather_copy"] == 1 and (idx == 2).any()
+    check(x, idx, 2, rule, expert_num=3, expert_range=(0, 2), aiv_num=3)
+    assert (idx == 2).any()
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
@@ -167,7 +211,7 @@ def test_mxfp8_gather_copy_column_pieces(dt):
     x = _tokens(rng, 20, 520, DT[dt], False)
     idx = rng.integers(0, 2, (20, 8)).astype(np.int32)
     r = check(x, idx, 3, expert_num=2, ub_size=SMALL_UB, aiv_num=2)
-    assert r.fields["use_gather_copy"] == 1 and r.fields["gather_out_cols_loops"] > 1
+    assert r.fields["gather_out_cols_loops"] > 1
 
 
 @pytest.mark.parametrize("cols", [40, 200, 288], ids=lambda c: f"cols{c}")
@@ -202,7 +246,8 @@ def test_mxfp4_second_row_loop_finds_its_index_buffer_taken():
 
 
 def test_mxfp8_no_kept_slot_writes_nothing():
-    """Every expert outside the active range: the expert total count is 0, so no core takes a row."""
+    """Every expert outside the active range: the cores still split the n * k source slots and quantise their
+    tokens, but every slot's expanded_row_idx is -1, so nothing is written."""
     rng = np.random.default_rng(2)
     x = _tokens(rng, 4, 64, ml_dtypes.bfloat16, False)
     idx = np.full((4, 2), 3, dtype=np.int32)
