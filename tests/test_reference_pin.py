@@ -3,6 +3,7 @@ by the reports of the operators' runs; no module names another tree as its sourc
 from __future__ import annotations
 
 import json
+import re
 import pathlib
 
 import numpy as np
@@ -53,3 +54,12 @@ def test_run_reports_carry_the_pin():
     aclnn.moe_token_unpermute(np.empty(ws, np.uint8), ws, ex)
     assert ex.report.reference == PIN
     assert "25fb6b92890d" in str(ex.report)
+
+
+def test_no_module_names_another_tree_as_its_source():
+    offenders = []
+    for path in [*ROOT.glob("ops/**/*.py"), *ROOT.glob("tiling/**/*.py"), *ROOT.glob("ascend_sim/**/*.py")]:
+        text = path.read_text(encoding="utf-8")
+        if re.search(r"hicann|Dec(ember)?[- ]2025 snapshot|8\.5\.0-beta", text, re.IGNORECASE):
+            offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == [], f"modules naming another upstream tree: {offenders}"
