@@ -1,6 +1,9 @@
 """MoeTokenPermuteWithRoutingMapGrad: gradient of the routing-map permute (aclnnMoeTokenPermuteWithRoutingMapGrad).
 
-A hand-written composite aclnn ([M26] op_api/aclnn_moe_token_permute_with_routing_map_grad.cpp). Checks, in the
+source: moe/moe_token_permute_with_routing_map_grad/op_host/op_api/aclnn_moe_token_permute_with_routing_map_grad.cpp,
+op_api/moe_token_permute_with_routing_map_grad.cpp (the l0 wrapper) @ 25fb6b92890d.
+
+A hand-written composite aclnn. Checks, in the
 real order: numExperts / tokensNum <= 0 -> 161002; Gp, sortedIndices or tokensGradOut missing -> 161001; gp given
 without a routing map -> 161001; dtypes (Gp bf16 / fp16 / fp32 equal to tokensGradOut; gp of that list, equal to
 probsGradOut, equal to Gp unless gp is fp32 with fp32 / bf16 Gp; routing map int8 / bool; sortedIndices int32)
