@@ -15,7 +15,7 @@ On the 950 MoeTokenPermute has no kernel of its own: the aclnn builds an executo
   3. l0op::MoeInitRoutingV3(x, idx, activeNum = N*K, capacity 0, expertNum 10240, dropPad 0, count type,
      count flag on, quantMode, activeExpertRange [0, 10240), rowIdxType GATHER): a simulated launch of
      its arch35 kernels (ops/l0/moe_init_routing_v3).
-  4. l0op::Slice + l0op::ViewCopy of the first rows of each intermediate into the caller's output, as many
+  4. l0op::Slice, then l0op::ViewCopy, of the first rows of each intermediate into the caller's output, as many
      as the caller's tensor has (so M comes from permute_tokens_out, not from numOutTokens); the scale only
      under quantisation (V1 never).
 * V1 with fp16 / bf16 / fp32 tokens (the aclnn's own body): l0op::MoeInitRoutingV2(tokens, indices,
@@ -70,15 +70,17 @@ def _intermediate(shape: tuple, dtype) -> np.ndarray:
     return arr
 
 
-def _slice_copy(api: str, name: str, src: np.ndarray, dst: np.ndarray) -> HostStep:
-    """l0op::Slice (offsets 0, sizes = dst's shape) + l0op::ViewCopy into the caller's `dst`."""
+def _slice_copy(api: str, name: str, src: np.ndarray, dst: np.ndarray) -> list[HostStep]:
+    """SliceAndViewCopy: l0op::Slice (offsets 0, sizes = dst's shape) of the intermediate, then l0op::ViewCopy into
+    the caller's `dst`. On the chip these are two copies of dst's bytes (the Slice kernel into a tensor of its own,
+    then the ViewCopy); here the Slice writes the caller's array and the ViewCopy moves nothing, each keeping the
+    modelled cost of its copy."""
     if dst.ndim != src.ndim or any(d > s for d, s in zip(dst.shape, src.shape)):
         _l0_fail(api, "Slice", f"{name} has shape {dst.shape}, which is not a leading slice of the "
                                f"MoeInitRoutingV3 result of shape {src.shape}")
-    # on the chip these are two copies of dst's bytes: the Slice kernel into a tensor of its own, then the ViewCopy
-    work = host_cost.move(2 * dst.nbytes)
     region = src[tuple(slice(0, d) for d in dst.shape)]
-    return HostStep(f"l0op::Slice + l0op::ViewCopy ({name})", lambda: np.copyto(dst, region), work)
+    return [HostStep("l0op::Slice", lambda: np.copyto(dst, region), host_cost.move(dst.nbytes)),
+            view_copy_step(dst, dst)]
 
 
 def _cast_int64_to_int32(src: np.ndarray, dst: np.ndarray) -> HostStep:
@@ -122,10 +124,10 @@ def v3_chain(api: str, op: str, tokens, indices, permute_out, sorted_out, scale_
     except AclnnError as e:
         _l0_fail(api, "MoeInitRoutingV3", e.message)
     steps.append(KernelStep("l0op::MoeInitRoutingV3", l0_exec))
-    steps.append(_slice_copy(api, "permute_tokens_out", x_full, permute_out))
-    steps.append(_slice_copy(api, "sorted_indices_out", row_full, sorted_out))
+    steps += _slice_copy(api, "permute_tokens_out", x_full, permute_out)
+    steps += _slice_copy(api, "sorted_indices_out", row_full, sorted_out)
     if quant_mode != -1:
-        steps.append(_slice_copy(api, "expanded_scale_out", scale_full, scale_out))
+        steps += _slice_copy(api, "expanded_scale_out", scale_full, scale_out)
     tensors = dict(tokens=tokens, indices=indices, permute_tokens_out=permute_out, sorted_indices_out=sorted_out,
                    expanded_scale_out=scale_out)
     return workspace, Composite(op, l0_exec.tiling, steps, api=api, tensors=tensors, workspace_size=workspace)
