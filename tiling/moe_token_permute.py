@@ -1,5 +1,7 @@
 """Tiling of MoeTokenPermute (moe_token_permute_tiling.cpp, A2/A3), shared by V2 whose A2/A3 path is V1.
 
+source: moe/moe_token_permute/op_host/moe_token_permute_tiling.cpp, moe_token_permute_tiling.h @ 25fb6b92890d.
+
 The kernel sorts the flat expert ids twice (the second sort inverts the first permutation)
 and then copies every token row to its topK destination rows. The tiling picks the sort
 mode (one core / multi core), the index-copy mode (whole rows batched through UB, or one row

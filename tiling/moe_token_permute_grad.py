@@ -1,4 +1,7 @@
-"""Tiling of MoeTokenPermuteGrad (moe_token_permute_grad_tiling.cpp, [M26]).
+"""Tiling of MoeTokenPermuteGrad.
+
+source: moe/moe_token_permute_grad/op_host/moe_token_permute_grad_tiling.cpp, moe_token_permute_grad_tiling.h
+@ 25fb6b92890d.
 
 The op's tiling is the shared gather tiling T-G (tiling.unpermute_gather) fed as follows:
 

@@ -1,4 +1,7 @@
-"""Tiling of MoeTokenPermuteWithRoutingMap (moe_token_permute_with_routing_map_tiling.cpp, [M26]).
+"""Tiling of MoeTokenPermuteWithRoutingMap.
+
+source: moe/moe_token_permute_with_routing_map/op_host/moe_token_permute_with_routing_map_tiling.cpp,
+moe_token_permute_with_routing_map_tiling.h @ 25fb6b92890d.
 
 The l0 kernel sees the routing map and probs transposed by the aclnn to (experts, tokens); this function
 takes them as the caller passes them to the aclnn, (tokens, experts), and reads the transposed shape

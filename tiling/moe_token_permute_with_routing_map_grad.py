@@ -1,4 +1,8 @@
-"""Tiling of MoeTokenPermuteWithRoutingMapGrad (moe_token_permute_with_routing_map_grad_tiling.cpp, [M26]).
+"""Tiling of MoeTokenPermuteWithRoutingMapGrad.
+
+source: moe/moe_token_permute_with_routing_map_grad/op_host/moe_token_permute_with_routing_map_grad_tiling.cpp,
+moe_token_permute_with_routing_map_grad_tiling.h, moe_token_permute_with_routing_map_grad_unpermute_tiling.h
+@ 25fb6b92890d.
 
 The struct MoeTokenPermuteWithRoutingMapGradTilingData nests two sub-structs, in this order:
 the 12 fields of the unpermute gather (T-G, see tiling.unpermute_gather) and the 5 drop-and-pad

@@ -1,20 +1,32 @@
 """MoeTokenPermute (V1) and MoeTokenPermuteV2 (MX quantisation on Ascend 950).
 
-Status codes follow the path each chip takes:
-* A2/A3 (ascend910b, ascend910_93): the auto-generated inner aclnn: a missing tensor -> 161001, a
+source: moe/moe_token_permute/op_host/op_api/aclnn_moe_token_permute.cpp, aclnn_moe_token_permute_v2.cpp,
+moe/moe_token_permute/op_host/moe_token_permute_def.cpp (OpDef columns) @ 25fb6b92890d.
+
+Status codes follow the path each chip takes, in the real aclnn's order:
+* A2/A3 (ascend910b, ascend910_93): V1 is the auto-generated inner aclnn: a missing tensor -> 161001, a
   dtype combination outside the OpDef -> 161002, a tiling failure -> 561002 (paddedMode true,
   indices not 1-D/2-D, dim-0 mismatch, topK > 512, 16777215 or more indices, output shapes).
-  V2 checks its five tensors for null (161001), then forwards to V1; quant_mode is ignored.
-* ascend950 ("regbase"): explicit checks -> 161001 (null tensors, first) / 161002 (V2: tokens not 2-D or
-  indices not 1-D / 2-D; paddedMode true; dtypes); V2 accepts quant_mode -1, 2 (MXFP8 E5M2), 3 (MXFP8 E4M3FN),
-  9 (MXFP4 E2M1) only. V2 (and V1 with int8 tokens) routes all tokens * topK slots and slices the first rows of
-  the caller's permute_tokens_out: the row count comes from that tensor and numOutTokens is not used. A failing
-  l0 tiling or slice (e.g. more rows than slots, wrong hidden size or scale shape) -> 561103.
+  V2 first checks its five tensors for null (161001, expanded_scale_out included), then forwards to the same
+  inner aclnn; quant_mode is ignored.
+* ascend950 ("regbase"): V1 tests paddedMode first (true -> 161002, before the null checks), then its four
+  tensors for null (161001), then the dtypes (161002; int8 tokens: CheckDtypeValidInt8Regbase, others
+  CheckDtypeValidRegbase). V2 tests its five tensors for null (161001), then paddedMode (161002), then
+  CheckDtypeValidV2Regbase (161002; quant_mode -1, 2 (MXFP8 E5M2), 3 (MXFP8 E4M3FN), 9 (MXFP4 E2M1) only). Neither
+  checks a rank: tokens that are not 2-D or indices that are not 1-D / 2-D reach the l0 MoeInitRoutingV3 (or
+  V2), whose failed tiling makes the l0 call return nullptr -> 561103, as does a failing Slice (more rows
+  than slots, wrong hidden size or scale shape). V2 (and V1 with int8 tokens) routes all tokens * topK slots
+  and slices the first rows of the caller's permute_tokens_out: the row count comes from that tensor and
+  numOutTokens is not used.
+
+Simulator-only checks (161002, no master counterpart): arguments of the wrong Python type, non-contiguous or
+read-only outputs (ops._validate), `mx_scale_rule`, and MXFP4 with an odd hidden size (the simulator stores two
+FP4 codes per uint8 byte, so an odd row does not fill whole bytes; the real FP4 tensor has no such limit).
 
 On the 950 the op has no kernel of its own: the aclnn chains l0 operators (ops/permute/regbase.py). V2, and V1
 with int8 tokens, run MoeInitRoutingV3's arch35 kernels on every slot and slice the caller's outputs from the
-full result (expert ids outside [0, 10240) are dropped there: their sorted_indices and the rows they would fill
-are not written); V1 with fp16 / bf16 / fp32 tokens runs MoeInitRoutingV2's arch35 kernels with numOutTokens.
+full result (expert ids outside [0, 10240) are dropped there: their sorted_indices are -1 and the rows they would
+fill are not written); V1 with fp16 / bf16 / fp32 tokens runs MoeInitRoutingV2's arch35 kernels with numOutTokens.
 """
 from __future__ import annotations
 
@@ -49,34 +61,24 @@ QUANT_MODES = (QUANT_NONE, QUANT_MXFP8_E5M2, QUANT_MXFP8_E4M3FN, QUANT_MXFP4_E2M
 MX_SCALE_RULES = ("floor", "round_scale")
 
 
-def _check_shapes_v2(tokens, indices) -> None:
-    """CheckShapeValid of the V2 aclnn (161002): 2-D tokens, 1-D or 2-D indices. The newest source runs it
-    before the platform branch; the [M26] A2/A3 path forwards to V1 without it, which is what is kept there."""
-    if np.ndim(tokens) != 2:
-        raise ParamInvalidError(f"The dimension of tokens should be 2, but got {np.ndim(tokens)}")
-    if np.ndim(indices) not in (1, 2):
-        raise ParamInvalidError(f"The dimension of indices should be 1 or 2, but got {np.ndim(indices)}")
-
-
 def _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, quant_mode, v2: bool, int8: bool):
-    """The ascend950 aclnn's dtype checks (all 161002): CheckDtypeValidRegbase (V1, fp tokens),
-    CheckDtypeValidInt8Regbase (V1, int8 tokens) and CheckDtypeValidV2Regbase (V2). Like the real ones they
-    skip empty index and sorted-index tensors (and, in V1's two, empty tokens and outputs)."""
-    if indices.size and indices.dtype not in (_I32, _I64):
-        raise ParamInvalidError(f"indices dtype must be int32 or int64, got {indices.dtype}")
-    if sorted_out.size and sorted_out.dtype != _I32:
-        raise ParamInvalidError(f"sorted_indices_out dtype must be int32, got {sorted_out.dtype}")
+    """The ascend950 aclnn's dtype checks (all 161002), each in the real one's order: CheckDtypeValidRegbase (V1,
+    fp tokens) and CheckDtypeValidInt8Regbase (V1, int8 tokens) test tokens, indices, permute_tokens_out,
+    sorted_indices_out, each only when it is not empty; CheckDtypeValidV2Regbase (V2) tests indices and
+    sorted_indices_out (when not empty), then tokens, permute_tokens_out and expanded_scale_out by quantMode (a
+    quantMode outside -1 / 2 / 3 / 9 is refused after the tokens' dtype). None of them looks at shapes."""
     if not v2:
         allowed = (_I8,) if int8 else (_F16, _BF16, _F32)
         names = [d.name for d in allowed]
         if tokens.size and tokens.dtype not in allowed:
             raise ParamInvalidError(f"tokens dtype must be one of {names} here, got {tokens.dtype}")
+        _check_index_dtypes(indices, None)
         if permute_out.size and (permute_out.dtype not in allowed or permute_out.dtype != tokens.dtype):
             raise ParamInvalidError(f"permute_tokens_out must have the tokens' dtype {tokens.dtype}, got "
                                     f"{permute_out.dtype}")
+        _check_index_dtypes(None, sorted_out)
         return
-    if quant_mode not in QUANT_MODES:
-        raise ParamInvalidError(f"quantMode only supports -1, 2, 3 or 9 on Ascend 950, got {quant_mode}")
+    _check_index_dtypes(indices, sorted_out)
     if quant_mode == QUANT_NONE:
         allowed = (_F16, _BF16, _F32, _I8)
         if tokens.dtype not in allowed or permute_out.dtype != tokens.dtype:
@@ -87,6 +89,8 @@ def _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, q
         return
     if tokens.dtype not in (_F16, _BF16):
         raise ParamInvalidError(f"quant_mode {quant_mode} needs float16 or bfloat16 tokens, got {tokens.dtype}")
+    if quant_mode not in QUANT_MODES:
+        raise ParamInvalidError(f"quantMode only supports -1, 2, 3 or 9 on Ascend 950, got {quant_mode}")
     want = {QUANT_MXFP8_E5M2: _E5M2, QUANT_MXFP8_E4M3FN: _E4M3, QUANT_MXFP4_E2M1: _U8}[quant_mode]
     if permute_out.dtype != want:
         raise ParamInvalidError(f"quant_mode {quant_mode} writes {want} permute_tokens_out"
@@ -95,6 +99,14 @@ def _check_regbase_dtypes(tokens, indices, permute_out, sorted_out, scale_out, q
     if scale_out.dtype != _E8M0:
         raise ParamInvalidError(f"quant_mode {quant_mode} writes float8_e8m0fnu expanded_scale_out, got "
                                 f"{scale_out.dtype}")
+
+
+def _check_index_dtypes(indices, sorted_out) -> None:
+    """indices int32 / int64 and sorted_indices_out int32, each skipped when absent here or empty (161002)."""
+    if indices is not None and indices.size and indices.dtype not in (_I32, _I64):
+        raise ParamInvalidError(f"indices dtype must be int32 or int64, got {indices.dtype}")
+    if sorted_out is not None and sorted_out.size and sorted_out.dtype != _I32:
+        raise ParamInvalidError(f"sorted_indices_out dtype must be int32, got {sorted_out.dtype}")
 
 
 def _quant_shapes(quant_mode: int, m: int, hidden: int):
@@ -173,12 +185,12 @@ def get_workspace_size(tokens, indices, num_out_tokens=0, padded_mode=False, per
                        sorted_indices_out=None, *, soc="ascend910b"):
     """aclnnMoeTokenPermuteGetWorkspaceSize -> (workspace_size, executor)."""
     soc = get_soc(soc)
+    padded_mode = flag("padded_mode", padded_mode)
+    if soc.is_regbase and padded_mode:      # the regbase body tests paddedMode first, before the null checks
+        raise ParamInvalidError("padded_mode = true is not supported on Ascend 950 (only false)")
     for name, t in (("tokens", tokens), ("indices", indices), ("permute_tokens_out", permute_tokens_out),
                     ("sorted_indices_out", sorted_indices_out)):
         require(name, t)
-    padded_mode = flag("padded_mode", padded_mode)
-    if soc.is_regbase and padded_mode:      # the regbase body tests paddedMode right after the null checks
-        raise ParamInvalidError("padded_mode = true is not supported on Ascend 950 (only false)")
     return _build(as_input("tokens", tokens), as_input("indices", indices), int_attr("num_out_tokens", num_out_tokens),
                   padded_mode, QUANT_NONE, as_output("permute_tokens_out", permute_tokens_out),
                   as_output("sorted_indices_out", sorted_indices_out), None, soc, False, "floor")
@@ -202,10 +214,8 @@ def get_workspace_size_v2(tokens, indices, num_out_tokens=0, padded_mode=False, 
     quant_mode = int_attr("quant_mode", quant_mode)
     num_out_tokens = int_attr("num_out_tokens", num_out_tokens)
     padded_mode = flag("padded_mode", padded_mode)
-    if soc.is_regbase:
-        _check_shapes_v2(tokens, indices)
-        if padded_mode:
-            raise ParamInvalidError("padded_mode = true is not supported on Ascend 950 (only false)")
+    if soc.is_regbase and padded_mode:      # after the null checks, which V2 makes on every chip
+        raise ParamInvalidError("padded_mode = true is not supported on Ascend 950 (only false)")
     return _build(as_input("tokens", tokens), as_input("indices", indices), num_out_tokens, padded_mode, quant_mode,
                   as_output("permute_tokens_out", permute_tokens_out),
                   as_output("sorted_indices_out", sorted_indices_out),

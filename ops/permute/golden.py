@@ -4,6 +4,8 @@ order = stable ascending argsort of the flat expert ids (ties in slot order), so
 argsort(order) (the output row of every slot), permuteTokens[p] = tokens[order[p] // topK] for
 the first numOutTokens rows. The keys are compared as the kernel compares them: widened to
 fp32 with round-half-away-from-zero, so ids beyond 2^24 that share an fp32 value tie.
+
+source (the definition): moe/moe_token_permute/docs/aclnnMoeTokenPermute.md, aclnnMoeTokenPermuteV2.md @ 25fb6b92890d.
 """
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Kernels of MoeTokenPermute (op_kernel/moe_token_permute.cpp and its headers).
 
+source: moe/moe_token_permute/op_kernel/moe_token_permute.cpp, moe_sort_one_core.h, moe_sort_multi_core.h,
+moe_mrgsort.h, moe_mrgsort_out.h, moe_index_copy.h, moe_index_copy_spilt_d.h, moe_common.h @ 25fb6b92890d.
+
 Every tilingKey runs the same three-step chain, each step with its own TPipe:
 
 1. Sort #1 (sortPipe): the flat expert ids, ascending and stable -> sortedIndices holds, for each

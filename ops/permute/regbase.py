@@ -1,30 +1,34 @@
 """The Ascend 950 ("regbase") chains of aclnnMoeTokenPermute and aclnnMoeTokenPermuteV2.
 
+source: moe/moe_token_permute/op_host/op_api/aclnn_moe_token_permute.cpp (BuildMoeInitRoutingV3Executor and the
+regbase body) and aclnn_moe_token_permute_v2.cpp (PrepareIndicesForV3, AllocIntermediateTensorsForV3,
+CallMoeInitRoutingV3AndUnpack, SliceAndViewCopy, BuildMoeInitRoutingV2Executor) @ 25fb6b92890d.
+
 On the 950 MoeTokenPermute has no kernel of its own: the aclnn builds an executor of l0 operators.
 
-* V2, and V1 with int8 tokens (BuildMoeInitRoutingV3Executor / CallMoeInitRoutingV3AndUnpack):
+* V2, and V1 with int8 tokens (MoeInitRoutingV3):
   1. l0op::Contiguous of tokens and indices (implicit here: inputs are already C-contiguous),
-     l0op::Cast of int64 indices to int32 (PrepareIndicesForV3); 1-D indices are viewed as (N, 1).
-  2. Intermediate tensors of every slot (AllocIntermediateTensorsForV3): expanded x of N*K rows in the
-     output's dtype and trailing shape, expanded row idx int32 (N*K,), expert token counts int64 (10240,),
-     expanded scale (N*K,) float32, or the caller's scale shape with N*K rows in E8M0 under MX quantisation.
+     l0op::Cast of int64 indices to int32; 1-D indices are viewed as (N, 1) (CreateView, no step).
+  2. Intermediate tensors of every slot (AllocTensor, no step): expanded x of N*K rows in the output's dtype and
+     trailing shape, expanded row idx int32 (N*K,), expert token counts int64 (10240,), expanded scale (N*K,)
+     float32, or the caller's scale shape with N*K rows in E8M0 under MX quantisation.
   3. l0op::MoeInitRoutingV3(x, idx, activeNum = N*K, capacity 0, expertNum 10240, dropPad 0, count type,
      count flag on, quantMode, activeExpertRange [0, 10240), rowIdxType GATHER): a simulated launch of
      its arch35 kernels (ops/l0/moe_init_routing_v3).
-  4. l0op::Slice + l0op::ViewCopy of the first rows of each intermediate into the caller's output, as many
+  4. l0op::Slice, then l0op::ViewCopy, of the first rows of each intermediate into the caller's output, as many
      as the caller's tensor has (so M comes from permute_tokens_out, not from numOutTokens); the scale only
-     under quantisation.
+     under quantisation (V1 never).
 * V1 with fp16 / bf16 / fp32 tokens (the aclnn's own body): l0op::MoeInitRoutingV2(tokens, indices,
   activeNum = numOutTokens, capacity 0, expertNum 0, dropPad 0, no counts) writing the caller's arrays, then
-  two ViewCopy steps that move nothing (ops/l0/moe_init_routing_v2).
+  two ViewCopy steps that move nothing here (ops/l0/moe_init_routing_v2).
 
 Status codes: the aclnn's own checks give 161001 / 161002 (see ops/permute/__init__.py); a failing l0
 tiling or Slice makes the l0 call return nullptr, which the aclnn reports as 561103.
 
-The intermediate rows the kernels do not write -- past the expert total count, as many as the slots of expert
-ids outside [0, 10240), which MoeInitRoutingV3 drops -- get the simulator's poison pattern (layout.POISON: NaN in
-every float format) after the launch, so they show up in the sliced outputs instead of passing for data. When a
-Slice would take a whole intermediate, the caller's array stands for it (the copy onto itself is skipped).
+Unwritten rows: MoeInitRoutingV3 drops expert ids outside [0, 10240) and writes no expanded-x (or scale) row for
+them, so the intermediates' last rows keep what the memory held. The simulator allocates the intermediates filled
+with its poison pattern (layout.POISON: NaN in every float format), so those rows reach the sliced outputs as
+poison instead of passing for data; the allocation is no step of the run (the real executor's AllocTensor is none).
 """
 from __future__ import annotations
 
@@ -56,38 +60,27 @@ def _poison(arr: np.ndarray) -> None:
     raw.view(np.uint16)[:] = POISON_PAIR
 
 
-def _intermediate(shape: tuple, caller: np.ndarray, dtype=None) -> np.ndarray:
-    """An intermediate tensor of the chain. When the Slice of it would be the whole tensor and the caller's array
-    has its shape and dtype, the caller's array itself stands for it: Slice + ViewCopy then copy every byte onto
-    itself, so the simulator skips them (the result is the same, without a second pass over the output)."""
-    dtype = np.dtype(dtype if dtype is not None else caller.dtype)
-    if caller.shape == tuple(shape) and caller.dtype == dtype:
-        return caller
-    return np.empty(shape, dtype=dtype)
+def _intermediate(shape: tuple, dtype) -> np.ndarray:
+    """An intermediate tensor of the chain (executor->AllocTensor): device memory nothing has written yet, which
+    the simulator fills with its poison pattern when it allocates it (phase one), not as a step of the run. The
+    rows MoeInitRoutingV3 does not write (past the expert total count) keep it, and the Slice copies it into the
+    caller's rows, as the chip copies whatever those bytes held."""
+    arr = np.empty(shape, dtype=np.dtype(dtype))
+    _poison(arr)
+    return arr
 
 
-def _poison_unwritten_step(counts: np.ndarray, arrays) -> HostStep:
-    """The intermediates' rows MoeInitRoutingV3 does not write (its gather stops at the expert total count, the
-    sum of `counts`): device memory there holds whatever was left, here the poison pattern."""
-    def run():
-        kept = int(counts.sum())
-        for a in arrays:
-            if a.ndim and a.shape[0] > kept:
-                _poison(a[kept:])
-    return HostStep("unwritten rows of the intermediates", run)
-
-
-def _slice_copy(api: str, name: str, src: np.ndarray, dst: np.ndarray) -> HostStep:
-    """l0op::Slice (offsets 0, sizes = dst's shape) + l0op::ViewCopy into the caller's `dst`."""
+def _slice_copy(api: str, name: str, src: np.ndarray, dst: np.ndarray) -> list[HostStep]:
+    """SliceAndViewCopy: l0op::Slice (offsets 0, sizes = dst's shape) of the intermediate, then l0op::ViewCopy into
+    the caller's `dst`. On the chip these are two copies of dst's bytes (the Slice kernel into a tensor of its own,
+    then the ViewCopy); here the Slice writes the caller's array and the ViewCopy moves nothing, each keeping the
+    modelled cost of its copy."""
     if dst.ndim != src.ndim or any(d > s for d, s in zip(dst.shape, src.shape)):
         _l0_fail(api, "Slice", f"{name} has shape {dst.shape}, which is not a leading slice of the "
                                f"MoeInitRoutingV3 result of shape {src.shape}")
-    # on the chip these are two copies of dst's bytes: the Slice kernel into a tensor of its own, then the ViewCopy
-    work = host_cost.move(2 * dst.nbytes)
-    if src is dst:
-        return HostStep(f"l0op::Slice + l0op::ViewCopy ({name})", lambda: None, work)
     region = src[tuple(slice(0, d) for d in dst.shape)]
-    return HostStep(f"l0op::Slice + l0op::ViewCopy ({name})", lambda: np.copyto(dst, region), work)
+    return [HostStep("l0op::Slice", lambda: np.copyto(dst, region), host_cost.move(dst.nbytes)),
+            view_copy_step(dst, dst)]
 
 
 def _cast_int64_to_int32(src: np.ndarray, dst: np.ndarray) -> HostStep:
@@ -111,16 +104,16 @@ def v3_chain(api: str, op: str, tokens, indices, permute_out, sorted_out, scale_
     if permute_out.ndim < 1:
         _l0_fail(api, "MoeInitRoutingV3", f"permute_tokens_out must have at least one dimension, got shape "
                                           f"{permute_out.shape}")
-    x_full = _intermediate((full,) + permute_out.shape[1:], permute_out)
-    row_full = _intermediate((full,), sorted_out, _I32)
+    x_full = _intermediate((full,) + permute_out.shape[1:], permute_out.dtype)
+    row_full = _intermediate((full,), _I32)
     counts = np.empty((V3_EXPERT_NUM,), dtype=_I64)
     if quant_mode == -1:
-        scale_full = np.empty((full,), dtype=np.float32)
+        scale_full = _intermediate((full,), np.float32)
     else:
         if scale_out.ndim < 1:
             _l0_fail(api, "MoeInitRoutingV3", f"expanded_scale_out must have at least one dimension, got shape "
                                               f"{scale_out.shape}")
-        scale_full = _intermediate((full,) + scale_out.shape[1:], scale_out)
+        scale_full = _intermediate((full,) + scale_out.shape[1:], scale_out.dtype)
     try:
         workspace, l0_exec = v3.get_workspace_size(
             tokens, idx, None, None, active_num=full, expert_capacity=0, expert_num=V3_EXPERT_NUM, drop_pad_mode=0,
@@ -131,11 +124,10 @@ def v3_chain(api: str, op: str, tokens, indices, permute_out, sorted_out, scale_
     except AclnnError as e:
         _l0_fail(api, "MoeInitRoutingV3", e.message)
     steps.append(KernelStep("l0op::MoeInitRoutingV3", l0_exec))
-    steps.append(_poison_unwritten_step(counts, (x_full, scale_full)))
-    steps.append(_slice_copy(api, "permute_tokens_out", x_full, permute_out))
-    steps.append(_slice_copy(api, "sorted_indices_out", row_full, sorted_out))
+    steps += _slice_copy(api, "permute_tokens_out", x_full, permute_out)
+    steps += _slice_copy(api, "sorted_indices_out", row_full, sorted_out)
     if quant_mode != -1:
-        steps.append(_slice_copy(api, "expanded_scale_out", scale_full, scale_out))
+        steps += _slice_copy(api, "expanded_scale_out", scale_full, scale_out)
     tensors = dict(tokens=tokens, indices=indices, permute_tokens_out=permute_out, sorted_indices_out=sorted_out,
                    expanded_scale_out=scale_out)
     return workspace, Composite(op, l0_exec.tiling, steps, api=api, tensors=tensors, workspace_size=workspace)

@@ -1,4 +1,8 @@
-"""MoeTokenPermuteGrad: gradient of MoeTokenPermute (aclnnMoeTokenPermuteGrad, [M26]).
+"""MoeTokenPermuteGrad: gradient of MoeTokenPermute (aclnnMoeTokenPermuteGrad).
+
+source: moe/moe_token_permute_grad/op_host/op_api/aclnn_moe_token_permute_grad.cpp,
+moe/moe_token_permute_grad/op_host/moe_token_permute_grad_def.cpp, and the l0 wrapper
+moe/moe_init_routing_v2_grad/op_host/op_api/moe_init_routing_v2_grad.cpp (950) @ 25fb6b92890d.
 
 input_grad[t] = sum_{k < K} permuted_output_grad[sorted_indices[t*K + k]] over the slots whose row exists
 (< R = rows of the gradient: rows the forward dropped through numOutTokens), fp32 sum, round-half-even cast.

@@ -1,5 +1,7 @@
 """NumPy goldens of MoeTokenPermuteGrad, written from the op's formulas (facts §4.a, §1.5), not from the kernels.
 
+source (the definition): moe/moe_token_permute_grad/docs/aclnnMoeTokenPermuteGrad.md @ 25fb6b92890d.
+
 Notation: G (R, H) permuted_output_grad, S (N*K,) int32 sorted_indices, K = num_topk (-1 read as 1),
 N = len(S) // K. A slot (t, k) addresses row S[t*K + k]; it is kept when that row exists (< R).
 

@@ -1,4 +1,6 @@
-"""Kernels of MoeTokenPermuteGrad ([M26] op_kernel/moe_token_permute_grad.{cpp,h}).
+"""Kernels of MoeTokenPermuteGrad.
+
+source: moe/moe_token_permute_grad/op_kernel/moe_token_permute_grad.cpp, moe_token_permute_grad.h @ 25fb6b92890d.
 
     keys 0 / 2 / 4 (bf16 / fp16 / fp32)   KernelMoeTokenUnpermute<T, int32_t, T, PROBS=false>: kernel G
                                           (ops.common.unpermute_gather), the same two compilations every

@@ -1,12 +1,17 @@
 """MoeTokenPermuteWithRoutingMap — aclnnMoeTokenPermuteWithRoutingMap (hand-written composite aclnn).
 
+source: moe/moe_token_permute_with_routing_map/op_host/op_api/aclnn_moe_token_permute_with_routing_map.cpp and
+op_api/moe_token_permute_with_routing_map.cpp (the l0 wrapper) @ 25fb6b92890d.
+
 Steps, in the real aclnn's order:
 1. l0op::Transpose of routingMap (N, E) -> (E, N), and of probs (host steps; Contiguous is implicit: inputs
    are taken C-contiguous).
 2. l0op::MoeTokenPermuteWithRoutingMap: the simulated kernel (kernel.py) writes sortedIndices, permuteProbs
-   and, without dropAndPad, permuteTokens straight into the caller's outputs (the ViewCopy steps of the real
-   aclnn are then identities and are not listed).
-3. dropAndPad on ascend910b / 910_93: l0op::GatherV2 of the tokens by sortedIndices (host step). The pad kernel
+   and, without dropAndPad or on ascend950, permuteTokens straight into the caller's outputs.
+3. l0op::ViewCopy of sortedIndices, then (with probs) of permuteProbs: listed, though they move nothing here.
+4. dropAndPad on ascend910b / 910_93: l0op::GatherV2 of the tokens by the caller's sortedIndices (host step).
+5. l0op::ViewCopy of permuteTokens (moves nothing here either).
+The pad kernel
    (key 9) is MoeSortMultiLastDimCore<uint8_t> + SyncAll + MoePermuteProb (kernel.pad_kernel). On ascend950
    the real keys 9 / 19 run no MoePermuteProb and need no GatherV2: after the sort (and a SyncAll) they
    gather the probs with the arch35 SIMT Gatherv2SimtTwoDim, then (after another SyncAll) the tokens, with
@@ -45,7 +50,7 @@ from tiling.moe_token_permute_with_routing_map import (FIELDS, LIB_API_WORKSPACE
 from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_routing_map as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError
 
-from .._host import gather_rows, gather_work, transpose_step
+from .._host import gather_rows, gather_work, transpose_step, view_copy_step
 from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
                           validate_check)
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
@@ -191,8 +196,14 @@ def get_workspace_size(tokens, routing_map, probs=None, num_out_tokens=0, drop_a
                         index_links=(IndexLink("sorted_indices_out", "permute_tokens", td.cols, out_t.shape[0]),),
                         ub_plan=plan, writes=(kernel_tokens_out, out_p, out_s))
     steps.append(KernelStep(f"l0op::{OP}", executor))
+    # the l0 results go to the caller's outputs by ViewCopy, sortedIndices first (the GatherV2 of the pad mode off
+    # ascend950 reads the caller's sorted_indices_out); they move nothing here (the kernel wrote the caller's arrays)
+    steps.append(view_copy_step(out_s, out_s))
+    if p is not None:
+        steps.append(view_copy_step(out_p, out_p))
     if not gathers_in_kernel:
         steps.append(HostStep("l0op::GatherV2", lambda: gather_rows(x, out_s, out_t), gather_work(x, out_s, out_t)))
+    steps.append(view_copy_step(out_t, out_t))
     return result.workspace_size, Composite(OP, result, steps, api=API, tensors=tensors,
                                             workspace_size=result.workspace_size)
 

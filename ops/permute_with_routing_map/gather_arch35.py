@@ -1,6 +1,9 @@
 """The in-kernel gathers of MoeTokenPermuteWithRoutingMap's drop-and-pad keys on ascend950
-(op_kernel/arch35/gather_v2_simt_two_dim.h and gather_v2_simd_two_dim.h, [M26] master; the entry
+(op_kernel/arch35/gather_v2_simt_two_dim.h and gather_v2_simd_two_dim.h; the entry
 moe_token_permute_with_routing_map.cpp runs them under __NPU_ARCH__ == 3510).
+
+source: moe/moe_token_permute_with_routing_map/op_kernel/arch35/gather_v2_simt_two_dim.h,
+gather_v2_simd_two_dim.h, moe_token_permute_with_routing_map.cpp @ 25fb6b92890d.
 
 After the pad sort has written sortedIndices (E x capacity token ids) and a SyncAll:
 

@@ -6,6 +6,10 @@ selected expert (ascending expert order) is its slot t * topK + r, which sortedI
 With exactly topK ones per token this equals a stable argsort of the expert-major token list; with fewer
 ones (non-topK routing) the unused slots hold -1 and rows at and beyond the number of ones are not written.
 Pad: per expert, the routed tokens in ascending order, then the others, the first `capacity` of them.
+
+source (the definition): moe/moe_token_permute_with_routing_map/docs/aclnnMoeTokenPermuteWithRoutingMap.md and
+moe/moe_token_permute_with_routing_map/tests/st/aclnnMoeTokenPermuteWithRoutingMap/
+executor_aclnnMoeTokenPermuteWithRoutingMap.py @ 25fb6b92890d.
 """
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Kernels of MoeTokenPermuteWithRoutingMap (op_kernel/moe_token_permute_with_routing_map.cpp, [M26]).
+"""Kernels of MoeTokenPermuteWithRoutingMap.
+
+source: moe/moe_token_permute_with_routing_map/op_kernel/moe_token_permute_with_routing_map.cpp,
+masked_select_v3.h, moe_routing_rank_multi_core.h, moe_sortindices_scatter_multi_core.h, moe_sort_one_core.h,
+moe_sort_multi_core.h, moe_sort_multi_core_last_dim.h, moe_index_copy.h, moe_index_copy_split_d.h,
+moe_permute_prob.h @ 25fb6b92890d.
 
 The kernel sees routingMap^T and probs^T (experts x tokens, transposed by the aclnn).
 

@@ -1,4 +1,4 @@
-"""MoePermuteProb (moe_token_permute_with_routing_map/op_kernel/moe_permute_prob.h, [M26]): the probs of the
+"""MoePermuteProb (moe_token_permute_with_routing_map/op_kernel/moe_permute_prob.h @ 25fb6b92890d): the probs of the
 drop-and-pad key 9, run after the pad sort and a SyncAll when the op has probs.
 
 For each output slot p of this core's experts (the same front/tail task split as the sort; slot p of

@@ -1,6 +1,9 @@
 """MoeTokenPermuteWithRoutingMapGrad: gradient of the routing-map permute (aclnnMoeTokenPermuteWithRoutingMapGrad).
 
-A hand-written composite aclnn ([M26] op_api/aclnn_moe_token_permute_with_routing_map_grad.cpp). Checks, in the
+source: moe/moe_token_permute_with_routing_map_grad/op_host/op_api/aclnn_moe_token_permute_with_routing_map_grad.cpp,
+op_api/moe_token_permute_with_routing_map_grad.cpp (the l0 wrapper) @ 25fb6b92890d.
+
+A hand-written composite aclnn. Checks, in the
 real order: numExperts / tokensNum <= 0 -> 161002; Gp, sortedIndices or tokensGradOut missing -> 161001; gp given
 without a routing map -> 161001; dtypes (Gp bf16 / fp16 / fp32 equal to tokensGradOut; gp of that list, equal to
 probsGradOut, equal to Gp unless gp is fp32 with fp32 / bf16 Gp; routing map int8 / bool; sortedIndices int32)
@@ -18,7 +21,8 @@ library's; on ascend950 the open-source build takes MoeMaskedScatter and MoeInpl
 as arch35 kernels, simulated here, while 910B / 910_93 take MaskedScatter / InplaceIndexAdd from another library):
 * always: ZerosLike(tokensGradOut) [host]; ZerosLike(probsGradOut) [host] when gp and probsGradOut are given.
 * no dropAndPad: MoeTokenPermuteWithRoutingMapGrad key 0 [kernel G] into the zeros; ViewCopy [host]; with
-  probs gradients: Cast(routing map -> bool), Transpose(zeros), Transpose(mask) [host]; MoeMaskedScatter
+  probs gradients: Cast(routing map -> bool) [host; int8 maps only: l0op::Cast of a bool map returns it
+  unchanged, no launch], Transpose(zeros), Transpose(mask) [host]; MoeMaskedScatter
   [kernel: its arch35 kernel, ops.l0.moe_masked_scatter] on 950, MaskedScatter [host] on 910B / 910_93;
   Transpose, ViewCopy [host].
 * dropAndPad: with probs gradients, MoeTokenPermuteWithRoutingMapGrad key 1000 [kernel] into the probs zeros,
@@ -188,15 +192,20 @@ def _ub_advice(result) -> str:
 
 def _masked_scatter_steps(mask_src, gp, probs_zeros, probs_out, soc) -> list:
     """Cast, Transpose, Transpose, MaskedScatter, Transpose, ViewCopy of the non-pad probs gradient. The scatter is
-    l0op::MoeMaskedScatter: on Ascend 950 its arch35 kernel [kernel], elsewhere CANN's MaskedScatter [host]."""
+    l0op::MoeMaskedScatter: on Ascend 950 its arch35 kernel [kernel], elsewhere CANN's MaskedScatter [host]. The
+    Cast to bool is a step only for an int8 map: CANN's l0op::Cast returns a tensor that already has the target
+    dtype unchanged, launching nothing."""
     n, e = probs_zeros.shape
-    mask = np.empty((n, e), dtype=bool)
     zeros_t = np.empty((e, n), dtype=probs_zeros.dtype)
     mask_t = np.empty((e, n), dtype=bool)
     back = np.empty((n, e), dtype=probs_zeros.dtype)
-    steps = [HostStep("l0op::Cast", lambda: nonzero_mask(mask_src, mask), cast_work(mask_src, mask)),
-             transpose_step(probs_zeros, zeros_t),
-             transpose_step(mask, mask_t)]
+    steps = []
+    if mask_src.dtype == np.bool_:
+        mask = mask_src         # l0op::Cast to the tensor's own dtype returns it: no launch, no step
+    else:
+        mask = np.empty((n, e), dtype=bool)
+        steps.append(HostStep("l0op::Cast", lambda: nonzero_mask(mask_src, mask), cast_work(mask_src, mask)))
+    steps += [transpose_step(probs_zeros, zeros_t), transpose_step(mask, mask_t)]
     if soc.is_regbase:
         scattered = np.empty((e, n), dtype=probs_zeros.dtype)     # the l0 op's AllocTensor
         _, scatter = masked_scatter_executor(zeros_t, mask_t, gp, y_out=scattered, soc=soc)

@@ -1,5 +1,8 @@
 """NumPy goldens of MoeTokenPermuteWithRoutingMapGrad, written from the op's formulas (facts §8.a).
 
+source (the definition): moe/moe_token_permute_with_routing_map_grad/docs/aclnnMoeTokenPermuteWithRoutingMapGrad.md
+@ 25fb6b92890d.
+
 Notation: Gp (M, H) permuted-token gradient, gp (M,) permuted-probs gradient, S (M,) int32,
 N = tokens_num, E = num_experts.
 

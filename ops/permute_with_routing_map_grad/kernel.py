@@ -1,4 +1,7 @@
-"""Kernels of the l0 op MoeTokenPermuteWithRoutingMapGrad, by tilingKey ([M26] op_kernel/).
+"""Kernels of the l0 op MoeTokenPermuteWithRoutingMapGrad, by tilingKey.
+
+source: moe/moe_token_permute_with_routing_map_grad/op_kernel/moe_token_permute_with_routing_map_grad.cpp,
+moe_token_permute_with_routing_map_grad.h, moe_token_unpermute.h @ 25fb6b92890d.
 
     moe_token_permute_with_routing_map_grad.cpp   entry: TILING_KEY_IS dispatch
     key 0     moe_token_unpermute.h                 KernelMoeTokenUnpermute<T, int32_t, T, PROBS=false>:

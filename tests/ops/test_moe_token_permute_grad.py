@@ -237,3 +237,37 @@ def test_fuzzed_bad_indices_never_crash(seed):
     else:
         assert _bits_equal(permute_grad(g, s, 2), golden(g, s, 2))
     assert _bits_equal(permute_grad(g, s, 2, soc="950"), golden_950(g, s, 2))
+
+
+def _ut_grad(dtype):
+    return (np.arange(30) % 7).reshape(6, 5).astype(dtype)
+
+
+_UT_SI = (np.arange(6) % 2).astype(np.int32)
+# the GetWorkspaceSize cases of tests/ut/op_host/op_api/test_aclnn_moe_token_permute_grad.cpp @ 25fb6b92890d
+# (Ascend950): (gradient, sorted indices, out, paddedMode, status)
+OP_API_UT_950 = {
+    "fp16": (_ut_grad(np.float16), _UT_SI, np.float16, False, 0),
+    "fp32": (_ut_grad(np.float32), _UT_SI, np.float32, False, 0),
+    "bf16": (_ut_grad(ml_dtypes.bfloat16), _UT_SI, ml_dtypes.bfloat16, False, 0),
+    "permuted_output_grad_nullptr": (None, _UT_SI, np.float16, False, 161001),
+    "sorted_indices_nullptr": (_ut_grad(np.float16), None, np.float16, False, 161001),
+    "out_nullptr": (_ut_grad(np.float16), _UT_SI, None, False, 161001),
+    "padded_mode_invalid": (_ut_grad(np.float16), _UT_SI, np.float16, True, 161002),
+    "permuted_output_grad_dtype_invalid": (_ut_grad(np.int8), _UT_SI, np.int8, False, 161002),
+    "sorted_indices_dtype_invalid": (_ut_grad(np.float16), _UT_SI.astype(np.int64), np.float16, False, 161002),
+    "out_dtype_invalid": (_ut_grad(np.float16), _UT_SI, np.int8, False, 161002),
+    "dtype_diff": (_ut_grad(np.float16), _UT_SI, np.float32, False, 161002),
+}
+
+
+@pytest.mark.parametrize("case", list(OP_API_UT_950), ids=list(OP_API_UT_950))
+def test_950_op_api_ut_status(case):
+    grad, si, out_dtype, padded, status = OP_API_UT_950[case]
+    out = None if out_dtype is None else np.zeros((2, 5), out_dtype)
+    if status == 0:
+        get_workspace_size(grad, si, 3, padded, out, soc="ascend950")
+        return
+    with pytest.raises(ops.AclnnError) as info:
+        get_workspace_size(grad, si, 3, padded, out, soc="ascend950")
+    assert info.value.status == status

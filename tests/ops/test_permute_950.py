@@ -100,15 +100,29 @@ def test_v2_drops_expert_ids_outside_the_v3_range(shape, idx_dt):
     assert np.isnan(got[0][written:].astype(np.float32)).all()     # not written: the poison pattern (NaN in bf16)
 
 
+def test_v1_int8_report_lists_the_v3_chain_steps():
+    """BuildMoeInitRoutingV3Executor: no Cast for int32 ids, and V1 slices no scale."""
+    tokens, indices = make_inputs(16, 64, 8, topk=2, dtype=np.int8, indices_dtype="int32")
+    permute_out, sorted_out, _ = allocate_outputs(tokens, indices, 0, soc="950")
+    size, executor = get_workspace_size(tokens, indices, 0, False, permute_out, sorted_out, soc="950")
+    assert [s.name for s in executor.steps] == [
+        "l0op::MoeInitRoutingV3", "l0op::Slice", "l0op::ViewCopy", "l0op::Slice", "l0op::ViewCopy"]
+
+
+def test_v1_fp_report_lists_the_v2_chain_steps():
+    tokens, indices = make_inputs(16, 64, 8, topk=2, dtype=np.float16, indices_dtype="int64")
+    permute_out, sorted_out, _ = allocate_outputs(tokens, indices, 0, soc="950")
+    size, executor = get_workspace_size(tokens, indices, 0, False, permute_out, sorted_out, soc="950")
+    assert [s.name for s in executor.steps] == ["l0op::MoeInitRoutingV2", "l0op::ViewCopy", "l0op::ViewCopy"]
+
+
 def test_v2_report_lists_the_chain_steps():
     tokens, indices = make_inputs(16, 64, 8, topk=2, indices_dtype="int64")
     outs = allocate_outputs(tokens, indices, 0, 3, soc="950")
     size, executor = get_workspace_size_v2(tokens, indices, 0, False, 3, *outs, soc="950")
     aclnn.moe_token_permute_v2(np.empty(size, np.uint8), size, executor)
     assert [s.name for s in executor.report.steps] == [
-        "l0op::Cast", "l0op::MoeInitRoutingV3", "unwritten rows of the intermediates",
-        "l0op::Slice + l0op::ViewCopy (permute_tokens_out)", "l0op::Slice + l0op::ViewCopy (sorted_indices_out)",
-        "l0op::Slice + l0op::ViewCopy (expanded_scale_out)"]
+        "l0op::Cast", "l0op::MoeInitRoutingV3"] + ["l0op::Slice", "l0op::ViewCopy"] * 3
     assert [s.kind for s in executor.report.steps].count("kernel") == 1
     assert executor.tiling.tiling_key == 10030000 and executor.report.main.estimate is not None
     assert "MoeGatherOutMxfp8Quant" in str(executor.report)

@@ -1,4 +1,4 @@
-"""Tiling of MoeTokenPermuteWithRoutingMap against the real UT figures (tests/ut/op_host, [M26]) and its
+"""Tiling of MoeTokenPermuteWithRoutingMap against the real UT figures (tests/ut/op_host @ 25fb6b92890d) and its
 failure cases. UT shapes name the kernel's (E, N) map; here the aclnn's (N, E) map is passed."""
 from __future__ import annotations
 
@@ -153,3 +153,40 @@ def test_950_gather_fields_by_hand(n, e, cols, dt, num_out, key, block_dim, ws, 
     simd = [(b.name, b.bytes, b.count, b.pipe) for b in r.ub_plan if b.pipe != "sortPipe2"]
     assert simd == ([("inQueue", 12784 * 8, 2, "MoeindexCopyPipe"), ("indexBuf", 8192, 1, "MoeindexCopyPipe")]
                     if key == 9 else []) + [("simtDataCache", 40960, 1, "SIMT")]
+
+
+# The master UTs that state only a status or a key (test_moe_token_permute_with_routing_map_tiling.cpp @ 25fb6b92890d).
+# UT maps are the kernel's (E, N); here the aclnn's (N, E) is passed. Outputs: (permute_tokens, permute_probs,
+# sorted_indices) shapes, or None where the UT gives the default ones. Expected: the tilingKey, or None = GRAPH_FAILED.
+_UT_STATUS = {
+    "with_prob_fp16": ((2, 5, F16), (3, 2), F16, [(6, 5), (6,), (6,)], 6, False, "910b", 1),
+    "output_cols_mismatch": ((2, 5, F32), (3, 2), None, [(6, 8), (6,), (6,)], 6, False, "910b", None),
+    "output_token_mismatch": ((2, 5, F32), (3, 2), None, [(5, 5), (5,), (5,)], 6, False, "910b", None),
+    "output_rank_invalid": ((2, 5, F32), (3, 2), None, [(6,), (6,), (6,)], 6, False, "910b", None),
+    "output_probs_rank_invalid": ((2, 5, F32), (3, 2), None, [(6, 5), (6, 1), (6,)], 6, False, "910b", None),
+    "zero_token": ((0, 5, F32), (3, 0), None, [(0, 5), (0,), (0,)], 0, False, "910b", None),
+    "sort_limit_exceeded": ((32769, 5, F32), (3, 32769), None, None, 32769 * 512, False, "910b", None),
+    "vbs_ceil_align_branch": ((20000, 5, F32), (3, 20000), None, None, 20000 * 5, False, "910b", 2),
+    "drop_and_pad_regbase_xdtype_b32": ((64, 622, F16), (8, 64), None, [(64, 622), (64,), (64,)], 64, True, "950", 9),
+    "with_prob_int64": ((2, 5, F32), (3, 2), np.int64, [(6, 5), (6,), (6,)], 6, False, "910b", 1),
+    "with_prob_int8": ((2, 5, F32), (3, 2), I8, [(6, 5), (6,), (6,)], 6, False, "910b", 1),
+    "small_routing_map_single_core": ((4, 5, F32), (2, 4), None, [(8, 5), (8,), (8,)], 8, False, "910b", 1),
+    "float16": ((2, 5, F16), (3, 2), None, [(6, 5), (6,), (6,)], 6, False, "910b_192k", 1),
+}
+
+
+@pytest.mark.parametrize("case", list(_UT_STATUS), ids=list(_UT_STATUS))
+def test_ut_status_and_key(case):
+    (n, cols, dt), (e, n_map), probs, outs, num_out, pad, soc, want = _UT_STATUS[case]
+    soc = {"910b": UT, "910b_192k": UT_192K, "950": UT_950}[soc]
+    kw = {}
+    if outs is not None:
+        kw = dict(permute_tokens_out=D(outs[0], dt), permute_probs_out=D(outs[1], dt),
+                  sorted_indices_out=D(outs[2], np.int32))
+    p = D((n_map, e), probs) if probs is not None else None
+    call = lambda: tile(D((n, cols), dt), D((n_map, e), np.int32), p, num_out, pad, soc=soc, **kw)  # noqa: E731
+    if want is None:
+        with pytest.raises(TilingError):
+            call()
+    else:
+        assert call().tiling_key == want
