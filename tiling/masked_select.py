@@ -1,5 +1,5 @@
 """Tiling of the masked select shared by the routing-map ops (Tiling4MaskedSelect of
-moe_token_permute_with_routing_map_tiling.cpp and moe_token_unpermute_with_routing_map_tiling.cpp, [M26]).
+moe_token_permute_with_routing_map_tiling.cpp and moe_token_unpermute_with_routing_map_tiling.cpp, @ 25fb6b92890d).
 
 The flat mask of num_experts rows x num_tokens elements is split by rows over
 min(num_experts, cores) cores: the first `formerNum` cores take ceil(E / cores) rows, the others

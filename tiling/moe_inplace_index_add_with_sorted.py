@@ -1,4 +1,4 @@
-"""Tiling of MoeInplaceIndexAddWithSorted (moe/3rd/moe_inplace_index_add_with_sorted/op_host, [M26]).
+"""Tiling of MoeInplaceIndexAddWithSorted (moe/3rd/moe_inplace_index_add_with_sorted/op_host, @ 25fb6b92890d).
 
 The l0 op adds rows of `value` into rows of `var`: var[sorted_indices[i]] += alpha * value[pos[i]]
 (dim 0 only). The sorted ids are split evenly over the cores (the last core takes the remainder);

@@ -1,4 +1,4 @@
-"""Tiling of the drop-and-pad (tilingKey 9) pieces of MoeTokenPermuteWithRoutingMap, [M26]:
+"""Tiling of the drop-and-pad (tilingKey 9) pieces of MoeTokenPermuteWithRoutingMap, @ 25fb6b92890d:
 Tiling4VBSComputeLastdim / Tinlig4VBSMultiCoreComputeLastdim of moe_token_permute_with_routing_map_tiling.cpp.
 
 In pad mode every expert row of the transposed routing map (N token bytes) is one sort task. The E

@@ -93,7 +93,7 @@ def add_case_parser(sub, name: str, helptext: str, *, shape_needed: bool = True)
     p.add_argument("--no-probs", action="store_true",
                    help="routing-map ops: without probs")
     p.add_argument("--non-topk", action="store_true",
-                   help="routing-map permute and its grad: rows route to 1..topK experts ([M26] -1 slots)")
+                   help="routing-map permute and its grad: rows route to 1..topK experts (-1 slots, as master allows)")
     p.add_argument("--indices-dtype", choices=("int32", "int64"),
                    help="moe_token_permute: expert-id dtype int32 (default) or int64")
     p.add_argument("--num-out-tokens", type=integer, metavar="M",

@@ -7,7 +7,7 @@ token ids stably (values -> sorted_indices, original slots -> pos), zero `var` a
 910B / 910_93 / 950 when the output is bf16 / fp16 or the deterministic switch is on. alpha is never
 passed by them (nullptr).
 
-Kernels (op_kernel/, [M26]), by tilingKey:
+Kernels (op_kernel/, @ 25fb6b92890d), by tilingKey:
 
     moe_inplace_index_add_with_sorted_avg.h   keys 1 (float), 4 (int16), 5 (int32)   -> avg_process
     moe_inplace_index_add_with_sorted_fix.h   keys 2 (half), 3 (bf16), 6 (float)     -> fix_process

@@ -1,5 +1,5 @@
 """The pad-mode (tilingKey 9) sort of MoeTokenPermuteWithRoutingMap: MoeSortMultiLastDimCore<uint8_t>
-(moe_token_permute_with_routing_map/op_kernel/moe_sort_multi_core_last_dim.h, [M26]).
+(moe_token_permute_with_routing_map/op_kernel/moe_sort_multi_core_last_dim.h, @ 25fb6b92890d).
 
 Each row of the transposed routing map (E rows of N bytes, expert-major) is one task; a core sorts its
 tasks one after another (tasks dealt front/tail by tiling.moe_sort_last_dim). Per task:

@@ -1,6 +1,6 @@
 """Building block R: ReduceSumFunc, the fp32 row sum behind every probs gradient.
 
-Two copies exist in the real kernels ([M26]): moe_token_unpermute_grad_base.h (MoeTokenUnpermuteGrad) and
+Two copies exist in the real kernels (@ 25fb6b92890d): moe_token_unpermute_grad_base.h (MoeTokenUnpermuteGrad) and
 moe_token_unpermute_with_routing_map_grad_base.h (its routing-map sibling). They differ in one thing: the
 tier thresholds 4096 / 512 / 64 are inclusive (`>=`) in the first and strict (`>`) in the second. A row of
 exactly a threshold's length takes a different instruction sequence (the fold of an exact threshold is an

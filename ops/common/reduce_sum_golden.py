@@ -8,7 +8,7 @@ elements, sum each 8-element block as a pairwise tree, keep doing that until 8 v
 pairwise tree over 64 lanes (the unused ones +0). L below the smallest tier: one 64-lane pairwise tree.
 
 The tier of a row of exactly 4096, 512 or 64 elements depends on the copy of the function: strict
-(`>`, MoeTokenUnpermuteWithRoutingMapGrad [M26]) or inclusive (`>=`, MoeTokenUnpermuteGrad). At 64 both
+(`>`, MoeTokenUnpermuteWithRoutingMapGrad @ 25fb6b92890d) or inclusive (`>=`, MoeTokenUnpermuteGrad). At 64 both
 give the same value; at 512 and 4096 they differ (the inclusive copy block-reduces the row directly, the
 strict one folds it down to the next tier first).
 """

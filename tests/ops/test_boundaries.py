@@ -1,7 +1,7 @@
 """MoeTokenUnpermuteWithRoutingMapGrad at the thresholds of ReduceSumFunc, the fp32 row sum behind every
 probs gradient.
 
-ReduceSumFunc ([M26] UWRM-grad base) picks its pairwise tree by the row length L with strict tests:
+ReduceSumFunc (@ 25fb6b92890d UWRM-grad base) picks its pairwise tree by the row length L with strict tests:
 L > 4096: fold halves (32-byte aligned) down to 8192, fold onto 4096, BlockReduceSum 4096 -> 512 -> 64 -> 8,
 WholeReduceSum 8 -> 1; L > 512: fold to 1024, onto 512, BlockReduceSum -> 64 -> 8, WholeReduceSum;
 L > 64: fold to 128, onto 64, BlockReduceSum -> 8, WholeReduceSum; else WholeReduceSum of L lanes.

@@ -80,7 +80,7 @@ def test_topk_range(top_k):
 
 
 def test_minus_one_and_dropped_slots_and_zero_probs():
-    """[M26] non-topK rows: -1 slots are skipped (the map keeps topK ones, their probs are 0); slots whose row is
+    """Non-topK rows (master): -1 slots are skipped (the map keeps topK ones, their probs are 0); slots whose row is
     >= R (dropped by numOutTokens) are skipped; a zero prob hides a NaN row."""
     args = make_inputs(30, 72, 6, topk=3, dtype="fp16", seed=3)
     s = args["sorted_indices"].copy()

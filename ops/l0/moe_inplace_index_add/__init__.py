@@ -1,5 +1,5 @@
 """l0op::MoeInplaceIndexAddAiCore on Ascend 950: MoeInplaceIndexAdd's arch35 kernels (moe/3rd/moe_inplace_index_add,
-[M26]), launched by aclnnMoeTokenPermuteWithRoutingMapGrad (drop-and-pad tokens gradient) and
+@ 25fb6b92890d), launched by aclnnMoeTokenPermuteWithRoutingMapGrad (drop-and-pad tokens gradient) and
 aclnnMoeTokenUnpermuteWithRoutingMap (padded mode) where they do not take the sorted index add.
 
 source: moe/3rd/moe_inplace_index_add/op_host/op_api/moe_inplace_index_add.cpp @ 25fb6b92890d.
