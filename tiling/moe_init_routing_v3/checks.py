@@ -2,7 +2,7 @@
 GRAPH_FAILED) naming the argument and the rule; they fill the struct's scalar fields as they go.
 
 source: moe/moe_init_routing_v3/op_host/moe_init_routing_v3_tiling_arch35.cpp @ 25fb6b92890d, DoOpTiling (lines
-503-516): CheckSetAttrs (762-881), CheckSetListAttrs (883-918), CheckSetInputs (920-1188), CheckSetEmptyTensor
+503-516): CheckSetAttrs (763-881), CheckSetListAttrs (883-918), CheckSetInputs (920-1188), CheckSetEmptyTensor
 (1190-1216), CheckOutputs (1218-1478)
 """
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """MoeInitRoutingV3's MX quantising gathers (keys 10030000 / 11030000 MXFP8, 10100000 / 11100000 MXFP4,
-rowIdxType 0) run alone: the workspace holds a numpy sort of the expert ids, the outputs are compared bit for bit
-with the independent golden ops/common/mx_golden.py.
+rowIdxType 0, and 10031000 for the scatter copy) run alone: the workspace holds a numpy sort of the expert ids,
+the outputs are compared bit for bit with the independent golden ops/common/mx_golden.py.
 
 Shapes cover every branch once: a tail of at most half a 32-token block and one of more than half, an odd block
 count (padded scale slot), several column pieces (a small-UB 950 profile), several row loops and cores, the
-gather copy (useGatherCopy) and the scatter copy, dropped slots (an active expert range), NaN / Inf / zero / -0 /
-subnormal blocks, bf16 and fp16 tokens, E5M2 / E4M3FN / E2M1 and both MXFP8 scale rules.
+gather copy (GATHER row indices) and the scatter copy (SCATTER row indices: master's Process branch), dropped
+slots (an active expert range), NaN / Inf / zero / -0 / subnormal blocks, bf16 and fp16 tokens, E5M2 / E4M3FN /
+E2M1 and both MXFP8 scale rules.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, PipeRaceError, QueueError, checked, launch
 from ops.common.mx_golden import mx_quantize, scale_columns
 from ops.l0.moe_init_routing_v3.gather_mxfp4_quant import mxfp4_gather_phase
-from ops.l0.moe_init_routing_v3.gather_mxfp8_quant import GatherMxGm, MxTemplate, TilingData, mxfp8_gather_phase
+from ops.l0.moe_init_routing_v3.gather_mxfp8_quant import GatherMxGm, MxTemplate, mxfp8_gather_phase
+from ops.l0.moe_init_routing_v3.tiling_data import kernel_tiling_data
 from tiling import get_soc
 from tiling.moe_init_routing_v3 import moe_init_routing_v3
 
@@ -62,15 +64,20 @@ def _sort(idx, start, end):
     return order, row_idx
 
 
-def run_gather(x, idx, quant_mode, *, expert_num, expert_range=None, rule=1, ub_size=None, aiv_num=None):
+def run_gather(x, idx, quant_mode, *, expert_num, expert_range=None, rule=1, ub_size=None, aiv_num=None,
+               row_idx_type=0):
     n, cols = x.shape
     k = idx.shape[1]
     start, end = expert_range or (0, expert_num)
     soc = get_soc("ascend950", ub_size=ub_size, aiv_num=aiv_num)
     r = moe_init_routing_v3(x, idx, expert_num=expert_num, quant_mode=quant_mode, active_expert_range=(start, end),
-                            expert_tokens_num_flag=True, soc=soc)
-    td = TilingData(**r.fields)
+                            expert_tokens_num_flag=True, row_idx_type=row_idx_type, soc=soc)
+    td = kernel_tiling_data(r)
     order, row_idx = _sort(idx, start, end)
+    if row_idx_type == 1:
+        # SCATTER row indices: expanded_row_idx holds the source slot of each sorted position (the rest unread)
+        row_idx = np.full(row_idx.size, -1, dtype=np.int32)
+        row_idx[:order.size] = order
     a = -(-n * k // 8) * 8
     counts = np.bincount(idx.ravel()[order] - start, minlength=end - start)
     workspace = np.zeros(2 * a + -(-(end - start) // 8) * 8 + 8, dtype=np.int32)
@@ -116,8 +123,8 @@ def test_mxfp8_scatter_copy_tail_and_specials(dt, quant_mode, rule):
     rng = np.random.default_rng(quant_mode * 10 + len(rule))
     x = _tokens(rng, 6, 200, DT[dt], True)
     idx = rng.integers(0, 8, (6, 2)).astype(np.int32)
-    r = check(x, idx, quant_mode, rule, expert_num=8)
-    assert r.tiling_key == 10030000 and r.fields["use_gather_copy"] == 0
+    r = check(x, idx, quant_mode, rule, expert_num=8, row_idx_type=1)
+    assert r.tiling_key == 10031000 and kernel_tiling_data(r).use_gather_copy == 0
 
 
 @pytest.mark.parametrize("quant_mode", [16, 17], ids=["e5m2", "e4m3fn"])
@@ -135,30 +142,32 @@ def test_mxfp8_round_scale_amax_clamp(dt, quant_mode):
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
 def test_mxfp8_column_pieces_row_loops_and_dropped_slots(dt):
-    """A 2 KiB UB: cols 700 move in pieces of 192 (last 124: a tail of 28, more than half a block); 2 cores with
-    several row loops each; experts outside [1, 6) dropped."""
+    """A 2 KiB UB (1792 bytes after the SIMT reservation): CalcMaxRowIdxPerLoopMxQuant leaves no row id for a
+    192-column piece (896 - (384 + 192 + 96 + 256) < 0) and 384 bytes (96 ids) for a 96-column one
+    (896 - (192 + 96 + 96 + 128)), so cols 700 move in 8 pieces, the last 28 (a tail of 28, more than half a
+    block); 2 cores with several row loops each (96 ids a loop); experts outside [1, 6) dropped."""
     rng = np.random.default_rng(7)
-    x = _tokens(rng, 60, 700, DT[dt], True)
-    idx = rng.integers(0, 6, (60, 2)).astype(np.int32)
-    r = check(x, idx, 3, expert_num=6, expert_range=(1, 6), ub_size=SMALL_UB, aiv_num=2)
+    x = _tokens(rng, 200, 700, DT[dt], True)
+    idx = rng.integers(0, 6, (200, 2)).astype(np.int32)
+    r = check(x, idx, 3, expert_num=6, expert_range=(1, 6), ub_size=SMALL_UB, aiv_num=2, row_idx_type=1)
     f = r.fields
-    assert f["gather_out_cols_loops"] == 4 and f["gather_out_last_loop_cols"] == 124
-    assert f["gather_out_per_core_per_loop_indices_elements"] < 60 and f["use_gather_copy"] == 0
+    assert f["gather_out_cols_loops"] == 8 and f["gather_out_last_loop_cols"] == 28
+    assert f["gather_out_per_core_per_loop_indices_elements"] == 96 and kernel_tiling_data(r).use_gather_copy == 0
 
 
 @pytest.mark.parametrize("rule", ["round_scale", "floor"])
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
 def test_mxfp8_gather_copy(dt, rule):
-    """useGatherCopy (k * active experts > 3 * experts): each source token quantised once per piece, copied to the
+    """GATHER row indices (master copies by source slot then): each source token quantised once per piece, copied to the
     output row of every kept slot (expanded_row_idx -1: skipped); cols 45 (one block + a tail of 13)."""
     rng = np.random.default_rng(11)
     x = _tokens(rng, 9, 45, DT[dt], True)
     idx = rng.integers(0, 2, (9, 8)).astype(np.int32)
     r = check(x, idx, 2, rule, expert_num=2, expert_range=(0, 2), aiv_num=3)
-    assert r.fields["use_gather_copy"] == 1
+    assert kernel_tiling_data(r).use_gather_copy == 1
     idx = rng.integers(0, 3, (9, 8)).astype(np.int32)      # expert 2 is outside [0, 2): its slots are dropped
     r = check(x, idx, 2, rule, expert_num=3, expert_range=(0, 2), aiv_num=3)
-    assert r.fields["use_gather_copy"] == 1 and (idx == 2).any()
+    assert kernel_tiling_data(r).use_gather_copy == 1 and (idx == 2).any()
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
@@ -167,7 +176,7 @@ def test_mxfp8_gather_copy_column_pieces(dt):
     x = _tokens(rng, 20, 520, DT[dt], False)
     idx = rng.integers(0, 2, (20, 8)).astype(np.int32)
     r = check(x, idx, 3, expert_num=2, ub_size=SMALL_UB, aiv_num=2)
-    assert r.fields["use_gather_copy"] == 1 and r.fields["gather_out_cols_loops"] > 1
+    assert kernel_tiling_data(r).use_gather_copy == 1 and r.fields["gather_out_cols_loops"] > 1
 
 
 @pytest.mark.parametrize("cols", [40, 200, 288], ids=lambda c: f"cols{c}")
