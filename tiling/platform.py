@@ -54,7 +54,7 @@ class SocProfile:
             has no SIMT). 40960 on ascend950: ops-transformer moe_init_routing_v2_tiling.cpp,
             moe_init_routing_quant_v2_tiling_base.cpp and moe_init_routing_tiling.cpp subtract SIMT_UB_SIZE_BYTE
             from GetCoreMemSize(UB) and hand the rest to SetLocalMemorySize. (MoeInitRoutingV3's arch35 tiling
-            keeps its own, larger figure: 64 KiB, SIMT_DCACHE_SIZE in tiling/moe_init_routing_v3.py.)
+            keeps its own, larger figure: 64 KiB, SIMT_DCACHE_SIZE in tiling/moe_init_routing_v3/base.py.)
     """
     name: str
     aiv_num: int

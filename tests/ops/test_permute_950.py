@@ -154,7 +154,7 @@ def test_tiling_of_the_950_permute_is_the_v3_launch():
     from tiling import moe_token_permute as tiling_permute
     r = tiling_permute(np.zeros((4096, 7168), BF16), np.zeros((4096, 8), np.int32), 0, False, 2, soc="950")
     assert r.tiling_key == 11030000 and r.fields["expert_num"] == 10240 and r.fields["row_idx_type"] == 0
-    assert {b.pipe for b in r.ub_plan} == {"sortPipe", "histogramPipe", "gatherPipe"}
+    assert {b.pipe for b in r.ub_plan} == {"sortPipe", "histogramPipe", "rowIdxPipe", "gatherPipe"}
     assert r.ub_fits
 
 

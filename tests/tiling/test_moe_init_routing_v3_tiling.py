@@ -65,54 +65,63 @@ def test_ut_drop_pad_failures(name, rng, row_idx, arg):
 
 
 # --- RunSuccessTestcase / RunFailureTestcase ---------------------------------------------------------------------
-def _zeros(n):
-    return " 0" * n
-
-
-FL = "1 27 1 27 27 27 1 27 27 6144 0 1024 27 1 1 1 1 1 1 1 1 27 1 1 1 1 1 1 1 1 1 83 83 27 6" + _zeros(28)
-MC = "40 5824 1 5824 5824 4864 1 4864 4864 6144 10 1024 40 5800 5800 1 5800 5800 1 5800 5800 40 5800 5800 "
-FL7 = ("1 256 1 256 256 256 1 256 256 6144 0 1024 37 7 4 1 7 7 1 4 4 37 7 4 1 7 7 1 4 4 1 60 60 256 6"
-       + _zeros(28))
+# x and expert_idx only (the helpers' isInputScale argument builds no scale tensor); expanded_x is int8 whatever the
+# quant mode (master's ValidateExpandedXDtype looks at it only for quant modes 0, 1 and 13); the tiling data as the
+# UT prints it, 68 int64 fields
 SUCCESS_CASES = [
-    # (UT name, N, H, K, quant, x dtype, expanded_x dtype, range, row idx type, key, data, workspace)
-    ("moe_init_routing_v3_tiling_regbase_01", 1, 83, 27, -1, "float32", "float32", (180, 192), 0, 200000,
-     "40 1 83 27 180 192 12 -1 0 0 0 0 256 1 1 0 1 27 0 0 0 0 " + FL, 16780660),
-    ("moe_init_routing_v3_tiling_regbase_02", 1, 83, 27, -1, "float32", "float32", (180, 192), 1, 200000,
-     "40 1 83 27 180 192 12 -1 1 0 0 0 256 1 1 0 1 27 0 0 0 0 " + FL, 16780660),
-    ("moe_init_routing_v3_tiling_regbase_03", 160, 96, 1450, -1, "int8", "int8", (180, 192), 0, 11000000,
-     "40 160 96 1450 180 192 12 -1 0 0 0 0 256 1 1 0 1 232000 0 0 0 0 " + MC
-     + "8 744 592 8 744 592 1 96 96 232000 2" + _zeros(28), 23275904),
-    ("moe_init_routing_v3_tiling_regbase_04", 160, 96, 1450, -1, "float32", "float32", (180, 192), 1, 11001000,
-     "40 160 96 1450 180 192 12 -1 1 0 0 0 256 1 1 0 1 232000 0 0 0 0 " + MC
-     + "25 234 184 25 234 184 1 96 96 232000 2" + _zeros(28), 23275904),
-    ("moe_init_routing_v3_tiling_regbase_05", 1, 83, 27, 1, "float32", "int8", (180, 192), 0, 220000,
-     "40 1 83 27 180 192 12 1 0 0 0 0 256 1 1 0 1 27 0 0 0 0 " + FL, 16793940),
-    ("moe_init_routing_v3_tiling_regbase_06", 1, 83, 27, 1, "float32", "int8", (180, 192), 0, 220000,
-     "40 1 83 27 180 192 12 1 0 0 0 0 256 1 1 0 1 27 0 0 0 0 " + FL, 16793940),
-    ("moe_init_routing_v3_tiling_regbase_07", 8, 60, 32, 1, "float32", "int8", (0, 100), 1, 220000,
-     "40 8 60 32 0 100 100 1 1 0 0 0 256 1 1 0 1 256 0 0 0 0 " + FL7, 16797376),
-    ("moe_init_routing_v3_tiling_regbase_08", 8, 60, 32, 1, "float32", "int8", (0, 100), 1, 220000,
-     "40 8 60 32 0 100 100 1 1 0 0 0 256 1 1 0 1 256 0 0 0 0 " + FL7, 16797376),
+    # (UT name, N, H, K, quant, x dtype, range, row idx type, key, tiling data, workspace)
+    ("moe_init_routing_v3_tiling_regbase_01", 1, 83, 27, -1, "float32", (180, 192), 0, 200000,
+     "40 1 83 27 180 192 12 -1 0 0 0 256 1 1 0 1 27 0 0 0 1 27 1 27 27 27 1 27 27 6144 0 1024 27 1 1 1 1 1 1 1 1 27 1 "
+     "1 1 1 1 1 1 1 1 83 83 27 6 0 0 0 0 0 0 0 0 0 0 0 0 0", 16780660),
+    ("moe_init_routing_v3_tiling_regbase_02", 1, 83, 27, -1, "float32", (180, 192), 1, 200000,
+     "40 1 83 27 180 192 12 -1 1 0 0 256 1 1 0 1 27 0 0 0 1 27 1 27 27 27 1 27 27 6144 0 1024 27 1 1 1 1 1 1 1 1 27 1 "
+     "1 1 1 1 1 1 1 1 83 83 27 6 0 0 0 0 0 0 0 0 0 0 0 0 0", 16780660),
+    ("moe_init_routing_v3_tiling_regbase_03", 160, 96, 1450, -1, "int8", (180, 192), 0, 11000000,
+     "40 160 96 1450 180 192 12 -1 0 0 0 256 1 1 0 1 232000 0 0 0 40 5824 1 5824 5824 4864 1 4864 4864 6144 10 1024 "
+     "40 5800 5800 1 5800 5800 1 5800 5800 40 5800 5800 8 744 592 8 744 592 1 96 96 232000 2 0 0 0 0 0 0 0 0 0 0 0 0 "
+     "0", 23275904),
+    ("moe_init_routing_v3_tiling_regbase_04", 160, 96, 1450, -1, "float32", (180, 192), 1, 11001000,
+     "40 160 96 1450 180 192 12 -1 1 0 0 256 1 1 0 1 232000 0 0 0 40 5824 1 5824 5824 4864 1 4864 4864 6144 10 1024 "
+     "40 5800 5800 1 5800 5800 1 5800 5800 40 5800 5800 25 234 184 25 234 184 1 96 96 232000 2 0 0 0 0 0 0 0 0 0 0 0 "
+     "0 0", 23275904),
+    ("moe_init_routing_v3_tiling_regbase_05", 1, 83, 27, 1, "float32", (180, 192), 0, 220000,
+     "40 1 83 27 180 192 12 1 0 0 0 256 1 1 0 1 27 0 0 0 1 27 1 27 27 27 1 27 27 6144 0 1024 27 1 1 1 1 1 1 1 1 27 1 1 "
+     "1 1 1 1 1 1 1 83 83 27 6 0 0 0 0 0 0 0 0 0 0 0 0 0", 16793940),
+    ("moe_init_routing_v3_tiling_regbase_06", 1, 83, 27, 1, "float32", (180, 192), 0, 220000,
+     "40 1 83 27 180 192 12 1 0 0 0 256 1 1 0 1 27 0 0 0 1 27 1 27 27 27 1 27 27 6144 0 1024 27 1 1 1 1 1 1 1 1 27 1 1 "
+     "1 1 1 1 1 1 1 83 83 27 6 0 0 0 0 0 0 0 0 0 0 0 0 0", 16793940),
+    ("moe_init_routing_v3_tiling_regbase_07", 8, 60, 32, 1, "float32", (0, 100), 1, 220000,
+     "40 8 60 32 0 100 100 1 1 0 0 256 1 1 0 1 256 0 0 0 1 256 1 256 256 256 1 256 256 6144 0 1024 37 7 4 1 7 7 1 4 4 "
+     "37 7 4 1 7 7 1 4 4 1 60 60 256 6 0 0 0 0 0 0 0 0 0 0 0 0 0", 16797376),
+    ("moe_init_routing_v3_tiling_regbase_08", 8, 60, 32, 1, "float32", (0, 100), 1, 220000,
+     "40 8 60 32 0 100 100 1 1 0 0 256 1 1 0 1 256 0 0 0 1 256 1 256 256 256 1 256 256 6144 0 1024 37 7 4 1 7 7 1 4 4 "
+     "37 7 4 1 7 7 1 4 4 1 60 60 256 6 0 0 0 0 0 0 0 0 0 0 0 0 0", 16797376),
+    ("moe_init_routing_v3_tiling_regbase_09", 160, 96, 1450, 1, "float32", (180, 192), 0, 11020000,
+     "40 160 96 1450 180 192 12 1 0 0 0 256 1 1 0 1 232000 0 0 0 40 5824 1 5824 5824 4864 1 4864 4864 6144 10 1024 40 "
+     "5800 5800 1 5800 5800 1 5800 5800 40 5800 5800 1 5800 5800 1 5800 5800 1 96 96 232000 6 0 0 0 0 0 0 0 0 0 0 0 0 "
+     "0", 23291264),
+    ("moe_init_routing_v3_tiling_regbase_10", 160, 96, 1450, 1, "float32", (180, 192), 0, 11020000,
+     "40 160 96 1450 180 192 12 1 0 0 0 256 1 1 0 1 232000 0 0 0 40 5824 1 5824 5824 4864 1 4864 4864 6144 10 1024 40 "
+     "5800 5800 1 5800 5800 1 5800 5800 40 5800 5800 1 5800 5800 1 5800 5800 1 96 96 232000 6 0 0 0 0 0 0 0 0 0 0 0 0 "
+     "0", 23291264),
 ] + [
-    (f"moe_init_routing_v3_tiling_regbase_{i:02d}", 160, 96, 1450, 1, x_dtype, "int8", rng, row_idx, key,
-     f"40 160 96 1450 {rng[0]} {rng[1]} {rng[1] - rng[0]} 1 {row_idx} 0 0 0 256 1 1 0 1 232000 0 0 0 0 " + MC
-     + "1 5800 5800 1 5800 5800 1 96 96 232000 6" + _zeros(28), workspace)
-    for i, x_dtype, rng, row_idx, key, workspace in (
-        (9, "float32", (180, 192), 0, 11020000, 23291264), (10, "float32", (180, 192), 0, 11020000, 23291264),
-        (11, "float32", (0, 100), 1, 11021000, 23291968), (12, "float32", (0, 100), 1, 11021000, 23291968),
-        (13, "bfloat16", (0, 100), 1, 11021000, 23291968), (14, "float16", (0, 100), 1, 11021000, 23291968))
+    (f"moe_init_routing_v3_tiling_regbase_{i}", 160, 96, 1450, 1, x_dtype, (0, 100), 1, 11021000,
+     "40 160 96 1450 0 100 100 1 1 0 0 256 1 1 0 1 232000 0 0 0 40 5824 1 5824 5824 4864 1 4864 4864 6144 10 1024 40 "
+     "5800 5800 1 5800 5800 1 5800 5800 40 5800 5800 1 5800 5800 1 5800 5800 1 96 96 232000 6 0 0 0 0 0 0 0 0 0 0 0 0 "
+     "0", 23291968)
+    for i, x_dtype in ((11, "float32"), (12, "float32"), (13, "bfloat16"), (14, "float16"))
 ]
 
 
-def _regbase_outs(n, h, k, ex_dtype, rng):
-    return (((n * k, h), ex_dtype), ((n * k,), "int32"), ((rng[1] - rng[0],), "int64"), ((n * k,), "float32"))
+def _regbase_outs(n, h, k, rng):
+    return (((n * k, h), "int8"), ((n * k,), "int32"), ((rng[1] - rng[0],), "int64"), ((n * k,), "float32"))
 
 
-@pytest.mark.parametrize("name,n,h,k,quant,x_dtype,ex_dtype,rng,row_idx,key,data,workspace", SUCCESS_CASES,
+@pytest.mark.parametrize("name,n,h,k,quant,x_dtype,rng,row_idx,key,data,workspace", SUCCESS_CASES,
                          ids=[c[0] for c in SUCCESS_CASES])
-def test_ut_success_figures(name, n, h, k, quant, x_dtype, ex_dtype, rng, row_idx, key, data, workspace):
-    r = _tiling(((n, h), x_dtype), ((n, k), "int32"), outs=_regbase_outs(n, h, k, ex_dtype, rng), quant=quant,
-                rng=rng, row_idx=row_idx)
+def test_ut_success_figures(name, n, h, k, quant, x_dtype, rng, row_idx, key, data, workspace):
+    r = _tiling(((n, h), x_dtype), ((n, k), "int32"), outs=_regbase_outs(n, h, k, rng), quant=quant, rng=rng,
+                row_idx=row_idx)
     assert r.tiling_key == key
     assert r.data() == [int(v) for v in data.split()]
     assert r.workspace_size == workspace
@@ -120,10 +129,10 @@ def test_ut_success_figures(name, n, h, k, quant, x_dtype, ex_dtype, rng, row_id
 
 
 def test_ut_moe_init_routing_v3_tiling_regbase_15():
-    """Static quantisation without the scale input fails (the UT's UB is 196608 bytes)."""
+    """RunFailureTestcase (UB 196608): static quantisation without the scale input fails."""
     with pytest.raises(TilingError, match="scale") as info:
-        _tiling(((1, 83), "float32"), ((1, 27), "int32"), outs=_regbase_outs(1, 83, 27, "int8", (180, 192)),
-                quant=0, rng=(180, 192), row_idx=1, soc=UT_SOC_SMALL_UB)
+        _tiling(((1, 83), "float32"), ((1, 27), "int32"), outs=_regbase_outs(1, 83, 27, (180, 192)), quant=0,
+                rng=(180, 192), row_idx=1, soc=UT_SOC_SMALL_UB)
     assert info.value.status == 561002
 
 
@@ -213,41 +222,94 @@ def test_ut_extended_failures(name, h, quant, x_dtype, scale, offset, arg):
     assert info.value.status == 561002
 
 
-# ExpectArch35MxFP8NoQuantUseGatherCopy: fp8 x with E8M0 scale, range [0, 100) of 256 experts: 100 * k > 768
-GATHER_COPY = [(P + "unquant_fp8_gather_copy_min_k", 16, 64, 8), (P + "unquant_fp8_gather_copy_min_k", 16, 64, 16),
-               (P + "unquant_fp8_gather_copy_wide_cols", 16, 8193, 16)]
+# --- hand-worked cases (paths the UTs do not check; figures from master's formulas, worked by hand) --------------
+# The default 950 profile: 64 vector cores, a tiling UB of 253696 bytes -> 188160 after the 64 KiB SIMT cache
+# (availUbSize); a sort loop holds min(188160 / 32 rounded down to 32 = 5856, 32 * 255) = 5856 keys.
+def _default(n, h, k, *, experts=64, rng=(0, 64), quant=-1, x_dtype="bfloat16", scale=None):
+    return moe_init_routing_v3(((n, h), x_dtype), ((n, k), "int32"), scale, expert_num=experts,
+                               expert_tokens_num_type=1, expert_tokens_num_flag=True, quant_mode=quant,
+                               active_expert_range=list(rng), soc="ascend950")
 
 
-@pytest.mark.parametrize("name,n,h,k", GATHER_COPY, ids=[f"{c[0]}-k{c[3]}-h{c[2]}" for c in GATHER_COPY])
-def test_ut_mxfp8_no_quant_use_gather_copy(name, n, h, k):
-    r = _extended(n, h, k, 1, -1, "float8_e5m2", (0, 100), 1, ((n, _ceil_div(h, 64), 2), "float8_e8m0"))
-    assert r.fields["use_gather_copy"] == 1
+def test_sort_template_where_no_counting_sort_exists():
+    """1024 x 64 fp16, k 8, 16 of 64 experts: 8192 keys > 5856, so no full load (and master has no counting-sort
+    template): multi-core sort, unquantised, GATHER -> 11000000. Workspace (lines 598-637): 8192 * 24 (sort)
+    + 64 * 64 (core sync) + 8192 * 4 (scatter) + 2 * Align(16, 4 B) * 4 (counts, total) + 16 MiB = 17010816."""
+    r = _default(1024, 64, 8, rng=(0, 16), x_dtype="float16")
+    assert r.tiling_key == 11000000
+    assert r.workspace_size == 8192 * 24 + 64 * 64 + 8192 * 4 + 2 * 16 * 4 + 16 * 1024 * 1024 == 17010816
 
 
-# --- hand-worked cases ------------------------------------------------------------------------------------------
-def test_gather_copy_stays_off_at_the_threshold():
-    # 100 active experts * k = 7 -> 700, not above 3 * 256 = 768
-    r = _extended(16, 64, 7, 1, -1, "float8_e5m2", (0, 100), 1, ((16, 1, 2), "float8_e8m0"))
-    assert r.fields["use_gather_copy"] == 0
+@pytest.mark.parametrize("quant,key", [(2, 10030000), (3, 10030000), (16, 10170000), (4, 10050000), (5, 10050000),
+                                       (14, 10150000), (11, 10120000)],
+                         ids=["mxfp8-e5m2", "mxfp8-e4m3fn", "mxfp8-rs-amax", "fp8-group-e5m2", "fp8-group-e4m3fn",
+                              "fp8-group-amax", "fp8-perblock"])
+def test_quant_temp_workspace_of_the_mx_and_fp8_gathers(quant, key):
+    """16 x 256 bf16, k 4: 64 keys on one sort core. Every quant mode from 1 on except HIF8 cast / per-tensor adds
+    one float row per core (lines 628-633): 64 * 256 * 4 = 65536 bytes on top of 64 * 24 + 64 * 64 + 64 * 4
+    + 2 * 64 * 4 + 16 MiB = 16783616 -> 16849152."""
+    r = _default(16, 256, 4, quant=quant)
+    assert r.tiling_key == key
+    assert r.workspace_size == 16783616 + 65536 == 16849152
 
 
-def test_counting_sort_full_load_template():
-    """Default 950 profile: 64 cores, tiling UB 253696 -> 188160 bytes after the 64 KiB SIMT cache; the sort
-    loop holds 188160 / 32 = 5880 keys, so 1024 x 8 = 8192 keys are not full-load. 16 of 64 experts active
-    (16 * 2 <= 64), unquantised fp16, dropless: counting sort if its UB estimate fits. Per core
-    ceil(1024 / 64) = 16 tokens, 128 entries; the estimate (x 2048 + idx 512 + counts 64 + all-core counts 4096 +
-    tokens 128 + prefix 64 + pairs 1024 + fp32 ids 512 + masks 3 * 32 + three int32 tables 1536 + aggregation
-    512 + 2 * 64 + 10240) = 20960 <= 188160 - 1024. Key 400000 + 1 * 10000; aggregation rows 10240 / 128 = 80.
-    Workspace: 64 cores * (stride 16 * 4 + pairs 256 * 4) + 16 MiB = 16846848."""
-    outs = (((8192, 64), "float16"), ((8192,), "int32"), ((16,), "int64"), ((8192,), "float32"))
-    r = moe_init_routing_v3(((1024, 64), "float16"), ((1024, 8), "int32"), expert_num=64, expert_tokens_num_type=1,
-                            expert_tokens_num_flag=True, active_expert_range=[0, 16], expanded_x_out=outs[0],
-                            expanded_row_idx_out=outs[1], expert_tokens_count_or_cumsum_out=outs[2],
-                            expanded_scale_out=outs[3], soc="ascend950")
-    assert r.tiling_key == 410000
-    cs = [r.fields[k] for k in r.fields if k.startswith("counting_sort_")]
-    assert cs == [1, 64, 16, 16, 128, 16, 0, 64, 1, 64, 128, 0, 1, 80, 10240]
-    assert r.workspace_size == 16846848 and r.block_dim == 64
+def test_no_quant_temp_for_hif8_cast():
+    r = _default(16, 256, 4, quant=6)
+    assert r.tiling_key == 10070000 and r.workspace_size == 16783616
+
+
+def test_mx_rows_per_loop():
+    """400000 x 256 bf16, k 4, MXFP8 E5M2: 1.6M keys, 25000 a core. CalcMaxRowIdxPerLoopMxQuant (lines 1991-2004)
+    for one 256-column piece: half the UB 94080 - (x 512 + a byte a column 256 + scales 2 * 32 + 32 + codes
+    Align(64, 1) * 4 = 256) = 92960 bytes -> 23240 row ids a loop; 2 loops a core (the last 1760)."""
+    f = _default(400000, 256, 4, quant=2).fields
+    assert f["gather_out_per_loop_cols"] == 256 and f["gather_out_cols_loops"] == 1
+    assert [f[k] for k in ("gather_out_per_core_indices_loops", "gather_out_per_core_per_loop_indices_elements",
+                           "gather_out_per_core_last_loop_indices_elements")] == [2, 23240, 1760]
+
+
+def test_fp8_rows_per_loop():
+    """The same shape, FP8 per-group E5M2: CalcMaxRowIdxPerLoopFP8Quant (lines 2071-2080) for one 256-column piece:
+    94080 - (x 512 + codes 256 + max(AlignBytes(2 scales, 4 B) = 32, 256)) = 93056 bytes -> 23264 row ids."""
+    f = _default(400000, 256, 4, quant=4).fields
+    assert f["gather_out_per_core_per_loop_indices_elements"] == 23264
+    assert f["gather_out_per_core_last_loop_indices_elements"] == 25000 - 23264
+
+
+@pytest.mark.parametrize("n,vbs,vms", [(1000, 4, 0), (5000, 16, 4)], ids=["four-sort-cores", "sixteen-sort-cores"])
+def test_vms_middle_need_core_num(n, vbs, vms):
+    """x (n, 128) bf16, k 8, 64 experts, count mode. n 1000: 8000 keys > 5856 -> ceil(8000 / 5856) = 2 -> 4^1 = 4
+    cores; 8000 / 4 = 2000 -> floor 1984 leaves the last 8000 - 3 * 1984 = 2048 > 2016, so 2016 a core over
+    ceil(8000 / 2016) = 4 cores: four lists merge at once, no middle merge (Tiling4VMSMiddleCompute: 0 for <= 4).
+    n 5000: 40000 keys -> 7 -> 4^2 = 16 cores; 2500 -> floor 2496 leaves 2560 > 2528, so 2528 over
+    ceil(40000 / 2528) = 16 cores: ceil(16 / 4) = 4 middle-merge cores."""
+    f = _default(n, 128, 8).fields
+    assert (f["vbs_need_core_num"], f["vms_middle_need_core_num"]) == (vbs, vms)
+    if n == 1000:
+        assert [f["vbs_per_core_elements"], f["vbs_last_core_elements"], f["vbs_last_core_per_loop_elements"]] == \
+            [2016, 1952, 1952]
+
+
+@pytest.mark.parametrize("quant,ex_dtype,ok", [(2, "float16", True), (9, "int8", True), (6, "float32", True),
+                                               (-1, "int8", True), (0, "float16", False), (1, "float8_e5m2", False),
+                                               (13, "int8", False)],
+                         ids=["mxfp8-any", "mxfp4-any", "hif8-any", "unquant-any", "static-int8-only",
+                              "dynamic-int8-only", "int4-int4-only"])
+def test_expanded_x_dtype_is_checked_for_int8_and_int4_only(quant, ex_dtype, ok):
+    """ValidateExpandedXDtype (lines 1268-1302): int8 for quant modes 0 and 1, int4 for 13; the others pass."""
+    h = 64
+    scale = {0: ((1,), "float32")}.get(quant)
+    offset = scale
+    x_dtype = "float32" if quant in (-1, 0, 1, 13) else "float16"
+    outs = (((32, h), ex_dtype), ((32,), "int32"), ((8,), "int64"), None)
+    call = lambda: _tiling(((8, h), x_dtype), ((8, 4), "int32"), scale, offset, outs=outs, quant=quant,  # noqa: E731
+                           rng=(0, 8))
+    if ok:
+        call()
+    else:
+        with pytest.raises(TilingError, match="expanded_x") as info:
+            call()
+        assert info.value.status == 561002
 
 
 def test_drop_pad_src_to_dst_and_compact_gather_fields():
@@ -300,14 +362,16 @@ def test_attribute_checks_name_the_attribute(name, attrs, arg):
 def test_ub_plan_of_the_one_core_sort_and_the_token_count():
     """UT case regbase_mxfp8_roundscale_amax_e5m2 (1 x 65 fp16, k 27, experts [180, 192), key 10170000): the one-core
     sort holds Align(27 keys, 4 B) = 32 -> 32 keys x 2 int32 = 256 bytes per buffer; the count kernel on core 0
-    reads 1 id (27 ids over 40 cores), counts 12 experts (48 -> 64 bytes as int32, 96 as int64) and one total."""
+    reads 1 id (27 ids over 40 cores), counts 12 experts (48 -> 64 bytes as int32, 96 as int64) and one total;
+    RowIdxGather (rowIdxPipe) re-splits 27 slots over the count's 27 cores: 1 row id a loop, one block out."""
     r = _extended(1, 65, 27, 1, 16, "float16", (180, 192), 0)
     assert [(b.name, b.bytes, b.pipe) for b in r.ub_plan if b.pipe != "gatherPipe"] == [
         ("sortDataCopyInQueue", 256, "sortPipe"), ("sortDataCopyOutQueue", 256, "sortPipe"),
         ("tempBuffer", 256, "sortPipe"), ("sortedBuffer", 256, "sortPipe"),
         ("sortedExpertIdxInQueue", 32, "histogramPipe"), ("expertCountOutToTempQueue", 64, "histogramPipe"),
         ("expertCountTempInQueue", 64, "histogramPipe"), ("expertIdxCountOutQueue", 96, "histogramPipe"),
-        ("expertTotalCountQueue", 32, "histogramPipe")]
+        ("expertTotalCountQueue", 32, "histogramPipe"), ("sortedExpertIndicesInQueue", 32, "rowIdxPipe"),
+        ("copyOutQueue", 32, "rowIdxPipe")]
 
 
 def test_ub_plan_of_the_empty_tensor_branch():
@@ -321,7 +385,7 @@ def test_ub_plan_of_the_multi_core_sort():
     max(4 x 1024 SortOut pairs, one loop of 5824 keys) = 5824 keys x 2 int32 = 46592 bytes, the last core's
     max(4096, 4864) = 4864 -> 38912; the count kernel reads 5800 ids a core (23200 bytes)."""
     from tiling.moe_init_routing_v3 import ub_plan
-    r = _tiling(((160, 96), "int8"), ((160, 1450), "int32"), outs=_regbase_outs(160, 96, 1450, "int8", (180, 192)),
+    r = _tiling(((160, 96), "int8"), ((160, 1450), "int32"), outs=_regbase_outs(160, 96, 1450, (180, 192)),
                 rng=(180, 192))
     assert [(b.name, b.bytes) for b in r.ub_plan[:5]] == [
         ("sortDataCopyInQueue", 46592), ("sortDataCopyOutQueue", 46592), ("sortedBuffer", 46592),
@@ -345,8 +409,12 @@ def test_mxfp4_expanded_x_may_be_packed_bytes(ex, ok):
 
 def test_ub_plan_of_the_drop_pad_gather():
     """The drop-pad case above: core 0 takes 7 compact output rows a loop (32 bytes of int32) and 16-column fp32
-    rows (64 bytes), both double-buffered; no scale input, so no scale queue."""
+    rows (64 bytes), both double-buffered; no scale input, so no scale queue. MoeV3RowIdxGatherDropPad
+    (rowIdxGatherDropPadPipe) on core 0 holds a loop of 205 (expert id, source row) pairs: 2 * AlignBytes(205,
+    4 B) = 1664 bytes, and one 32-byte block out."""
     r = _drop_pad(8192, 16, 1, 1, (0, EXPERT_NUM), 0)
     gather = [(b.name, b.bytes, b.count) for b in r.ub_plan if b.pipe == "gatherPipe"]
     assert gather == [("expandedRowIdxCopyInQueue", 32, 2), ("xCopyInQueue", 64, 2)]
     assert "expertTotalCountQueue" not in [b.name for b in r.ub_plan]
+    assert [(b.name, b.bytes) for b in r.ub_plan if b.pipe == "rowIdxGatherDropPadPipe"] == [
+        ("copyInQueue", 1664), ("copyOutQueue", 32)]

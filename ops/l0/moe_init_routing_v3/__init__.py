@@ -12,12 +12,14 @@ dropless, count-type expert tokens, GATHER row indices).
 * expanded_scale (n * k) float32: with a scale input (n) float32, scale[row] of each gathered row.
 
 Modelled keys: 10000000 (one-core sort) and 11000000 (multi-core sort) for x of 1, 2 or 4 bytes without MX
-element types, the MX quantising gathers 10030000 / 11030000 (MXFP8) and 10100000 / 11100000 (MXFP4) for fp16 /
-bf16 x, and 3000000 (EMPTY_TENSOR). Any other key (the other quantised gathers, SCATTER row indices, drop-pad,
-full-load templates) and the cumsum / key-value expert-token types raise KernelNotSimulatedError naming the key:
-nothing falls back to another kernel.
+element types, the MXFP8 (10030000 / 11030000) and MXFP4 (10100000 / 11100000) quantising gathers, and
+3000000 (EMPTY_TENSOR). Any other key (the other quantised gathers, SCATTER row indices, drop-pad and full-load
+templates) and the cumsum / key-value expert-token types raise KernelNotSimulatedError naming the key: nothing
+falls back to another kernel. The kernels take the tiling through tiling_data.kernel_tiling_data (master's 68
+fields, in order).
 
-source: moe/moe_init_routing_v3/op_kernel/moe_init_routing_v3_apt.cpp (kernels: kernel.py) @ 25fb6b92890d
+source: moe/moe_init_routing_v3/op_kernel/moe_init_routing_v3_apt.cpp and op_host/op_api/moe_init_routing_v3.cpp
+@ 25fb6b92890d
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from tiling.moe_init_routing_v3 import moe_init_routing_v3 as _tiling
 from ..._framework import Executor
 from ..._validate import as_input, as_output, check_no_alias
 from .kernel import KERNELS, KEY_EMPTY_TENSOR, MX_KEYS, OP, GmTensors, Template, launch_plan
-from .tiling_data import MoeInitRoutingV3Arch35TilingData
+from .tiling_data import kernel_tiling_data
 
 
 API = "l0op::MoeInitRoutingV3"
@@ -126,7 +128,7 @@ def get_workspace_size(x, expert_idx, scale=None, offset=None, *, active_num, ex
     gm = GmTensors(_bits(x, 0), _plain(expert_idx, 1, np.int32), _plain(scale, 2, np.float32), _bits(expanded_x, 3),
                    _plain(row_idx, 4, np.int32), _plain(counts, 5, np.int64),
                    _bits(expanded_scale, 6) if mx else _plain(expanded_scale, 6, np.float32), None, None)
-    td = MoeInitRoutingV3Arch35TilingData(*result.fields.values())
+    td = kernel_tiling_data(result)
     lib = soc.lib_api_workspace
     tmpl = Template(x.dtype.itemsize, int(x.dtype.name in _MX_ELEMENT_TYPES), dt_of(x.dtype) if mx else 0,
                     int(mx_scale_rule == "round_scale"))

@@ -20,7 +20,8 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, PipeRaceError, QueueError, checked, launch
 from ops.common.mx_golden import mx_quantize, scale_columns
 from ops.l0.moe_init_routing_v3.gather_mxfp4_quant import mxfp4_gather_phase
-from ops.l0.moe_init_routing_v3.gather_mxfp8_quant import GatherMxGm, MxTemplate, TilingData, mxfp8_gather_phase
+from ops.l0.moe_init_routing_v3.gather_mxfp8_quant import GatherMxGm, MxTemplate, mxfp8_gather_phase
+from ops.l0.moe_init_routing_v3.tiling_data import kernel_tiling_data
 from tiling import get_soc
 from tiling.moe_init_routing_v3 import moe_init_routing_v3
 
@@ -72,7 +73,7 @@ def run_gather(x, idx, quant_mode, *, expert_num, expert_range=None, rule=1, ub_
     soc = get_soc("ascend950", ub_size=ub_size, aiv_num=aiv_num)
     r = moe_init_routing_v3(x, idx, expert_num=expert_num, quant_mode=quant_mode, active_expert_range=(start, end),
                             expert_tokens_num_flag=True, soc=soc)
-    td = TilingData(**r.fields)
+    td = kernel_tiling_data(r)
     order, row_idx = _sort(idx, start, end)
     a = -(-n * k // 8) * 8
     counts = np.bincount(idx.ravel()[order] - start, minlength=end - start)
@@ -180,15 +181,17 @@ def test_mxfp8_round_scale_amax_clamp(dt, quant_mode):
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
 def test_mxfp8_column_pieces_row_loops_and_dropped_slots(dt):
-    """A 2 KiB UB: cols 700 move in pieces of 192 (last 124: a tail of 28, more than half a block); 2 cores with
-    several row loops each; experts outside [1, 6) dropped."""
+    """A 2 KiB UB (1792 bytes after the SIMT reservation): CalcMaxRowIdxPerLoopMxQuant leaves no row id for a
+    192-column piece (896 - (384 + 192 + 96 + 256) < 0) and 384 bytes (96 ids) for a 96-column one
+    (896 - (192 + 96 + 96 + 128)), so cols 700 move in 8 pieces, the last 28 (a tail of 28, more than half a
+    block); 2 cores with several row loops each (96 ids a loop); experts outside [1, 6) dropped."""
     rng = np.random.default_rng(7)
-    x = _tokens(rng, 60, 700, DT[dt], True)
-    idx = rng.integers(0, 6, (60, 2)).astype(np.int32)
+    x = _tokens(rng, 200, 700, DT[dt], True)
+    idx = rng.integers(0, 6, (200, 2)).astype(np.int32)
     r = check(x, idx, 3, expert_num=6, expert_range=(1, 6), ub_size=SMALL_UB, aiv_num=2)
     f = r.fields
-    assert f["gather_out_cols_loops"] == 4 and f["gather_out_last_loop_cols"] == 124
-    assert f["gather_out_per_core_per_loop_indices_elements"] < 60
+    assert f["gather_out_cols_loops"] == 8 and f["gather_out_last_loop_cols"] == 28
+    assert f["gather_out_per_core_per_loop_indices_elements"] == 96
 
 
 @pytest.mark.parametrize("rule", ["round_scale", "floor"])
