@@ -42,13 +42,13 @@ TOUR = [
      ["--topk", "4"]),
     ("moe_token_permute_with_routing_map", "selects the routed (token, expert) pairs of a bool map, sorts, copies",
      ["--topk", "4"]),
-    ("moe_token_unpermute", "gathers each token's topK rows and sums them weighted by its probs (kernel G)",
+    ("moe_token_unpermute", "gathers each token's topK rows and sums them weighted by its probs",
      ["--topk", "4"]),
-    ("moe_token_unpermute_with_routing_map", "picks the probs through the routing map, then kernel G's weighted sum",
+    ("moe_token_unpermute_with_routing_map", "picks each slot's prob through the routing map, then the same weighted sum",
      ["--topk", "4"]),
-    ("moe_token_permute_grad", "sums each token's topK gradient rows back into one (kernel G, no probs)",
+    ("moe_token_permute_grad", "sums each token's topK gradient rows back into one (no probs)",
      ["--topk", "4"]),
-    ("moe_token_permute_with_routing_map_grad", "kernel G for the tokens' gradient, MaskedScatter for the probs'",
+    ("moe_token_permute_with_routing_map_grad", "sums each token's gradient rows; MaskedScatter puts the probs' gradient back in the map",
      ["--topk", "4"]),
     ("moe_token_unpermute_grad", "scatters the output gradient to the permuted rows, probs gradient by row dots",
      ["--topk", "4"]),
@@ -179,8 +179,7 @@ def tour_cases(soc, ub_size: int | None = None, aiv_num: int | None = None) -> l
     for op, what, flags in TOUR:
         a = parser.parse_args(["run", op, *TOUR_SHAPE, *flags])
         case_soc = soc if "--soc" not in flags else get_soc(a.soc, ub_size=ub_size, aiv_num=aiv_num)
-        shape = f"{a.tokens}x{a.hidden}, {a.experts} experts, topK {a.topk}" + \
-            (f" [{case_soc.name}]" if "--soc" in flags else "")
+        shape = f"{a.tokens}x{a.hidden}, {a.experts} experts, topK {a.topk}"
         label = what.split(",")[0]
         out.append(TourCase(DemoCase(op, label, case_soc, OPS[op].make_inputs(a), shape), what))
     return out
