@@ -137,6 +137,11 @@ def stamped_modules(module_name: str) -> dict[str, str]:
         seen[name] = path
         owners = set(_imported_modules(module, path))
         for value in list(vars(module).values()):
+            if isinstance(value, types.ModuleType) and value.__name__.startswith(name + ".") and \
+                    value.__name__ not in owners:
+                # a package holds every submodule anyone imported so far as an attribute: only those its own
+                # import statements name count, so the stamp does not depend on what was imported before
+                continue
             value = getattr(value, "py_func", value)          # numba dispatchers: the Python function
             owner = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
             if isinstance(owner, str):
@@ -175,7 +180,7 @@ def _parse_import_names(path: str, package: str) -> tuple[str, ...]:
     except (OSError, SyntaxError, UnicodeDecodeError):
         return ()
     names = []
-    for node in ast.walk(tree):
+    for node in _outside_functions(tree):
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -187,6 +192,18 @@ def _parse_import_names(path: str, package: str) -> tuple[str, ...]:
             names.append(base)
             names += [f"{base}.{a.name}" for a in node.names]      # `from . import timeline` names a module
     return tuple(names)
+
+
+def _outside_functions(tree):
+    """Every node of `tree` except those inside a function body: an import in a function runs in Python when the
+    function is called (numba code has none), so it brings nothing a stage inlines, and whether its module
+    happens to be loaded when a stage is defined must not change the stamp."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo += [n for n in ast.iter_child_nodes(node)
+                 if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
 
 
 KERNEL_OPT_LEVEL = 2

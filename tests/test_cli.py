@@ -25,8 +25,8 @@ def test_run_checks_against_the_golden(capsys):
     assert rc == 0 and "tilingKey 11, block_dim 64" in out and "bit-exact vs golden" in out
 
 
-def test_demo_runs_every_mode(capsys):
-    assert main(["demo"]) == 0
+def test_demo_all_runs_every_mode(capsys):
+    assert main(["demo", "--all"]) == 0
     out = capsys.readouterr().out
     for key in (0, 10, 1, 11, 101, 111):
         assert f"tilingKey {key}," in out
@@ -137,7 +137,7 @@ def _subparsers():
     return sub.choices
 
 
-@pytest.mark.parametrize("command", ["demo", "tiling", "run", "profile", "moe-layer"])
+@pytest.mark.parametrize("command", ["demo", "warmup", "tiling", "run", "profile", "moe-layer"])
 def test_every_flag_has_help_listing_its_values(command):
     for action in _subparsers()[command]._actions:
         if action.help == "==SUPPRESS==" or action.dest == "help":
@@ -182,7 +182,7 @@ def test_tiling_exits_non_zero_when_the_plan_does_not_fit(capsys):
 
 
 def test_demo_goes_on_past_failing_cases_and_tabulates_them(capsys):
-    rc = main(["demo", "--ub-size", "65536"])
+    rc = main(["demo", "--all", "--ub-size", "65536"])
     out = capsys.readouterr().out
     assert rc == 1
     table = out[out.index("operator  "):].splitlines()[1:14]
@@ -387,7 +387,7 @@ def test_python_dash_m_and_the_console_script_run_the_package():
     done = subprocess.run([sys.executable, "-m", "ops.cli", "--help"], capture_output=True, text=True, cwd=root,
                           env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
     assert done.returncode == 0, done.stderr
-    for command in ("demo", "tiling", "run", "profile", "limits", "moe-layer"):
+    for command in ("demo", "warmup", "tiling", "run", "profile", "limits", "moe-layer"):
         assert command in done.stdout
     done = subprocess.run([sys.executable, "-m", "ops.cli", "run", "moe_token_frobnicate", "--tokens", "1",
                            "--hidden", "1", "--experts", "1"], capture_output=True, text=True, cwd=root,

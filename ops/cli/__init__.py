@@ -1,6 +1,8 @@
-"""ascend-sim command line: `demo`, `tiling OP ...`, `run OP ...`, `profile OP ...`, `limits OP ...`, `moe-layer`.
+"""ascend-sim command line: `demo`, `warmup`, `tiling OP ...`, `run OP ...`, `profile OP ...`, `limits OP ...`,
+`moe-layer`.
 
-    ascend-sim demo [--soc ascend910b] [--ub-size B] [--cores N]
+    ascend-sim demo [--all] [--soc ascend910b] [--ub-size B] [--cores N]
+    ascend-sim warmup [--op OP ...] [--soc S ...] [--jobs N]
     ascend-sim calibrate op_summary.csv --soc ascend910b --fit hbm_bytes_per_cycle,mte2_latency_cycles --out fit.json
     ascend-sim run moe_token_permute --tokens 4096 --hidden 7168 --experts 256 --topk 8 --soc ascend950 --quant-mode 3
     ascend-sim tiling moe_token_unpermute_with_routing_map_grad --tokens 4096 --hidden 7168 --experts 256 --topk 8
@@ -24,15 +26,15 @@ from ascend_sim import ConfigError, SimulatorError
 from tiling.reference import reference_line
 from tiling.status import AclnnError
 
-from . import calibrate, demo, limits, moe_layer, profile, run, tiling
+from . import calibrate, demo, limits, moe_layer, profile, run, tiling, warmup
 from .common import CliError, Parser, prepare_op, run_op
 from .demo import demo_cases
 from .operators import OPS
 
 __all__ = ["CliError", "OPS", "build_parser", "demo_cases", "main", "prepare_op", "run_op"]
 
-COMMANDS = {"demo": demo, "tiling": tiling, "run": run, "profile": profile, "limits": limits, "moe-layer": moe_layer,
-            "calibrate": calibrate}
+COMMANDS = {"demo": demo, "warmup": warmup, "tiling": tiling, "run": run, "profile": profile, "limits": limits,
+            "moe-layer": moe_layer, "calibrate": calibrate}
 """Sub-command name: its module, in the order of the help."""
 
 

@@ -1,15 +1,18 @@
-"""`ascend-sim demo`: every operator's demo cases on built-in MoE shapes, checked, then a table.
+"""`ascend-sim demo`: a quick tour (one small case per operator, plus the Ascend 950 MX quantisation), or with
+`--all` every operator's demo cases on built-in MoE shapes, checked, then a table.
 
-A cold run compiles many kernel stages; with more than one CPU a forked process compiles from the
-other end of the list while this one compiles and runs from the front.
+A cold run compiles kernel stages; with more than one CPU a forked process compiles from the other end of the
+list while this one compiles and runs from the front (the same tickets `ascend-sim warmup` uses).
 """
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 from ascend_sim import SimulatorError, UBOverflowError, stage_signature
 from ascend_sim._jit import ensure_compiled
+from tiling import get_soc
 from tiling.status import AclnnError
 
 from .._framework import listening_to_compiles
@@ -22,8 +25,40 @@ COMPILE_WORKER_TIMEOUT_S = 900
 
 
 def add_parser(sub) -> None:
-    demo = sub.add_parser("demo", help="run every mode of every operator on built-in MoE shapes and check them")
+    demo = sub.add_parser("demo", help="a quick tour: one small case of every operator, checked against its golden "
+                                       "(--all: every mode on built-in MoE shapes)")
+    demo.add_argument("--all", action="store_true",
+                      help="run every mode of every operator on built-in MoE shapes (a cold run compiles about "
+                           "a minute and a half on 2 cores)")
     add_chip_flags(demo)
+
+
+# The quick tour: small shapes that still run the real kernels, cases chosen to share kernel stages (kernel G
+# serves four of them, the sort and index copy two, the masked select two), so a cold tour compiles few stages.
+# (operator, what it shows, `ascend-sim run` flags; "--soc" among them pins the chip, else the demo's --soc)
+TOUR_SHAPE = ["--tokens", "64", "--hidden", "256", "--experts", "16"]
+TOUR = [
+    ("moe_token_permute", "sorts the token x topK slots by expert id, copies each token to its rows",
+     ["--topk", "4"]),
+    ("moe_token_permute_with_routing_map", "selects the routed (token, expert) pairs of a bool map, sorts, copies",
+     ["--topk", "4"]),
+    ("moe_token_unpermute", "gathers each token's topK rows and sums them weighted by its probs",
+     ["--topk", "4"]),
+    ("moe_token_unpermute_with_routing_map", "picks each slot's prob through the routing map, then the same weighted sum",
+     ["--topk", "4"]),
+    ("moe_token_permute_grad", "sums each token's topK gradient rows back into one (no probs)",
+     ["--topk", "4"]),
+    ("moe_token_permute_with_routing_map_grad", "sums each token's gradient rows; MaskedScatter puts the probs' gradient back in the map",
+     ["--topk", "4"]),
+    ("moe_token_unpermute_grad", "scatters the output gradient to the permuted rows, probs gradient by row dots",
+     ["--topk", "4"]),
+    ("moe_token_unpermute_with_routing_map_grad", "scatters the output gradient to the permuted rows (no probs)",
+     ["--topk", "4", "--no-probs"]),
+    ("moe_token_permute", "Ascend 950 chain MoeInitRoutingV3: arch35 sort, then gather with MXFP8 E4M3FN quantisation",
+     ["--topk", "4", "--soc", "ascend950", "--quant-mode", "3"]),
+    ("moe_token_permute", "the same chain quantising to MXFP4 E2M1 (two codes a byte, E8M0 scales)",
+     ["--topk", "4", "--soc", "ascend950", "--quant-mode", "9"]),
+]
 
 
 def demo_cases(soc, ub_size: int | None = None, aiv_num: int | None = None, values: bool = True) -> list[DemoCase]:
@@ -125,6 +160,90 @@ def _usable_cpus() -> int:
 
 
 def command(a) -> int:
+    return _command_all(a) if a.all else _command_tour(a)
+
+
+@dataclass(frozen=True)
+class TourCase:
+    """One stop of the quick tour: a DemoCase and the sentence that says what the operator did."""
+    case: DemoCase
+    what: str
+
+
+def tour_cases(soc, ub_size: int | None = None, aiv_num: int | None = None) -> list[TourCase]:
+    """The quick tour's cases with their inputs (small; drawn as `ascend-sim run` draws them). A case pinned to
+    another chip gets that chip's profile with the custom UB size / core count applied."""
+    from . import build_parser      # the `run` parser reads the flags; ops.cli imports this module
+    parser = build_parser()
+    out = []
+    for op, what, flags in TOUR:
+        a = parser.parse_args(["run", op, *TOUR_SHAPE, *flags])
+        case_soc = soc if "--soc" not in flags else get_soc(a.soc, ub_size=ub_size, aiv_num=aiv_num)
+        shape = f"{a.tokens}x{a.hidden}, {a.experts} experts, topK {a.topk}"
+        label = what.split(",")[0]
+        out.append(TourCase(DemoCase(op, label, case_soc, OPS[op].make_inputs(a), shape), what))
+    return out
+
+
+def _estimate_us(rep) -> float | None:
+    """The estimated chip time of a call: the sum of its steps for a composite aclnn, else its one launch's."""
+    if rep is None:
+        return None
+    rows = rep.breakdown() if hasattr(rep, "breakdown") else []
+    if rows:
+        return sum(r[2] for r in rows)
+    return rep.estimate.time_us if rep.estimate is not None else None
+
+
+def _command_tour(a) -> int:
+    soc = soc_of(a)
+    start = time.perf_counter()
+    stops = tour_cases(soc, a.ub_size, a.cores)
+    cases = [t.case for t in stops]
+    executors = _prepared_executors(cases)
+    cold = cold_stages(list(executors.values()))
+    worker = _start_compile_worker(list(executors.values())) if len(cold) > 2 and _usable_cpus() > 1 else None
+    announce_compile(cold, 2 if worker else 1)
+    print(f"ascend-sim quick tour: one small case of every operator on {soc.name}, then the Ascend 950 MX "
+          "quantisation; each run through both aclnn phases and compared with its NumPy golden, bit for bit.")
+    progress = CompileProgress()
+    ok = True
+    with listening_to_compiles(progress):
+        if worker is not None:
+            _take_tickets(worker[0], worker[1], True, progress)
+            worker[2].join(timeout=COMPILE_WORKER_TIMEOUT_S)
+            if worker[2].is_alive():    # never seen; its stages then compile here, on first use
+                worker[2].terminate()
+        for k, stop in enumerate(stops):
+            ok &= _run_tour_case(k + 1, stop)
+    took = time.perf_counter() - start
+    print(f"\n{'every case matches its golden' if ok else 'some cases FAILED'} in {took:.1f} s"
+          + (f" ({progress.seconds:.1f} s of it compiling)" if progress.count else "")
+          + ". `ascend-sim demo --all` runs every mode on MoE-sized shapes; `ascend-sim run OP --help` one case of "
+          "your own.")
+    return 0 if ok else 1
+
+
+def _run_tour_case(number: int, stop: TourCase) -> bool:
+    case = stop.case
+    print(f"\n{number:>2}. {case.op} on {case.soc.name}, {case.shape}")
+    try:
+        facts = run_op(OPS[case.op], case.args, case.soc)
+    except (AclnnError, SimulatorError) as e:
+        print(f"    {stop.what}\n    FAILED: {_case_error(e)}")
+        return False
+    t, rep = facts["tiling"], facts["report"]
+    verdict = ("within the index-add bound of the golden" if facts.get("within_bound") else "bit-exact vs golden") \
+        if facts["exact"] else "MISMATCH vs golden"
+    est = _estimate_us(rep)
+    steps = len(getattr(rep, "steps", ()) or ())
+    print(f"    {stop.what}")
+    print(f"    tilingKey {t.tiling_key}, block_dim {t.block_dim}" + (f", {steps} steps" if steps else "")
+          + f"; {verdict}" + (f"; estimated {est:,.1f} us on the chip" if est is not None else ""))
+    return bool(facts["exact"])
+
+
+def _command_all(a) -> int:
     soc = soc_of(a)
     start = time.perf_counter()
     # shapes first: what to compile is known before the large inputs are drawn, so a cold run's second

@@ -25,3 +25,34 @@ def test_import_statements_are_parsed_again_after_an_edit(tmp_path):
     st = src.stat()
     os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))     # a new mtime even on a coarse clock
     assert "ascend_sim.timeline" in _import_statement_names(str(src), "ascend_sim")
+
+
+def test_a_kernel_stamp_does_not_depend_on_what_was_imported_before():
+    """`import ops` loads operators on first use, so processes import kernel modules in different orders (a
+    friendly call loads one operator, the demo all of them): the stamps, and with them numba's disk-cache
+    entries, must come out the same, or a warm cache would miss. Packages hold whatever submodules were loaded
+    as attributes, and imports inside functions load modules late: neither may enter a stamp."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    code = ("import json, sys, ops\n"
+            "for name in sys.argv[1:]:\n"
+            "    __import__(name) if '.' in name else getattr(ops, name)\n"
+            "from ascend_sim._jit import _STAMPS\n"
+            "print(json.dumps(_STAMPS))\n")
+    env = dict(os.environ, PYTHONPATH=str(repo))
+
+    def stamps(*first):
+        out = subprocess.run([sys.executable, "-c", code, *first], cwd=repo, env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout)
+
+    everything = stamps("ops.cli")
+    for first in ("moe_token_permute_with_routing_map", "moe_token_unpermute_grad", "aclnn"):
+        alone = stamps(first)
+        assert alone and {k: everything.get(k) for k in alone} == alone, first
