@@ -17,6 +17,7 @@ import argparse
 
 import numpy as np
 
+from ascend_sim import default_threads
 from ascend_sim.cost import parse_override
 from ascend_sim.cost_file import load_cost_file
 from ascend_sim.errors import ConfigError
@@ -97,6 +98,7 @@ def _run(spec, a, soc, *, trace: bool):
     check_inputs_fit_memory(a, spec)
     args = spec.make_inputs(a)
     tiling_result, _, size, executor = prepare_op(spec, args, soc)
+    default_threads()       # a bad ASCEND_SIM_THREADS is the one error line, before any compile notice
     announce_compile(cold_stages([executor]))
     with listening_to_compiles(CompileProgress()):
         if trace:

@@ -1,6 +1,7 @@
 """`ascend-sim run OP ...`: one case through both aclnn phases, checked against the golden, with the work per pipe."""
 from __future__ import annotations
 
+from ascend_sim import default_threads
 
 from .._framework import listening_to_compiles
 from .common import (print_json, CompileProgress, add_case_parser, announce_compile, check_flags_apply, check_inputs_fit_memory,
@@ -21,6 +22,7 @@ def command(a) -> int:
     check_inputs_fit_memory(a, spec)
     args = spec.make_inputs(a)
     _, _, _, executor = prepare_op(spec, args, soc)
+    default_threads()       # a bad ASCEND_SIM_THREADS is the one error line, before any compile notice
     cold = cold_stages([executor])
     if not a.json:
         announce_compile(cold)
