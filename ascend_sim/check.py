@@ -1,8 +1,8 @@
 """Checked mode: pipe races and tensor ownership (numba).
 
 The simulator executes every call in program order, so a kernel that forgets a sync still
-computes the right numbers here. Checked mode (`check="race"` on a launch or an aclnn call,
-or ASCEND_SIM_CHECK=race) finds those kernels:
+computes the right numbers here. Checked mode (`check="race"` / "strict" / "all" on a launch or an aclnn
+call, or ASCEND_SIM_CHECK=race) finds those kernels:
 
 * Happens-before. Each pipe p keeps an epoch E[p], the number of its release points so far
   (SetFlag with p as source, EnQue / FreeTensor with p as producer / consumer, PipeBarrier<p>),
@@ -19,16 +19,34 @@ or ASCEND_SIM_CHECK=race) finds those kernels:
   access costs a few steps per run it touches, not per block. A read that does not come after the block's last write (RAW), a
   write that does not come after the last write (WAW) or after every other pipe's last read
   (WAR) is a PipeRaceError naming both calls.
-* Two modes. "strict" follows the AscendC documentation: a pipe is ordered with itself only by
+* Modes. A launch's mode is a set of bits (layout.MODES): the pipe model, MODE_RACE or MODE_STRICT, which each
+  core's state holds, and launch-wide checks the launcher runs (CHECK_OVERLAP). "all" is "race" plus every
+  launch-wide check. The pipe models: "strict" follows the AscendC documentation: a pipe is ordered with itself only by
   a PipeBarrier (a vector instruction reading an earlier one's result, two DMA writes to the
   same bytes), and the scalar unit only by the *_S events. "race" follows what the shipped
   production kernels rely on: consecutive vector instructions and a DMA pipe's own writes are
   in order, and a WaitFlag / DeQue / AllocTensor / PipeBarrier also holds the scalar unit
   (kernels read the index tiles they DeQue'd with GetValue, with no MTE2_S event, and read
   vector results with GetValue after a PipeBarrier<PIPE_V>).
-* GM. The last GM writes of the core (MTE3 DataCopy, InitOutput, scalar SetValue) are kept in
+* GM, one core. The last GM writes of the core (MTE3 DataCopy, InitOutput, scalar SetValue) are kept in
   a ring; a read by another pipe of the same core (MTE2 DataCopy, scalar GetValue) of bytes
-  such a write covered, without an edge between them, is a race. Cores are ordered by SyncAll.
+  such a write covered, without an edge between them, is a race.
+* GM, across cores (crosscore.py). Only SyncAll orders two cores, so SyncAll cuts a launch into phases. Every
+  GM access (DMA copies row by row, scalar GetValue / SetValue, AtomicAdd / AtomicExch, SIMT loads and stores)
+  also goes into a log of the core's own: a flat int64 table the launcher allocates per checked launch (rows of
+  first byte, end byte, call, pipe | kind; kind read, write or atomic update), appended to without a lock
+  because no other core touches it, and an access that continues or repeats one of the last four rows of
+  the same call widens that row instead of adding one. At each SyncAll and at the end of the launch the
+  launcher folds each core's rows into sorted disjoint intervals (all it touched, its plain writes, its atomic
+  updates, its reads) and counts, over the boundaries of all cores' intervals, how many cores cover each
+  stretch of bytes: where two cores touch bytes and one writes them plainly, or one updates them atomically
+  and another reads them plainly, the rows there are compared pairwise to name both cores and calls, and
+  that is a PipeRaceError with .memory "GM" (atomic updates from several cores never race each other). The
+  cost is one short append per GM access and O(n log n) numpy work per phase in the number of log rows; no
+  per-byte shadow of GM and no lock between the cores' threads. Each phase's plain writes, folded per (core,
+  call), are kept to the end of the launch: bytes two cores wrote plainly (a SyncAll between them or not) are
+  overlapping writes, listed in RunReport.extra["overlapping_writes"] and an OverlapError in mode "all".
+  Atomic updates are never overlaps: accumulating into one output from many cores is what they are for.
 * Ownership. A vector or DMA instruction on a TQue buffer that is free (before its AllocTensor
   or after its FreeTensor) or enqueued (after EnQue, before DeQue) is a QueueError.
 
