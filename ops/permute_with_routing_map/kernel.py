@@ -525,5 +525,5 @@ def pad_kernel_arch35(has_prob: bool, simd: bool) -> Kernel:
         else:
             phases += (PipePhase(NO_TPIPE_TOKENS, (), (SYNC_ALL, (gather_simt_stage, SIMT_TOKEN)), _token_simt_args),)
             name += " + SyncAll + Gatherv2SimtTwoDim::Process"
-        _KERNELS[k] = Kernel(OP, name, phases, SHORT_INDEX_ROW_RACES)
+        _KERNELS[k] = Kernel(OP, name, phases, (*SHORT_INDEX_ROW_RACES, LAST_DIM_SORT_SLICE_READ))
     return _KERNELS[k]
