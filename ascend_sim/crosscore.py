@@ -22,6 +22,8 @@ A full log drops further accesses and counts them (RunReport.extra["gm_log_lost"
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .check import OverlapWaiver, RaceWaiver
@@ -34,6 +36,25 @@ MAX_LISTED = 64             # overlaps listed in the report (the total bytes cou
 _PIPES = tuple(f"PIPE_{p}" for p in PIPE_NAMES)
 
 
+def _uniq(x):
+    """np.unique of an int64 array by sorting (numpy's hash path is slow on scattered 64-bit values)."""
+    x = np.sort(x)
+    keep = np.ones(len(x), dtype=bool)
+    keep[1:] = x[1:] != x[:-1]
+    return x[keep]
+
+
+def _ranks(keys):
+    """(the distinct keys sorted, each key's index among them)."""
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    new = np.ones(len(sk), dtype=bool)
+    new[1:] = sk[1:] != sk[:-1]
+    rank = np.empty(len(keys), dtype=np.int64)
+    rank[order] = np.cumsum(new) - 1
+    return sk[new], rank
+
+
 def _fold(keys, starts, ends, codes=None):
     """Per key, the union of the intervals [starts, ends) as sorted disjoint intervals (touching ones joined).
     Returns keys, starts, ends (and the code of each folded interval's first row when `codes` is given), sorted by
@@ -41,7 +62,7 @@ def _fold(keys, starts, ends, codes=None):
     if not len(keys):
         out = (keys, starts, ends)
         return out + (codes,) if codes is not None else out
-    uniq, rank = np.unique(keys, return_inverse=True)
+    uniq, rank = _ranks(keys)
     base = int(starts.min())
     span = int(ends.max()) - base + 1
     if (len(uniq) - 1) * span >= 1 << 62:           # too far apart to lay the groups end to end: one at a time
@@ -80,18 +101,30 @@ def _stretches(flags, points):
     return list(zip(points[firsts].tolist(), points[lasts + 1].tolist()))
 
 
-def _pairs(core, starts, ends, clash=None, chunk: int = 512):
-    """Index pairs (i < j) of intervals of different cores that share bytes (and for which clash(i, j) holds,
-    given index arrays), in order."""
+def _pairs(core, starts, ends, budget: int = 1 << 21):
+    """Index arrays (I, J) of the pairs of intervals of different cores that share bytes, each pair once, at most
+    about `budget` candidate pairs at a time. Sorted by start, interval i meets exactly the later intervals that
+    start before it ends, so the work is the number of meeting pairs, not the square of the intervals."""
     n = len(core)
-    for x0 in range(0, n, chunk):
-        x = np.arange(x0, min(n, x0 + chunk))[:, None]
-        y = np.arange(n)[None, :]
-        ok = (y > x) & (core[x] != core[y]) & (np.maximum(starts[x], starts[y]) < np.minimum(ends[x], ends[y]))
-        if clash is not None:
-            ok &= clash(x, y)
-        for i, j in zip(*np.nonzero(ok)):
-            yield int(x0 + i), int(j)
+    order = np.argsort(starts, kind="stable")
+    ss, se = starts[order], ends[order]
+    count = np.maximum(np.searchsorted(ss, se, side="left") - np.arange(n) - 1, 0)
+    bounds = np.searchsorted(np.cumsum(count), np.arange(budget, int(count.sum()) + budget, budget), side="right")
+    x0 = 0
+    for x1 in list(bounds) + [n]:
+        x1 = max(int(x1), x0 + 1) if x0 < n else n
+        c = count[x0:x1]
+        total = int(c.sum())
+        if total:
+            i = np.repeat(np.arange(x0, x1), c)
+            j = i + 1 + np.arange(total) - np.repeat(np.cumsum(c) - c, c)
+            oi, oj = order[i], order[j]
+            keep = core[oi] != core[oj]
+            if keep.any():
+                yield oi[keep], oj[keep]
+        x0 = x1
+        if x0 >= n:
+            break
 
 
 def gm_tensors(args, gm_names) -> list:
@@ -112,6 +145,24 @@ def gm_tensors(args, gm_names) -> list:
     return sorted(found.values())
 
 
+_FREE_LOGS: list = []          # log tables of finished launches, reused: fresh pages cost more than the logging
+_FREE_LOCK = threading.Lock()
+
+
+def _take_logs(n: int, width: int) -> np.ndarray:
+    with _FREE_LOCK:
+        for k, logs in enumerate(_FREE_LOGS):
+            if logs.shape[1] == width and logs.shape[0] >= n:
+                return _FREE_LOGS.pop(k)      # rows past n stay unused
+    return np.empty((n, width), dtype=np.int64)
+
+
+def _give_logs(logs: np.ndarray) -> None:
+    with _FREE_LOCK:
+        if len(_FREE_LOGS) < 4:
+            _FREE_LOGS.append(logs)
+
+
 class CrossCore:
     """The cross-core checks of one checked launch; see the module docstring. `states`: the cores' state rows;
     `mode`: the launch's mode bits; `waivers`: the kernel's waivers (cross-core RaceWaivers and OverlapWaivers
@@ -125,7 +176,7 @@ class CrossCore:
         self.tensors = tensors
         self.where = where
         n = len(states)
-        self.logs = np.empty((n, rows * GLOG_COLS), dtype=np.int64)
+        self.logs = _take_logs(n, rows * GLOG_COLS)
         states[:, CHK_GLOG] = self.logs.ctypes.data + np.arange(n, dtype=np.int64) * (rows * GLOG_COLS * 8)
         states[:, CHK_GLOG_CAP] = rows
         states[:, CHK_GLOG_N] = 0
@@ -166,8 +217,14 @@ class CrossCore:
             return
         core, s, e, code, pipe, kind = rows
         written = kind != GLOG_READ
-        if len(set(core[written].tolist())) and len(set(core.tolist())) > 1:
-            self._races(core, s, e, code, pipe, kind)
+        if written.any() and (core != core[0]).any():
+            # only rows that touch bytes some core wrote or updated can conflict: reads of inputs nobody writes
+            # (most of a kernel's reads) drop out before the per-core folding
+            _, ws, we = _fold(np.zeros(int(written.sum()), dtype=np.int64), s[written], e[written])
+            k = np.maximum(np.searchsorted(ws, e, side="left") - 1, 0)
+            near = (ws[k] < e) & (we[k] > s)
+            if near.any() and (core[near] != core[near][0]).any():
+                self._races(core[near], s[near], e[near], code[near], pipe[near], kind[near])
         w = kind == GLOG_WRITE
         if w.any():
             key, fs, fe, fc = _fold(core[w] * 64 + code[w] % 64, s[w], e[w], code[w])
@@ -178,7 +235,7 @@ class CrossCore:
         for name, sel in (("U", None), ("W", kind == GLOG_WRITE), ("A", kind == GLOG_ATOMIC),
                           ("R", kind == GLOG_READ)):
             fam[name] = _fold(core, s, e) if sel is None else _fold(core[sel], s[sel], e[sel])
-        points = np.unique(np.concatenate([fam["U"][1], fam["U"][2]]))
+        points = _uniq(np.concatenate([fam["U"][1], fam["U"][2]]))
         n = {name: _cover(points, f[1], f[2]) for name, f in fam.items()}
         bad = (n["U"] >= 2) & ((n["W"] >= 1) | ((n["A"] >= 1) & (n["R"] >= 1)))
         if not bad.any():
@@ -196,15 +253,24 @@ class CrossCore:
         m = np.flatnonzero((s < hi) & (e > lo))
         c, a, b, k, cd, p = core[m], np.maximum(s[m], lo), np.minimum(e[m], hi), kind[m], code[m], pipe[m]
         wi, ai, ri = k == GLOG_WRITE, k == GLOG_ATOMIC, k == GLOG_READ
+        call = cd % 64
         waived_any = False
-        for i, j in _pairs(c, a, b, lambda x, y: wi[x] | wi[y] | (ai[x] & ri[y]) | (ri[x] & ai[y])):
-            if self._waived(p[i], cd[i] % 64, p[j], cd[j] % 64):
-                waived_any = True
-                continue
-            if c[i] > c[j] or (k[i] == GLOG_READ and k[j] != GLOG_READ):
-                i, j = j, i
-            raise self._race_error(lo, hi, (c[i], cd[i], p[i], k[i]), (c[j], cd[j], p[j], k[j]),
-                                   max(a[i], a[j]), min(b[i], b[j]))
+        for I, J in _pairs(c, a, b):
+            sel = wi[I] | wi[J] | (ai[I] & ri[J]) | (ri[I] & ai[J])
+            I, J = I[sel], J[sel]
+            waived = np.zeros(len(I), dtype=bool)
+            for w in self.race_waivers:
+                fp, fc, sp, sc = w.codes()
+                waived |= (p[I] == fp) & (call[I] == fc) & (p[J] == sp) & (call[J] == sc)
+                waived |= (p[J] == fp) & (call[J] == fc) & (p[I] == sp) & (call[I] == sc)
+            waived_any |= bool(waived.any())
+            bad = np.flatnonzero(~waived)
+            if len(bad):
+                i, j = int(I[bad[0]]), int(J[bad[0]])
+                if c[i] > c[j] or (k[i] == GLOG_READ and k[j] != GLOG_READ):
+                    i, j = j, i
+                raise self._race_error(lo, hi, (c[i], cd[i], p[i], k[i]), (c[j], cd[j], p[j], k[j]),
+                                       max(a[i], a[j]), min(b[i], b[j]))
         self.waived += waived_any
 
     def _waived(self, pipe_a, call_a, pipe_b, call_b) -> bool:
@@ -238,6 +304,7 @@ class CrossCore:
         """The last phase's check, then the overlapping writes of the launch. Returns the report's extra entries;
         raises OverlapError in mode "all" for an unwaived overlap."""
         self.phase_end()
+        _give_logs(self.logs)
         lost = int(self.states[:, CHK_GLOG_LOST].sum())
         listed, total, first_bad = self._overlaps()
         extra = dict(waived_cross_core=self.waived, overlapping_writes=listed, overlapping_write_bytes=total)
@@ -252,30 +319,33 @@ class CrossCore:
             return [], 0, None
         core, call, s, e, code = (np.concatenate(col) for col in zip(*self.writes))
         _, fs, fe = _fold(core, s, e)
-        points = np.unique(np.concatenate([fs, fe]))
+        points = _uniq(np.concatenate([fs, fe]))
         two = _cover(points, fs, fe) >= 2
-        listed, total, first_bad = [], 0, None
+        listed, total, first_bad, seen = [], 0, None, set()
         for lo, hi in _stretches(two, points):
             m = np.flatnonzero((s < hi) & (e > lo))
-            seen = set()
-            for x, y in _pairs(core[m], np.maximum(s[m], lo), np.minimum(e[m], hi)):
-                i, j = m[x], m[y]
-                a, b = max(s[i], s[j], lo), min(e[i], e[j], hi)
-                if core[i] > core[j]:
-                    i, j = j, i
-                pair = (int(core[i]), int(core[j]), int(call[i]), int(call[j]))
-                if pair in seen:
-                    continue
-                seen.add(pair)
-                waived = any(w.covers(pair[2], pair[3]) for w in self.overlap_waivers)
-                name, t0, t1 = self._place(int(a), int(b))
-                entry = dict(tensor=name, bytes=(int(t0), int(t1)), cores=pair[:2],
-                             calls=(CALL_NAMES.get(pair[2], ""), CALL_NAMES.get(pair[3], "")),
-                             call_index=(int(code[i] // 64), int(code[j] // 64)), waived=waived)
-                if len(listed) < MAX_LISTED:
-                    listed.append(entry)
-                if not waived and first_bad is None:
-                    first_bad = self._overlap_error(entry, int(a), int(b))
+            cm, am, bm = core[m], np.maximum(s[m], lo), np.minimum(e[m], hi)
+            for X, Y in _pairs(cm, am, bm):
+                swap = cm[X] > cm[Y]
+                X, Y = np.where(swap, Y, X), np.where(swap, X, Y)
+                key = ((cm[X] * 64 + call[m][X]) * (int(cm.max()) + 1) + cm[Y]) * 64 + call[m][Y]
+                _, first = np.unique(key, return_index=True)
+                for f in first:
+                    i, j = m[X[f]], m[Y[f]]
+                    pair = (int(core[i]), int(core[j]), int(call[i]), int(call[j]))
+                    if pair in seen:
+                        continue
+                    seen.add(pair)
+                    a, b = max(s[i], s[j], lo), min(e[i], e[j], hi)
+                    waived = any(w.covers(pair[2], pair[3]) for w in self.overlap_waivers)
+                    name, t0, t1 = self._place(int(a), int(b))
+                    entry = dict(tensor=name, bytes=(int(t0), int(t1)), cores=pair[:2],
+                                 calls=(CALL_NAMES.get(pair[2], ""), CALL_NAMES.get(pair[3], "")),
+                                 call_index=(int(code[i] // 64), int(code[j] // 64)), waived=waived)
+                    if len(listed) < MAX_LISTED:
+                        listed.append(entry)
+                    if not waived and first_bad is None:
+                        first_bad = self._overlap_error(entry, int(a), int(b))
             total += hi - lo
         return listed, int(total), first_bad
 
