@@ -5,13 +5,15 @@ call, pipe and kind; a strided DMA copy logs each row, so cores that write inter
 tensor do not meet). No core reads another's log, so the threads the cores run on share nothing and take no lock.
 The launcher hands the logs to CrossCore.phase_end at every SyncAll and at the end of the launch:
 
-* Races. Within one phase nothing orders two cores. Per core the log is folded into four sorted lists of
-  disjoint intervals: everything it touched (U), its plain writes (W), its atomic updates (A), its reads (R).
-  Counting, over the boundaries of all of them, how many cores' intervals of each list cover each stretch of
-  bytes finds in O(n log n) every stretch where two different cores conflict: at least two cores touch it and
-  one of them writes it plainly, or one updates it atomically while another reads it plainly (atomic updates
-  among themselves do not conflict). Only for such a stretch are the raw rows compared pairwise, to name the
-  two cores and calls and to apply the kernel's cross-core RaceWaivers.
+* Races. Within one phase nothing orders two cores. Rows that touch no byte any core wrote drop out first
+  (reads of inputs). Per core the rest is folded into four sorted lists of disjoint intervals: everything it
+  touched (U), its plain writes (W), its atomic updates (A), its reads (R). Counting, over the boundaries of
+  all of them, how many cores' intervals of each list cover each stretch of bytes finds in O(n log n) every
+  stretch where two different cores conflict: at least two cores touch it and one of them writes it plainly,
+  or one updates it atomically while another reads it plainly (atomic updates among themselves do not
+  conflict). Only inside such a stretch are the rows, folded per (core, pipe, kind, call), paired (sorted by
+  start, so the work is the pairs that meet), to name the two cores and calls and to apply the kernel's
+  cross-core RaceWaivers. The log tables are reused from launch to launch.
 * Overlapping writes. Each phase's plain writes, folded per (core, call), are kept for the whole launch; at its
   end a stretch two cores' writes cover is an overlap (SyncAll between them or not). Atomic updates are not
   overlaps: several cores accumulating into one output is what SetAtomicAdd is for (a plain write by one core
