@@ -10,7 +10,7 @@ of its calls under the chip's cost model (`RunReport.estimate`); `tracing` logs 
 Perfetto trace.
 """
 from .errors import (AlignmentError, ConfigError, ElementTypeError, OutOfBoundsError, ParamRangeError, QueueError, SimulatorError,  # noqa: F401
-                     PipeRaceError, SyncError, UBOverflowError)
+                     OverlapError, PipeRaceError, SyncError, UBOverflowError)
 from .errors import BufferPlanError, UnsupportedDtypeError  # noqa: F401
 from .check import checked  # noqa: F401
 from ._jit import cache_state, ensure_compiled, stage_signature  # noqa: F401
@@ -26,7 +26,7 @@ from .trace import tracing, write_json  # noqa: F401
 
 __all__ = [
     "ConfigError", "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ElementTypeError", "ParamRangeError",
-    "QueueError", "PipeRaceError", "checked",
+    "QueueError", "PipeRaceError", "OverlapError", "checked",
     "SyncError", "Kernel", "PipePhase", "Branch", "SYNC_ALL", "launch", "default_threads", "UbBuffer", "PipePlan", "plan_pipe",
     "RunReport", "CoreReport", "CostModel", "Estimate", "CoreTime", "LaunchSequence", "tracing", "write_json",
     "resolve_threads", "stage_calls", "ensure_compiled", "cache_state", "stage_signature",

@@ -1,6 +1,6 @@
 """The checker's entry points as C functions (numba cfunc), compiled once and called by kernels by address.
 
-check.ub / vector_access / gm_read, which kernels inline, only test the mode and call these through the
+check.ub / vector_access / gm_read / gm_write, which kernels inline, only test the mode and call these through the
 addresses that check.attach stores in the core state; the checks themselves (shadow.check_*) are compiled here,
 once per process or loaded from the disk cache, instead of inside every kernel stage. Importing this module
 compiles them: check.attach does so on the first checked launch, under Python's import lock, so concurrent
@@ -31,8 +31,14 @@ def _vector_access(state_address, state_len, call, d, d_bytes, s0, s0_bytes, s1,
                                s0_bytes, s1, s1_bytes)
 
 
-def _gm_read(state_address, state_len, call, pipe, address, nbytes):
-    shadow.check_gm_read(StateOnly(carray(i64_pointer(state_address), state_len)), call, pipe, address, nbytes)
+def _gm_read(state_address, state_len, call, pipe, address, rows, row_bytes, gap):
+    shadow.check_gm_read(StateOnly(carray(i64_pointer(state_address), state_len)), call, pipe, address, rows,
+                         row_bytes, gap)
+
+
+def _gm_write(state_address, state_len, call, pipe, address, rows, row_bytes, gap):
+    shadow.check_gm_write(StateOnly(carray(i64_pointer(state_address), state_len)), call, pipe, address, rows,
+                          row_bytes, gap)
 
 
 def _compile(fn, n_args: int):
@@ -42,6 +48,6 @@ def _compile(fn, n_args: int):
     return cfunc(nt.void(*([nt.int64] * n_args)), cache=True, error_model="numpy")(impl)
 
 
-_COMPILED = (_compile(_ub, 7), _compile(_vector_access, 9), _compile(_gm_read, 6))
-# in the order of layout.CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ
+_COMPILED = (_compile(_ub, 7), _compile(_vector_access, 9), _compile(_gm_read, 8), _compile(_gm_write, 8))
+# in the order of layout.CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ, CHK_FN_GM_WRITE
 ENTRIES = tuple(f.address for f in _COMPILED)

@@ -1,8 +1,8 @@
 """Checked mode: pipe races and tensor ownership (numba).
 
 The simulator executes every call in program order, so a kernel that forgets a sync still
-computes the right numbers here. Checked mode (`check="race"` on a launch or an aclnn call,
-or ASCEND_SIM_CHECK=race) finds those kernels:
+computes the right numbers here. Checked mode (`check="race"` / "strict" / "all" on a launch or an aclnn
+call, or ASCEND_SIM_CHECK=race) finds those kernels:
 
 * Happens-before. Each pipe p keeps an epoch E[p], the number of its release points so far
   (SetFlag with p as source, EnQue / FreeTensor with p as producer / consumer, PipeBarrier<p>),
@@ -19,16 +19,34 @@ or ASCEND_SIM_CHECK=race) finds those kernels:
   access costs a few steps per run it touches, not per block. A read that does not come after the block's last write (RAW), a
   write that does not come after the last write (WAW) or after every other pipe's last read
   (WAR) is a PipeRaceError naming both calls.
-* Two modes. "strict" follows the AscendC documentation: a pipe is ordered with itself only by
+* Modes. A launch's mode is a set of bits (layout.MODES): the pipe model, MODE_RACE or MODE_STRICT, which each
+  core's state holds, and launch-wide checks the launcher runs (CHECK_OVERLAP). "all" is "race" plus every
+  launch-wide check. The pipe models: "strict" follows the AscendC documentation: a pipe is ordered with itself only by
   a PipeBarrier (a vector instruction reading an earlier one's result, two DMA writes to the
   same bytes), and the scalar unit only by the *_S events. "race" follows what the shipped
   production kernels rely on: consecutive vector instructions and a DMA pipe's own writes are
   in order, and a WaitFlag / DeQue / AllocTensor / PipeBarrier also holds the scalar unit
   (kernels read the index tiles they DeQue'd with GetValue, with no MTE2_S event, and read
   vector results with GetValue after a PipeBarrier<PIPE_V>).
-* GM. The last GM writes of the core (MTE3 DataCopy, InitOutput, scalar SetValue) are kept in
+* GM, one core. The last GM writes of the core (MTE3 DataCopy, InitOutput, scalar SetValue) are kept in
   a ring; a read by another pipe of the same core (MTE2 DataCopy, scalar GetValue) of bytes
-  such a write covered, without an edge between them, is a race. Cores are ordered by SyncAll.
+  such a write covered, without an edge between them, is a race.
+* GM, across cores (crosscore.py). Only SyncAll orders two cores, so SyncAll cuts a launch into phases. Every
+  GM access (DMA copies row by row, scalar GetValue / SetValue, AtomicAdd / AtomicExch, SIMT loads and stores)
+  also goes into a log of the core's own: a flat int64 table the launcher allocates per checked launch (rows of
+  first byte, end byte, call, pipe | kind; kind read, write or atomic update), appended to without a lock
+  because no other core touches it, and an access that continues or repeats one of the last four rows of
+  the same call widens that row instead of adding one. At each SyncAll and at the end of the launch the
+  launcher folds each core's rows into sorted disjoint intervals (all it touched, its plain writes, its atomic
+  updates, its reads) and counts, over the boundaries of all cores' intervals, how many cores cover each
+  stretch of bytes: where two cores touch bytes and one writes them plainly, or one updates them atomically
+  and another reads them plainly, the rows there are compared pairwise to name both cores and calls, and
+  that is a PipeRaceError with .memory "GM" (atomic updates from several cores never race each other). The
+  cost is one short append per GM access and O(n log n) numpy work per phase in the number of log rows; no
+  per-byte shadow of GM and no lock between the cores' threads. Each phase's plain writes, folded per (core,
+  call), are kept to the end of the launch: bytes two cores wrote plainly (a SyncAll between them or not) are
+  overlapping writes, listed in RunReport.extra["overlapping_writes"] and an OverlapError in mode "all".
+  Atomic updates are never overlaps: accumulating into one output from many cores is what they are for.
 * Ownership. A vector or DMA instruction on a TQue buffer that is free (before its AllocTensor
   or after its FreeTensor) or enqueued (after EnQue, before DeQue) is a QueueError.
 
@@ -48,7 +66,8 @@ import numpy as np
 from ._jit import aicore
 from ._memory import call_by_address, data_address
 from .errors import ConfigError
-from .layout import (CALL_NAMES, CHK_E, CHK_FLAG_V, CHK_FN, CHK_FN_GM_READ, CHK_FN_UB, CHK_FN_VECTOR, CHK_GM,
+from .layout import (CALL_NAMES, CHK_E, CHK_FLAG_V, CHK_FN, CHK_FN_GM_READ, CHK_FN_GM_WRITE, CHK_FN_UB,
+                     CHK_FN_VECTOR, CHK_GM, PIPE_MODEL_MASK,
                      CHK_GM_ENTRIES, CHK_GM_N, CHK_K, CHK_MODE, CHK_SHADOW_ADDR, CHK_SHADOW_BLOCKS, CHK_WAIVE,
                      CHK_WAIVERS, CHK_WAIVE_N, CNT_CALLS, EVENT_IDS, MODES, MODE_OFF, MODE_RACE, N_PIPES, PIPE_ALL,
                      PIPE_NAMES, PIPE_S, SHADOW_BLOCK, SHADOW_COLS)
@@ -59,7 +78,8 @@ _CHECKED: ContextVar[str | None] = ContextVar("ascend_sim_check", default=None)
 
 @contextmanager
 def checked(mode: str = "race"):
-    """Run the launches inside the block (this thread) in checked mode `mode` ("race" or "strict")."""
+    """Run the launches inside the block (this thread) in checked mode `mode` (a name of layout.MODES: "race",
+    "strict", "all")."""
     _mode_code("mode", mode)
     token = _CHECKED.set(mode)
     try:
@@ -69,20 +89,22 @@ def checked(mode: str = "race"):
 
 
 def _mode_code(source: str, value) -> int:
-    """The mode code of `value` ("race", "strict", "off" or ""); ConfigError naming `source` for anything else
-    (a list such as ["race"] included: it is not one of the names, and would not hash)."""
+    """The mode bits of `value` (a name of layout.MODES, "off" or ""); ConfigError naming `source` for anything
+    else (a list such as ["race"] included: it is not one of the names, and would not hash)."""
     if isinstance(value, str):
         if value in ("off", ""):
             return MODE_OFF
         if value in MODES:
             return MODES[value]
-    raise ConfigError(f"{source} must be 'race', 'strict' or 'off', got {value!r} ({type(value).__name__})",
+    names = ", ".join(repr(name) for name in MODES)
+    raise ConfigError(f"{source} must be {names} or 'off', got {value!r} ({type(value).__name__})",
                       setting=source)
 
 
 def resolve(check) -> int:
-    """The checked mode of a launch: `check` if given ("race", "strict", "off" / None), else the enclosing
-    `checked()` block, else $ASCEND_SIM_CHECK. ConfigError for anything else."""
+    """The checked mode of a launch as mode bits (layout.MODES; 0 off): `check` if given ("race", "strict",
+    "all", "off" / None), else the enclosing `checked()` block, else $ASCEND_SIM_CHECK. ConfigError for anything
+    else. The pipe model (PIPE_MODEL_MASK) goes into each core's state; the other bits are launch-wide checks."""
     for source, value in (("check", check), ("checked()", _CHECKED.get()),
                           (CHECK_ENV, os.environ.get(CHECK_ENV, "").strip() or None)):
         if value is not None:
@@ -97,6 +119,7 @@ def attach(state: np.ndarray, mode: int, ub_size: int, waivers=()) -> np.ndarray
 
     The shadow is flat int64: SHADOW_COLS words per 32-byte block (a run's record lives in its first block),
     then the run-start bitmap, one bit per block and a sentinel bit. It starts as one run nothing has accessed."""
+    waivers = [w for w in waivers if isinstance(w, RaceWaiver) and not w.cross_core]
     if len(waivers) > CHK_WAIVERS:
         raise ConfigError(f"a kernel may waive at most {CHK_WAIVERS} races, got {len(waivers)}", setting="waivers")
     blocks = (ub_size + SHADOW_BLOCK - 1) // SHADOW_BLOCK
@@ -106,7 +129,7 @@ def attach(state: np.ndarray, mode: int, ub_size: int, waivers=()) -> np.ndarray
     bitmap[blocks // 64] |= np.uint64(1) << np.uint64(blocks % 64)
     from ._check_entries import ENTRIES    # compiled, or loaded from the disk cache, on the first checked launch
     state[CHK_FN:CHK_FN + len(ENTRIES)] = ENTRIES
-    state[CHK_MODE] = mode
+    state[CHK_MODE] = mode & PIPE_MODEL_MASK
     state[CHK_SHADOW_ADDR] = shadow.ctypes.data
     state[CHK_SHADOW_BLOCKS] = blocks
     state[CHK_WAIVE_N] = len(waivers)
@@ -119,9 +142,14 @@ class RaceWaiver:
     """A race a shipped kernel has on purpose because the real kernel has it: the `first` call on `first_pipe`
     and the `second` call on `second_pipe` (AscendC call names as in layout.CALL_NAMES, pipes "S", "V", "MTE2",
     "MTE3"), with the reason. Checked mode lets exactly that pair pass and counts it
-    (RunReport.extra["waived_races"]); the README lists every waiver."""
+    (RunReport.extra["waived_races"]); the README lists every waiver.
 
-    def __init__(self, first_pipe: str, first: str, second_pipe: str, second: str, reason: str):
+    cross_core=True waives a race between two cores on GM instead (the two calls on different cores, in
+    either order, in one SyncAll phase): the real kernel hands data from one core to another by other means
+    than SyncAll. Those are counted in RunReport.extra["waived_cross_core"]."""
+
+    def __init__(self, first_pipe: str, first: str, second_pipe: str, second: str, reason: str, *,
+                 cross_core: bool = False):
         ids = {name: k for k, name in CALL_NAMES.items()}
         for setting, call in (("first", first), ("second", second)):
             if call not in ids:
@@ -134,12 +162,38 @@ class RaceWaiver:
         self.first_pipe, self.first, self.second_pipe, self.second, self.reason = (
             first_pipe, first, second_pipe, second, reason)
         self._codes = (PIPE_NAMES.index(first_pipe), ids[first], PIPE_NAMES.index(second_pipe), ids[second])
+        self.cross_core = bool(cross_core)
 
     def codes(self) -> tuple:
         return self._codes
 
     def __repr__(self) -> str:
-        return f"RaceWaiver({self.first_pipe} {self.first} -> {self.second_pipe} {self.second}: {self.reason})"
+        where = ", across cores" if self.cross_core else ""
+        return f"RaceWaiver({self.first_pipe} {self.first} -> {self.second_pipe} {self.second}{where}: {self.reason})"
+
+
+class OverlapWaiver:
+    """GM bytes a shipped kernel writes from two cores on purpose because the real kernel does (e.g. one core
+    zero-fills an output that other cores then fill or accumulate into after a SyncAll): writes by the `first`
+    call on one core and the `second` call on another (AscendC call names as in layout.CALL_NAMES; either order),
+    with the reason. Checked mode "all" lets exactly that pair pass; RunReport.extra["overlapping_writes"] still
+    lists it, marked waived. The README lists every waiver."""
+
+    def __init__(self, first: str, second: str, reason: str):
+        ids = {name: k for k, name in CALL_NAMES.items()}
+        for setting, call in (("first", first), ("second", second)):
+            if call not in ids:
+                raise ConfigError(f"OverlapWaiver {setting}: unknown AscendC call {call!r} (the names of "
+                                  f"layout.CALL_NAMES)", setting=setting)
+        self.first, self.second, self.reason = first, second, reason
+        self.calls = frozenset((ids[first], ids[second]))
+
+    def covers(self, call_a: int, call_b: int) -> bool:
+        """Does this waiver let writes by call ids call_a and call_b on two cores pass?"""
+        return frozenset((call_a, call_b)) == self.calls
+
+    def __repr__(self) -> str:
+        return f"OverlapWaiver({self.first} / {self.second}: {self.reason})"
 
 
 def barrier_all(s: np.ndarray) -> None:
@@ -206,22 +260,6 @@ def barrier(c, pipe):
         c.state[CHK_K + PIPE_S * N_PIPES + pipe] = c.state[CHK_E + pipe]
 
 
-# --- GM accesses ----------------------------------------------------------------------------
-@aicore
-def gm_write(c, call, pipe, address, nbytes):
-    """Remember a GM write of this core (MTE3 or the scalar unit) in the ring (callers test the mode first)."""
-    if nbytes <= 0:
-        return
-    n = c.state[CHK_GM_N]
-    e = CHK_GM + (n % CHK_GM_ENTRIES) * 5
-    c.state[e] = address
-    c.state[e + 1] = address + nbytes
-    c.state[e + 2] = pipe
-    c.state[e + 3] = c.state[CHK_E + pipe]
-    c.state[e + 4] = c.state[CNT_CALLS] * 64 + call
-    c.state[CHK_GM_N] = n + 1
-
-
 # --- what kernels call ----------------------------------------------------------------------
 # The checks (shadow.py) are compiled once, as C functions (_check_entries), and kernels call them by the addresses
 # attach() puts in the core state. Inlined, their code was optimised again inside every kernel stage that makes
@@ -245,6 +283,31 @@ def vector_access(c, call, d, d_bytes, s0, s0_bytes, s1, s1_bytes):
 
 @aicore
 def gm_read(c, call, pipe, address, nbytes):
-    """shadow.check_gm_read, in checked mode only."""
+    """shadow.check_gm_read of one run of `nbytes` GM bytes, in checked mode only."""
     if c.state[CHK_MODE] != MODE_OFF:
-        call_by_address(c.state[CHK_FN_GM_READ], (data_address(c.state), c.state.size, call, pipe, address, nbytes))
+        call_by_address(c.state[CHK_FN_GM_READ], (data_address(c.state), c.state.size, call, pipe, address, 1,
+                                                   nbytes, 0))
+
+
+@aicore
+def gm_read_rows(c, call, pipe, address, rows, row_bytes, gap):
+    """shadow.check_gm_read of `rows` rows of `row_bytes` bytes, `gap` bytes apart (a strided DMA copy)."""
+    if c.state[CHK_MODE] != MODE_OFF:
+        call_by_address(c.state[CHK_FN_GM_READ], (data_address(c.state), c.state.size, call, pipe, address, rows,
+                                                   row_bytes, gap))
+
+
+@aicore
+def gm_write(c, call, pipe, address, nbytes):
+    """shadow.check_gm_write of one run of `nbytes` GM bytes (MTE3, the scalar unit, SIMT), in checked mode only."""
+    if c.state[CHK_MODE] != MODE_OFF:
+        call_by_address(c.state[CHK_FN_GM_WRITE], (data_address(c.state), c.state.size, call, pipe, address, 1,
+                                                    nbytes, 0))
+
+
+@aicore
+def gm_write_rows(c, call, pipe, address, rows, row_bytes, gap):
+    """shadow.check_gm_write of `rows` rows of `row_bytes` bytes, `gap` bytes apart (a strided DMA copy)."""
+    if c.state[CHK_MODE] != MODE_OFF:
+        call_by_address(c.state[CHK_FN_GM_WRITE], (data_address(c.state), c.state.size, call, pipe, address, rows,
+                                                    row_bytes, gap))

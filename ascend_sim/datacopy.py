@@ -151,7 +151,7 @@ def _pad_gm_to_ub(c, dst, src, params, pad):
     dma_read(c, call, n, blen, device_address(src, gm0), blen + sstride)
     if c.state[CHK_MODE] != 0:
         chk.ub(c, call, PIPE_MTE2, ub0, ub_need, True)
-        chk.gm_read(c, call, PIPE_MTE2, data_address(src.data) + gm0, (n - 1) * (blen + sstride) + blen)
+        chk.gm_read_rows(c, call, PIPE_MTE2, data_address(src.data) + gm0, n, blen, sstride)
     lead = left * isz
     for r in range(n):
         row = ub0 + r * row_stride
@@ -202,7 +202,7 @@ def _pad_ub_to_gm(c, dst, src, params):
         return
     if c.state[CHK_MODE] != 0:
         chk.ub(c, call, PIPE_MTE3, ub0, ub_need, False)
-        chk.gm_write(c, call, PIPE_MTE3, data_address(dst.data) + gm0, (n - 1) * (blen + dstride) + blen)
+        chk.gm_write_rows(c, call, PIPE_MTE3, data_address(dst.data) + gm0, n, blen, dstride)
     atomic = c.state[ATOMIC_TYPE]
     if atomic != 0:
         if not atomic_type_ok(c, call, dst.data, (atomic & ATOMIC_DT_MASK) - 1):
@@ -292,7 +292,7 @@ def _copy_in(c, dst, src, n, blocks, sstride, dstride):
     dma_read(c, call, n, blen, device_address(src, gm0), blen + sstride * 32)   # timed once known valid
     if c.state[CHK_MODE] != 0:
         chk.ub(c, call, PIPE_MTE2, ub0, ub_need, True)
-        chk.gm_read(c, call, PIPE_MTE2, data_address(src.data) + gm0, (n - 1) * (blen + sstride * 32) + blen)
+        chk.gm_read_rows(c, call, PIPE_MTE2, data_address(src.data) + gm0, n, blen, sstride * 32)
     for r in range(n):
         memcpy_bytes(c.ub, ub0 + r * (blen + dstride * 32), src.data, gm0 + r * (blen + sstride * 32), blen)
     note_ub_write(c, ub0 + ub_need)
@@ -320,7 +320,7 @@ def _copy_out(c, dst, src, n, blocks, sstride, dstride):
         return
     if c.state[CHK_MODE] != 0:
         chk.ub(c, call, PIPE_MTE3, ub0, ub_need, False)
-        chk.gm_write(c, call, PIPE_MTE3, data_address(dst.data) + gm0, (n - 1) * (blen + dstride * 32) + blen)
+        chk.gm_write_rows(c, call, PIPE_MTE3, data_address(dst.data) + gm0, n, blen, dstride * 32)
     atomic = c.state[ATOMIC_TYPE]
     if atomic != 0:
         if not atomic_type_ok(c, call, dst.data, (atomic & ATOMIC_DT_MASK) - 1):

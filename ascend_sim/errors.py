@@ -183,5 +183,25 @@ class PipeRaceError(SimulatorError):
         super().__init__(summary, **kw)
 
 
+class OverlapError(SimulatorError):
+    """Checked mode "all": GM bytes written (not atomically) by two different cores of one launch, SyncAll
+    between them or not (msSanitizer's multi-core corruption): the later write silently replaces the earlier
+    one, so the result depends on which core owns which bytes. A kernel that does it on purpose declares it
+    (check.OverlapWaiver in Kernel(..., waivers=...)).
+
+    Attributes:
+        tensor: the GM tensor's name; byte_range: (first, end) bytes of the overlap relative to its start.
+        first, second: the two writes, each a dict with core, call_index and call (AscendC name).
+    """
+
+    def __init__(self, summary: str, *, tensor: str | None = None, byte_range=None, first=None, second=None,
+                 **kw):
+        self.tensor = tensor
+        self.byte_range = byte_range
+        self.first = first or {}
+        self.second = second or {}
+        super().__init__(summary, **kw)
+
+
 class SyncError(SimulatorError):
     """SetFlag / WaitFlag / PipeBarrier / SyncAll misuse that would hang or leak state on hardware."""

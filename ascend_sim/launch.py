@@ -47,6 +47,7 @@ from .core import CORE_SETS, fault_record, flags, make_core, start_pipe
 from .cost import CostModel
 from .estimate import CoreTime, Estimate
 from . import check as checking
+from . import crosscore
 from . import gm_cost, timeline
 from .trace import CoreTrace, KernelTrace, current_request
 from .dtypes import dt_name
@@ -495,6 +496,9 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         timeline.attach_trace(cores[i].state, rows)
     shadows = [checking.attach(core.state, check_mode, chip.ub_size, kernel.waivers)
                for core in cores] if check_mode else []
+    # GM accesses of different cores, checked at every SyncAll and at the end (crosscore.py)
+    cross = crosscore.CrossCore(states, check_mode, kernel.waivers, crosscore.gm_tensors(args, gm_names),
+                                where) if check_mode else None
     queue_waivers = layout.queue_waivers
     sync_marks = []
     live_phase = [-1] * block_dim
@@ -596,6 +600,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         if cost.enabled:
             sync_marks.append(_barrier(states, cost.sync_all_cycles))
         if check_mode:          # with checked mode off no core has a checker state to advance
+            cross.phase_end()
             checking.sync_all([core.state for core in cores])
         if all(items is program[0] for items in program) and pc.count(pc[0]) == block_dim \
                 and pc[0] < len(program[0]):
@@ -626,6 +631,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                                             int(cores[i].state[TL_TRACE_N])) for i, rows in traces.items()),
                             tuple(sync_marks))
     extra = dict(checked=check_mode, waived_races=int(states[:, CHK_WAIVED].sum())) if check_mode else {}
+    if cross is not None:
+        extra.update(cross.finish())
     del shadows      # the checked cores' shadows lived until here
     CORE_SETS.give(crew)
     report = RunReport(

@@ -128,8 +128,14 @@ CHK_WAIVED = CHK_WAIVE_N + 1                        # races a waiver let pass
 CHK_WAIVE = CHK_WAIVE_N + 2                         # rows: first pipe, first call id, second pipe, second call id
 CHK_OWN_WAIVE = CHK_WAIVE + CHK_WAIVERS * 4          # bit q: the live TPipe's queue q may be used after FreeTensor
 CHK_FN = CHK_OWN_WAIVE + 1                          # addresses of the checker's compiled entries (_check_entries)
-CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ = range(CHK_FN, CHK_FN + 3)
-CHK_SIZE = CHK_FN + 3 - CHK_BASE
+CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ, CHK_FN_GM_WRITE = range(CHK_FN, CHK_FN + 4)
+# the core's GM access log for the cross-core check (check.CrossCore): address of its rows (GLOG_COLS int64 words
+# each; 0: no log), rows it holds, rows used in this SyncAll phase, accesses dropped because it was full
+CHK_GLOG = CHK_FN + 4
+CHK_GLOG_CAP = CHK_GLOG + 1
+CHK_GLOG_N = CHK_GLOG + 2
+CHK_GLOG_LOST = CHK_GLOG + 3
+CHK_SIZE = CHK_GLOG_LOST + 1 - CHK_BASE
 # The arch35 register file (regbase.py): vector registers (RegTensor, 256 bytes = 32 words each), mask registers
 # (MaskReg, one byte per byte lane), the open VF's instruction count and the per-kind counts of every VF so far.
 REG_BASE = CHK_BASE + CHK_SIZE
@@ -435,10 +441,17 @@ PARAM_NAMES = {
 }
 
 # --- checked mode (check.py, shadow.py) ------------------------------------------------------
-MODE_OFF = 0             # state[CHK_MODE]
+MODE_OFF = 0             # state[CHK_MODE]: the pipe model of the core's checks (0: checked mode off)
 MODE_RACE = 1
 MODE_STRICT = 2
-MODES = {"race": MODE_RACE, "strict": MODE_STRICT}
+PIPE_MODEL_MASK = MODE_RACE | MODE_STRICT
+# A launch's checked mode is a set of bits (check.resolve): the pipe model above, and checks of the whole launch
+# that only the launcher runs. Bits 8 and up are free for further checks.
+CHECK_OVERLAP = 4        # output / workspace bytes written by two cores in one launch are an OverlapError
+MODES = {"race": MODE_RACE, "strict": MODE_STRICT, "all": MODE_RACE | CHECK_OVERLAP}
+# GM access log rows (CHK_GLOG): first byte, end byte (host addresses), call number * 64 + call id, pipe | kind << 4
+GLOG_COLS = 4
+GLOG_READ, GLOG_WRITE, GLOG_ATOMIC = 0, 1, 2      # kinds: a read, a plain write, an atomic update (read + write)
 RAW, WAR, WAW = 0, 1, 2  # the race kind in a F_PIPE_RACE fault record
 KIND_NAMES = ("RAW", "WAR", "WAW")
 MEM_UB, MEM_GM = 0, 1    # the memory of a race

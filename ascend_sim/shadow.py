@@ -1,4 +1,4 @@
-"""Checked mode's checks of each access (numba): the UB shadow and the core's GM write ring.
+"""Checked mode's checks of each access (numba): the UB shadow, the core's GM write ring and its GM access log.
 
 check.py holds the model (its docstring) and what kernels inline; the functions here are the heavy part
 that _check_entries compiles once as C functions and kernels reach by address. An access by pipe p is
@@ -12,7 +12,9 @@ from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 from ._jit import aicore
 from ._memory import load_i64, store_i64
 from .faults import fault
-from .layout import (CHK_E, CHK_GM, CHK_GM_ENTRIES, CHK_GM_N, CHK_K, CHK_MODE, CHK_OWN_WAIVE, CHK_SHADOW_ADDR,
+from .layout import (ATOMIC_TYPE, CALL_GM_ATOMIC_ADD, CALL_GM_ATOMIC_EXCH, CALL_INIT_OUTPUT, CHK_GLOG, CHK_GLOG_CAP,
+                     CHK_GLOG_LOST, CHK_GLOG_N, ERR_BASE, GLOG_ATOMIC, GLOG_COLS, GLOG_READ, GLOG_WRITE, PIPE_MTE3,
+                     CHK_E, CHK_GM, CHK_GM_ENTRIES, CHK_GM_N, CHK_K, CHK_MODE, CHK_OWN_WAIVE, CHK_SHADOW_ADDR,
                      CHK_SHADOW_BLOCKS, CHK_WAIVE, CHK_WAIVED, CHK_WAIVE_N, CNT_CALLS, ENQUE, FREE, F_PIPE_RACE,
                      F_QUE_OWNER, KIND_TBUF, MEM_GM, MEM_UB, MODE_STRICT, N_PIPES, PIPE_QUEUES, PIPE_S, PIPE_V,
                      QUE_BASE, QUE_COLS, Q_BASE, Q_FREE_CALL, Q_KIND, Q_LEN, Q_NUM, Q_STATE, RAW, SHADOW_BLOCK,
@@ -182,12 +184,9 @@ def check_ub(c, call, pipe, off, nbytes, write):
 
 # --- GM accesses ----------------------------------------------------------------------------
 @aicore
-def check_gm_read(c, call, pipe, address, nbytes):
-    """A GM read by `pipe` must come after this core's overlapping writes by other pipes."""
-    if nbytes <= 0:
-        return
+def _ring_check(c, call, pipe, address, end):
+    """A GM read by `pipe` must come after this core's overlapping writes by other pipes (the ring)."""
     kept = min(c.state[CHK_GM_N], CHK_GM_ENTRIES)
-    end = address + nbytes
     for j in range(kept):
         e = CHK_GM + j * 5
         if c.state[e + 2] != pipe and c.state[e] < end and address < c.state[e + 1] \
@@ -195,6 +194,86 @@ def check_gm_read(c, call, pipe, address, nbytes):
                 and _race(c, call, RAW, MEM_GM, c.state[e + 2], c.state[e + 4], pipe, max(address, c.state[e]),
                           min(end, c.state[e + 1])):
             return
+
+
+@aicore
+def _ring_write(c, call, pipe, address, end):
+    """Remember a GM write of this core (MTE3, the scalar unit, SIMT) in the ring."""
+    n = c.state[CHK_GM_N]
+    e = CHK_GM + (n % CHK_GM_ENTRIES) * 5
+    c.state[e] = address
+    c.state[e + 1] = end
+    c.state[e + 2] = pipe
+    c.state[e + 3] = c.state[CHK_E + pipe]
+    c.state[e + 4] = c.state[CNT_CALLS] * 64 + call
+    c.state[CHK_GM_N] = n + 1
+
+
+# The cross-core log (check.CrossCore reads it at every SyncAll): one row per access, but an access that continues
+# or repeats one of the last GLOG_LOOKBACK rows of the same call id, pipe and kind widens that row instead (a
+# kernel reading an index array with GetValue one element at a time, or copying rows out back to back, costs one
+# row). The widened row keeps the call number of its first access.
+GLOG_LOOKBACK = 4
+
+
+@aicore
+def _log(c, call, pipe, kind, address, end):
+    base = c.state[CHK_GLOG]
+    if base == 0:
+        return
+    n = c.state[CHK_GLOG_N]
+    meta = pipe | (kind << 4)
+    for back in range(1, min(n, GLOG_LOOKBACK) + 1):
+        r = (n - back) * GLOG_COLS
+        if load_i64(base, r + 3) == meta and load_i64(base, r + 2) % 64 == call \
+                and address <= load_i64(base, r + 1) and end >= load_i64(base, r):
+            if address < load_i64(base, r):
+                store_i64(base, r, address)
+            if end > load_i64(base, r + 1):
+                store_i64(base, r + 1, end)
+            return
+    if n >= c.state[CHK_GLOG_CAP]:
+        c.state[CHK_GLOG_LOST] += 1
+        return
+    r = n * GLOG_COLS
+    store_i64(base, r, address)
+    store_i64(base, r + 1, end)
+    store_i64(base, r + 2, c.state[CNT_CALLS] * 64 + call)
+    store_i64(base, r + 3, meta)
+    c.state[CHK_GLOG_N] = n + 1
+
+
+@aicore
+def _log_rows(c, call, pipe, kind, address, rows, row_bytes, gap):
+    if gap == 0 or rows == 1:
+        _log(c, call, pipe, kind, address, address + rows * row_bytes + (rows - 1) * gap)
+        return
+    for r in range(rows):
+        a = address + r * (row_bytes + gap)
+        _log(c, call, pipe, kind, a, a + row_bytes)
+
+
+@aicore
+def check_gm_read(c, call, pipe, address, rows, row_bytes, gap):
+    """`rows` rows of `row_bytes` GM bytes from `address`, `gap` bytes apart, read by `pipe`: they must come after
+    this core's overlapping writes by other pipes (the ring; checked on the span), and go into the cross-core log."""
+    if rows <= 0 or row_bytes <= 0:
+        return
+    _ring_check(c, call, pipe, address, address + rows * row_bytes + (rows - 1) * gap)
+    if c.state[ERR_BASE] == 0:
+        _log_rows(c, call, pipe, GLOG_READ, address, rows, row_bytes, gap)
+
+
+@aicore
+def check_gm_write(c, call, pipe, address, rows, row_bytes, gap):
+    """A GM write (rows as check_gm_read's): into the ring and the cross-core log. The scalar AtomicAdd /
+    AtomicExch and DMA copies out under SetAtomicAdd / SetAtomicMax are atomic updates."""
+    if rows <= 0 or row_bytes <= 0:
+        return
+    _ring_write(c, call, pipe, address, address + rows * row_bytes + (rows - 1) * gap)
+    atomic = call == CALL_GM_ATOMIC_ADD or call == CALL_GM_ATOMIC_EXCH or (
+        pipe == PIPE_MTE3 and call != CALL_INIT_OUTPUT and c.state[ATOMIC_TYPE] != 0)
+    _log_rows(c, call, pipe, GLOG_ATOMIC if atomic else GLOG_WRITE, address, rows, row_bytes, gap)
 
 
 @aicore

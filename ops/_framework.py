@@ -406,7 +406,7 @@ def run_friendly(run: Callable, workspace_size: int, executor, check=None) -> No
 
 
 def validate_check(check) -> None:
-    """A friendly call's check= ("race", "strict", "off" or None), refused with a ConfigError naming `check` before
+    """A friendly call's check= ("race", "strict", "all", "off" or None), refused with a ConfigError naming `check` before
     any argument is sized: the same rule as the aclnn run's check= (ascend_sim.check.resolve)."""
     resolve_check(check)
 
@@ -414,7 +414,7 @@ def validate_check(check) -> None:
 def run_executor(api: str, workspace, workspace_size: int, executor: Executor | None, stream=None,
                  check: str | None = None) -> None:
     """Phase two of the aclnn call `api`: check the executor and the workspace, launch the kernel, fill the
-    outputs. `check` ("race" / "strict") runs the kernels in checked mode (ascend_sim.check)."""
+    outputs. `check` ("race" / "strict" / "all") runs the kernels in checked mode (ascend_sim.check)."""
     resolve_check(check)        # a bad value fails here, before a composite's host steps run
     if executor is None:
         raise ParamNullptrError("executor is required but is None")

@@ -44,7 +44,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Branch, Kernel, PipePhase
-from ascend_sim.check import RaceWaiver
+from ascend_sim.check import OverlapWaiver, RaceWaiver
 from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.launch import member
@@ -380,6 +380,14 @@ def _not_aligned(core, td, gm, tmpl) -> int:
     return int(member(core, M_ACTUAL_OUT_TOKENS) != td.n * td.top_k)
 
 
+# GENERAL_OP_IMPL (moe_token_permute_with_routing_map.cpp lines 47-49 and 68 @ 25fb6b92890d): the masked select
+# writes the token ids into sortedIndices from every core, SyncAll, then the sort runs on sortedIndices in place
+# (op2.Init(sortedIndices, sortedIndices, ...)) and writes the sorted slots over them from other cores
+SORTED_INDICES_REWRITE = OverlapWaiver(
+    "DataCopyPad(UB->GM)", "DataCopyPad(UB->GM)",
+    "the sort rewrites sortedIndices in place over the ids the masked select's cores wrote there")
+
+
 def non_pad_kernel(key: int, ms_buffers: tuple, with_index_copy: bool = True) -> Kernel:
     """GENERAL_OP_IMPL of key 1..4; ms_buffers: the masked select's buffer names (they depend on probs).
     with_index_copy False (hidden size 0: no row bytes to move): the same kernel without its index copy, which
@@ -410,7 +418,8 @@ def non_pad_kernel(key: int, ms_buffers: tuple, with_index_copy: bool = True) ->
                 "MoeSortIndicesScatterMultiCore), no index copy (hidden size 0)")
     return Kernel(OP, name,
                   (masked_select_phase("sortPipe", _ms_full, ms_buffers), ms_sync,
-                   Branch("actualOutTokens != n * topK", _not_aligned, (aligned, non_aligned))))
+                   Branch("actualOutTokens != n * topK", _not_aligned, (aligned, non_aligned))),
+                  (SORTED_INDICES_REWRITE,))
 
 
 _KERNELS: dict = {}
@@ -447,6 +456,16 @@ PERMUTE_PROB_RACES = (
                "MoePermuteProb refills its out tile with no MTE3 -> S event after the copy-out"))
 
 
+# MoeMrgsortOut::CopyIn (moe_mrgsort_out.h lines 146-147 @ 25fb6b92890d) copies a core's sorted list from its
+# workspace slice with DataCopy of Align(GetSortLen(length), sizeof(float)) floats, which moves whole 32-byte
+# blocks, so the last block runs past the slice into the next core's, which that core may still be writing (VBSCopyOut) with no SyncAll between;
+# MrgSort never reads those lanes
+LAST_DIM_SORT_SLICE_READ = RaceWaiver(
+    "MTE3", "DataCopyPad(UB->GM)", "MTE2", "DataCopy(GM->UB)",
+    "MoeMrgsortOut::CopyIn's whole-block DataCopy reads past the core's workspace slice into the next core's",
+    cross_core=True)
+
+
 def pad_kernel(has_prob: bool) -> Kernel:
     """GENERAL_PAD_OP_IMPL of key 9 / 19. On ascend950 the real kernel then gathers the tokens itself
     (gather_v2 SIMD for key 9, SIMT for key 19); the simulator leaves that to the host GatherV2 step, which
@@ -458,7 +477,8 @@ def pad_kernel(has_prob: bool) -> Kernel:
         if has_prob:
             phases += (permute_prob_phase(_pad_prob_args, "sortPipe"),)     # starts with the SyncAll
             name += " + SyncAll + MoePermuteProb"
-        _KERNELS[k] = Kernel(OP, name, phases, PERMUTE_PROB_RACES if has_prob else ())
+        _KERNELS[k] = Kernel(OP, name, phases,
+                             (*(PERMUTE_PROB_RACES if has_prob else ()), LAST_DIM_SORT_SLICE_READ))
     return _KERNELS[k]
 
 
@@ -510,5 +530,5 @@ def pad_kernel_arch35(has_prob: bool, simd: bool) -> Kernel:
         else:
             phases += (PipePhase(NO_TPIPE_TOKENS, (), (SYNC_ALL, (gather_simt_stage, SIMT_TOKEN)), _token_simt_args),)
             name += " + SyncAll + Gatherv2SimtTwoDim::Process"
-        _KERNELS[k] = Kernel(OP, name, phases, SHORT_INDEX_ROW_RACES)
+        _KERNELS[k] = Kernel(OP, name, phases, (*SHORT_INDEX_ROW_RACES, LAST_DIM_SORT_SLICE_READ))
     return _KERNELS[k]

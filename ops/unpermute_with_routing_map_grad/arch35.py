@@ -30,6 +30,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel
+from ascend_sim.check import OverlapWaiver
 from ascend_sim._jit import global_aicore
 from ops.common import int_math
 from ops.common.core_split import former_tail_offsets
@@ -354,6 +355,13 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
 
 
 
+# keys 11 / 111 Init() (arch35/..._prob_not_none_drop_pad_true.h lines 57-72 @ 25fb6b92890d): the cores split the
+# zero fill of probsGrad between them, SyncAll, then each core writes its tokens' probs gradients, which lie in
+# slices other cores zeroed
+PAD_TRUE_FILL_OVERLAP = OverlapWaiver("InitOutput", "DataCopyPad(UB->GM)",
+                                      "each core writes its tokens' probs gradients over another core's zero fill")
+
+
 # --- the kernel entry of moe_token_unpermute_with_routing_map_grad_apt.cpp: TILING_KEY_IS dispatch ------------
 # keys 1 / 101 keep membase's routing-map-row and probs-gradient-line event gaps (the arch35 Process() has the
 # same syncs there), so the same waivers; keys 11 / 111 need none: VToMTE3Sync() closes the fp32 copy-out gap
@@ -366,7 +374,8 @@ KERNELS = {
               (prob_not_none_drop_pad_false_init, prob_not_none_drop_pad_false_process), _PAD_FALSE_BUFFERS,
               waivers=(ROUTING_MAP_ROW_RACE, *PROB_GRAD_LINE_RACES)),
     11: Kernel.single_pipe(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNotNoneDropPadTrue",
-               (prob_not_none_drop_pad_true_init, prob_not_none_drop_pad_true_process), _PAD_TRUE_BUFFERS),
+               (prob_not_none_drop_pad_true_init, prob_not_none_drop_pad_true_process), _PAD_TRUE_BUFFERS,
+               waivers=(PAD_TRUE_FILL_OVERLAP,)),
 }
 KERNELS[101] = KERNELS[1]    # ProbsT = float
 KERNELS[111] = KERNELS[11]

@@ -25,7 +25,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel
-from ascend_sim.check import RaceWaiver
+from ascend_sim.check import OverlapWaiver, RaceWaiver
 from ascend_sim._jit import aicore, global_aicore
 from ops.common import int_math
 from ops.common.core_split import former_tail_offsets
@@ -450,6 +450,17 @@ PROB_GRAD_LINE_RACES = (
 PAD_TRUE_FP32_OUT_RACE = RaceWaiver("V", "Muls", "MTE3", "DataCopyPad(UB->GM)",
                                     "the real kernel copies the fp32 Muls result out after only the MTE2 -> V "
                                     "event of a VECIN queue, with no V -> MTE3 event")
+# keys 11 / 111 Init() (..._prob_not_none_drop_pad_true.h lines 64-67 @ 25fb6b92890d): every core zeroes the
+# whole probsGrad (InitOutput from unpermutedOutputDStartOffset * numExpert, 0 in this mode, tokensNum * numExpert
+# elements) before the SyncAll, so the cores write the same zeros at once, and after it each core writes its
+# tokens' probs gradients over bytes the other cores zeroed (the arch35 copy splits the fill between the cores)
+PAD_TRUE_INIT_WAIVERS = (
+    RaceWaiver("MTE3", "InitOutput", "MTE3", "InitOutput",
+               "every core zeroes the whole probsGrad before the SyncAll (InitOutput of tokensNum * numExpert)",
+               cross_core=True),
+    OverlapWaiver("InitOutput", "InitOutput", "every core zeroes the whole probsGrad"),
+    OverlapWaiver("InitOutput", "DataCopyPad(UB->GM)",
+                  "each core writes its tokens' probs gradients over zeros every core wrote"))
 _PAD_TRUE_BUFFERS = ("unpermutedGradTQue", "permutedTokensTQue", "probGradReduceSumTBuf", "permutedTokensGradTQue",
                      "probGradOutTBuf")
 _PAD_FALSE_BUFFERS = ("inQueueUnpermuted", "inQueuePermutedTokens", "outQueueProbGrad", "outQueuePermutedTokensGrad",
@@ -466,7 +477,7 @@ KERNELS = {
               waivers=(ROUTING_MAP_ROW_RACE, *PROB_GRAD_LINE_RACES)),
     11: Kernel.single_pipe(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNotNoneDropPadTrue",
                (prob_not_none_drop_pad_true_init, prob_not_none_drop_pad_true_process), _PAD_TRUE_BUFFERS,
-               waivers=(PAD_TRUE_FP32_OUT_RACE,)),
+               waivers=(PAD_TRUE_FP32_OUT_RACE, *PAD_TRUE_INIT_WAIVERS)),
 }
 KERNELS[101] = KERNELS[1]    # ProbsT = float
 KERNELS[111] = KERNELS[11]

@@ -1,8 +1,9 @@
 """Checked mode over every operator at small shapes: each tiling key, token dtype, probs dtype (or none) and
 drop-and-pad setting, on A2 (ascend910b) and on the 950, not only the demo's shapes.
 
-Every case either runs clean in checked mode "race" (the races the real kernels have are waived where their
-kernels are declared, each traced to its source line) or is refused by the operator's own dtype check (161002)
+Every case either runs clean in checked mode "all" (pipe races, GM races between cores, writes of two cores
+to the same bytes; what the real kernels have is waived where their kernels are declared, each traced to its
+source line) or is refused by the operator's own dtype check (161002)
 before anything is launched. A second test asserts the sweep reached every tiling key each operator's kernel
 table declares, so a sweep that silently stopped reaching a key fails.
 """
@@ -33,6 +34,8 @@ from tiling import get_soc
 from tiling.status import AclnnError
 
 SOCS = ("ascend910b", "ascend950")
+# "all": the pipe races of mode "race", GM races between cores and overlapping writes of two cores
+SWEEP_MODE = "all"
 FLOATS = ("bf16", "fp16", "fp32")
 PROBS = (None,) + FLOATS
 # small shapes: 9 tokens of 48, 4 experts, topK 2, capacity 3
@@ -172,7 +175,7 @@ def _outcome(case: Case) -> tuple:
 
     framework.launch = recording
     try:
-        with checked("race"):
+        with checked(SWEEP_MODE):
             _call(case)
     except AclnnError as e:
         return ("refused", e.status, tuple(launches))

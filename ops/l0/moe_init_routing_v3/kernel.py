@@ -44,7 +44,7 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, PipePhase
 from ascend_sim._jit import global_aicore
-from ascend_sim.check import RaceWaiver
+from ascend_sim.check import OverlapWaiver, RaceWaiver
 
 from .expert_tokens_count import CountGm, count_phase, total_count_offset  # noqa: F401  (workspace layout)
 from .gather_mxfp4_quant import mxfp4_gather_phase
@@ -121,6 +121,13 @@ TOTAL_COUNT_RACE = RaceWaiver("S", "LocalTensor::SetValue", "MTE3", "DataCopyPad
                               "event; only the VECOUT queue's V -> MTE3 event orders it before the copy-out")
 
 
+# ExpertTokensCount fills each core's slice of expandedRowIdx with -1 (arch35/moe_v3_expert_tokens_count.h lines
+# 175-177 @ 25fb6b92890d), then after a SyncAll RowIdxGather's SIMT threads on every core store row ids at any
+# position (arch35/moe_v3_row_idx_gather.h lines 112-131): bytes one core filled are overwritten by another
+ROW_IDX_FILL_OVERLAP = OverlapWaiver("InitOutput", "asc_vf_call (SIMT)",
+                                     "RowIdxGather's SIMT scatter overwrites the -1 fill of another core's slice")
+
+
 def sort_chain(multi_core: bool) -> tuple[PipePhase, ...]:
     """Steps 1-3 of every sort template with GATHER row indices, dropless: the sort, ExpertTokensCount and
     RowIdxGather. A kernel appends its gather (step 5) and declares TOTAL_COUNT_RACE among its waivers; its launch
@@ -146,7 +153,7 @@ def _kernel(multi_core: bool, gather: str = "none") -> Kernel:
     sort_name = "MoeSortMultiCore" if multi_core else "MoeSortOneCore"
     name, phase = _GATHERS[gather]
     return Kernel(OP, f"{sort_name} + ExpertTokensCount + RowIdxGather + {name}",
-                  sort_chain(multi_core) + (phase(),), waivers=(TOTAL_COUNT_RACE,))
+                  sort_chain(multi_core) + (phase(),), waivers=(TOTAL_COUNT_RACE, ROW_IDX_FILL_OVERLAP))
 
 
 # --- EMPTY_TENSOR -------------------------------------------------------------------------------------------

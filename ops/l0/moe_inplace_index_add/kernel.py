@@ -92,6 +92,15 @@ QUANT_PAD_RACE = RaceWaiver("S", "LocalTensor::SetValue", "V", "vector function 
                             "SetValue and only a PipeBarrier<PIPE_V> before ComputeUniqueIdNum reads it")
 
 
+# ProcessSecondStep (moe_inplace_index_add_determinstic.h lines 504-514 @ 25fb6b92890d) adds every slot's quantised
+# sum into row preAxisIdx * varInAxis + id of sumQuanToIntWsGm_ with an int32 atomic copy; a slot no run filled has
+# id -1, so for pre row 0 its (zero) add lands on the last row of the r-value region just before, which another
+# core's CopySumAndRValueIn (line 540) may be reading in the same phase: an add of 0 that changes no bit
+QUANT_ROW_MINUS_ONE_RACE = RaceWaiver("MTE3", "DataCopyPad(UB->GM)", "MTE2", "DataCopyPad(GM->UB)",
+                                      "an id -1 slot's atomic add of 0 lands on the r-value row another core reads",
+                                      cross_core=True)
+
+
 @functools.lru_cache(maxsize=32)
 def deterministic_quant_kernel(pre_axis: int, opti: bool) -> Kernel:
     """MoeInplaceIndexAddDeterminstic for `pre_axis` pre rows: Init and a SyncAll, then per pre row a TPipe for
@@ -107,4 +116,5 @@ def deterministic_quant_kernel(pre_axis: int, opti: bool) -> Kernel:
                    for pre in range(pre_axis)]
     else:
         phases.append(PipePhase("step3", dq.STEP3_BUFFERS, (dq.process_third_step,), _quant_args))
-    return Kernel(OP, "MoeInplaceIndexAddDeterminstic", tuple(phases), (QUANT_SORT_PAD_RACE, QUANT_PAD_RACE))
+    return Kernel(OP, "MoeInplaceIndexAddDeterminstic", tuple(phases),
+                  (QUANT_SORT_PAD_RACE, QUANT_PAD_RACE, QUANT_ROW_MINUS_ONE_RACE))
