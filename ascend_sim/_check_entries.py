@@ -32,7 +32,13 @@ def _vector_access(state_address, state_len, call, d, d_bytes, s0, s0_bytes, s1,
 
 
 def _gm_read(state_address, state_len, call, pipe, address, nbytes):
-    shadow.check_gm_read(StateOnly(carray(i64_pointer(state_address), state_len)), call, pipe, address, nbytes)
+    state = carray(i64_pointer(state_address), state_len)
+    shadow.check_gm_read(StateOnly(state), shadow.workspace_map(state), call, pipe, address, nbytes)
+
+
+def _gm_write(state_address, state_len, call, pipe, address, nbytes):
+    state = carray(i64_pointer(state_address), state_len)
+    shadow.note_gm_write(StateOnly(state), shadow.workspace_map(state), address, nbytes)
 
 
 def _compile(fn, n_args: int):
@@ -42,6 +48,6 @@ def _compile(fn, n_args: int):
     return cfunc(nt.void(*([nt.int64] * n_args)), cache=True, error_model="numpy")(impl)
 
 
-_COMPILED = (_compile(_ub, 7), _compile(_vector_access, 9), _compile(_gm_read, 6))
-# in the order of layout.CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ
+_COMPILED = (_compile(_ub, 7), _compile(_vector_access, 9), _compile(_gm_read, 6), _compile(_gm_write, 6))
+# in the order of layout.CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ, CHK_FN_GM_WRITE
 ENTRIES = tuple(f.address for f in _COMPILED)

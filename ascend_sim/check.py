@@ -48,10 +48,11 @@ import numpy as np
 from ._jit import aicore
 from ._memory import call_by_address, data_address
 from .errors import ConfigError
-from .layout import (CALL_NAMES, CHK_E, CHK_FLAG_V, CHK_FN, CHK_FN_GM_READ, CHK_FN_UB, CHK_FN_VECTOR, CHK_GM,
-                     CHK_GM_ENTRIES, CHK_GM_N, CHK_K, CHK_MODE, CHK_SHADOW_ADDR, CHK_SHADOW_BLOCKS, CHK_WAIVE,
-                     CHK_WAIVERS, CHK_WAIVE_N, CNT_CALLS, EVENT_IDS, MODES, MODE_OFF, MODE_RACE, N_PIPES, PIPE_ALL,
-                     PIPE_NAMES, PIPE_S, SHADOW_BLOCK, SHADOW_COLS)
+from .layout import (CALL_NAMES, CHK_E, CHK_FLAG_SET_CALL, CHK_FLAG_V, CHK_FLAG_WAIT_CALL, CHK_FN, CHK_FN_GM_READ,
+                     CHK_FN_GM_WRITE, CHK_FN_UB, CHK_FN_VECTOR, CHK_GM, CHK_GM_ENTRIES, CHK_GM_N, CHK_INIT_WAIVE, CHK_K,
+                     CHK_MODE, CHK_SHADOW_ADDR, CHK_SHADOW_BLOCKS, CHK_WAIVE, CHK_WAIVERS, CHK_WAIVE_N, CHK_WS_HI,
+                     CHK_WS_LO, CHK_WS_MAP, CNT_CALLS, EVENT_IDS, MODES, MODE_INIT, MODE_OFF, MODE_RACE, MODE_SYNC,
+                     N_PIPES, PIPE_ALL, PIPE_NAMES, PIPE_S, SHADOW_BLOCK, SHADOW_COLS)
 
 CHECK_ENV = "ASCEND_SIM_CHECK"
 _CHECKED: ContextVar[str | None] = ContextVar("ascend_sim_check", default=None)
@@ -59,7 +60,8 @@ _CHECKED: ContextVar[str | None] = ContextVar("ascend_sim_check", default=None)
 
 @contextmanager
 def checked(mode: str = "race"):
-    """Run the launches inside the block (this thread) in checked mode `mode` ("race" or "strict")."""
+    """Run the launches inside the block (this thread) in checked mode `mode` (one of layout.MODES: "race",
+    "strict", "init", "sync" or "all")."""
     _mode_code("mode", mode)
     token = _CHECKED.set(mode)
     try:
@@ -69,19 +71,20 @@ def checked(mode: str = "race"):
 
 
 def _mode_code(source: str, value) -> int:
-    """The mode code of `value` ("race", "strict", "off" or ""); ConfigError naming `source` for anything else
-    (a list such as ["race"] included: it is not one of the names, and would not hash)."""
+    """The mode bits of `value` (a name of layout.MODES, or "off" / ""); ConfigError naming `source` for anything
+    else (a list such as ["race"] included: it is not one of the names, and would not hash)."""
     if isinstance(value, str):
         if value in ("off", ""):
             return MODE_OFF
         if value in MODES:
             return MODES[value]
-    raise ConfigError(f"{source} must be 'race', 'strict' or 'off', got {value!r} ({type(value).__name__})",
+    names = ", ".join(f"'{m}'" for m in MODES)
+    raise ConfigError(f"{source} must be {names} or 'off', got {value!r} ({type(value).__name__})",
                       setting=source)
 
 
 def resolve(check) -> int:
-    """The checked mode of a launch: `check` if given ("race", "strict", "off" / None), else the enclosing
+    """The checked mode of a launch: `check` if given (a name of layout.MODES, "off" / None), else the enclosing
     `checked()` block, else $ASCEND_SIM_CHECK. ConfigError for anything else."""
     for source, value in (("check", check), ("checked()", _CHECKED.get()),
                           (CHECK_ENV, os.environ.get(CHECK_ENV, "").strip() or None)):
@@ -92,11 +95,12 @@ def resolve(check) -> int:
 
 def attach(state: np.ndarray, mode: int, ub_size: int, waivers=()) -> np.ndarray:
     """Turn checked mode on for a core (host side) and return its UB shadow, which the caller keeps alive for
-    the launch. `waivers`: RaceWaivers of the kernel, races between exactly those two calls on those two pipes
-    that are let pass (and counted).
+    the launch. `waivers`: the kernel's waivers; its RaceWaivers are races between exactly those two calls on those
+    two pipes that are let pass (and counted).
 
     The shadow is flat int64: SHADOW_COLS words per 32-byte block (a run's record lives in its first block),
     then the run-start bitmap, one bit per block and a sentinel bit. It starts as one run nothing has accessed."""
+    waivers = [w for w in waivers if isinstance(w, RaceWaiver)]
     if len(waivers) > CHK_WAIVERS:
         raise ConfigError(f"a kernel may waive at most {CHK_WAIVERS} races, got {len(waivers)}", setting="waivers")
     blocks = (ub_size + SHADOW_BLOCK - 1) // SHADOW_BLOCK
@@ -142,6 +146,61 @@ class RaceWaiver:
         return f"RaceWaiver({self.first_pipe} {self.first} -> {self.second_pipe} {self.second}: {self.reason})"
 
 
+class InitWaiver:
+    """A read of never-written bytes a shipped kernel makes on purpose because the real kernel makes it (a whole
+    register loaded past a buffer's valid data with those lanes masked off, a sort's end padding): reads of the UB
+    buffer `buffer` (a queue / TBuf name of the kernel's PipePhases) that no call wrote since its TPipe was built,
+    with the reason (the master source line). Mode "init" lets exactly those reads pass and counts them
+    (RunReport.extra["waived_uninit_reads"]); the README lists every waiver."""
+
+    def __init__(self, buffer: str, reason: str):
+        if not isinstance(buffer, str) or not buffer:
+            raise ConfigError(f"InitWaiver buffer must be a queue / TBuf name, got {buffer!r}", setting="buffer")
+        self.buffer, self.reason = buffer, reason
+
+    def __repr__(self) -> str:
+        return f"InitWaiver({self.buffer}: {self.reason})"
+
+
+def init_waiver_bits(kernel_name: str, waivers, phases) -> list[int]:
+    """Per PipePhase, the bits (queue index) of the buffers the kernel's InitWaivers name; ConfigError for a name
+    no phase has (a waiver that waives nothing is a typo)."""
+    names = {w.buffer for w in waivers if isinstance(w, InitWaiver)}
+    unknown = names - {b for ph in phases for b in ph.buffers}
+    if unknown:
+        raise ConfigError(f"{kernel_name}: InitWaiver names {sorted(unknown)}, which no TPipe of the kernel "
+                          "builds", setting="waivers")
+    return [sum(1 << q for q, b in enumerate(ph.buffers) if b in names) for ph in phases]
+
+
+def attach_workspace(states: np.ndarray, workspace) -> np.ndarray | None:
+    """Mode "init": the launch's workspace (the array the aclnn second phase hands the kernel, or None) gets a
+    written-byte map every core shares (one byte per workspace byte, all unwritten); returns it (the caller keeps it
+    alive for the launch)."""
+    if workspace is None or not workspace.nbytes:
+        return None
+    bytemap = np.zeros((workspace.nbytes + 7) // 8, dtype=np.int64)
+    lo = workspace.ctypes.data
+    for s in states:
+        if s[CHK_MODE] & MODE_INIT:
+            s[CHK_WS_MAP], s[CHK_WS_LO], s[CHK_WS_HI] = bytemap.ctypes.data, lo, lo + workspace.nbytes
+    return bytemap
+
+
+def pipe_built(s: np.ndarray, shadow: np.ndarray, init_waive: int) -> None:
+    """A new TPipe on this core (host side): every pipe comes after everything before it (TPipe::Destroy waits for
+    the old one's work), and in mode "init" nothing of the UB is written yet (InitBuffer does not initialise). The
+    barrier orders every earlier access before every later one, so forgetting them loses no race."""
+    barrier_all(s)
+    if s[CHK_MODE] & MODE_INIT:
+        blocks = int(s[CHK_SHADOW_BLOCKS])
+        shadow[:] = 0
+        bitmap = shadow[blocks * SHADOW_COLS:].view(np.uint64)
+        bitmap[0] |= np.uint64(1)
+        bitmap[blocks // 64] |= np.uint64(1) << np.uint64(blocks % 64)
+        s[CHK_INIT_WAIVE] = init_waive
+
+
 def barrier_all(s: np.ndarray) -> None:
     """Host side: every pipe of this core comes after everything before (a new TPipe, SyncAll)."""
     s[CHK_E:CHK_E + N_PIPES] += 1
@@ -181,7 +240,7 @@ def acquire(c, dst, slot):
     """Pipe `dst` waits for the release stored at state[slot : slot + 4] (WaitFlag, DeQue, AllocTensor). In mode
     "race" the scalar unit's later reads and writes come after it too (see the module docstring)."""
     _raise_known(c, dst, slot)
-    if dst != PIPE_S and c.state[CHK_MODE] == MODE_RACE:
+    if dst != PIPE_S and c.state[CHK_MODE] & MODE_RACE:
         _raise_known(c, PIPE_S, slot)
 
 
@@ -202,7 +261,7 @@ def barrier(c, pipe):
         return
     c.state[CHK_E + pipe] += 1
     c.state[CHK_K + pipe * N_PIPES + pipe] = c.state[CHK_E + pipe]
-    if c.state[CHK_MODE] == MODE_RACE:      # the scalar unit issued the barrier and waits at it too
+    if c.state[CHK_MODE] & MODE_RACE:       # the scalar unit issued the barrier and waits at it too
         c.state[CHK_K + PIPE_S * N_PIPES + pipe] = c.state[CHK_E + pipe]
 
 
@@ -220,6 +279,23 @@ def gm_write(c, call, pipe, address, nbytes):
     c.state[e + 3] = c.state[CHK_E + pipe]
     c.state[e + 4] = c.state[CNT_CALLS] * 64 + call
     c.state[CHK_GM_N] = n + 1
+    if c.state[CHK_WS_MAP] != 0 and c.state[CHK_MODE] & MODE_INIT:     # mode "init": mark the workspace bytes
+        call_by_address(c.state[CHK_FN_GM_WRITE], (data_address(c.state), c.state.size, call, pipe, address, nbytes))
+
+
+# --- mode "sync": which calls raised and lowered each flag ----------------------------------------------------
+@aicore
+def flag_raised(c, evt, event_id):
+    """SetFlag<evt>(event_id) (callers test the mode first): remember its call, named if nothing waits for it."""
+    if c.state[CHK_MODE] & MODE_SYNC:
+        c.state[CHK_FLAG_SET_CALL + evt * EVENT_IDS + event_id] = c.state[CNT_CALLS]
+
+
+@aicore
+def flag_lowered(c, evt, event_id):
+    """WaitFlag<evt>(event_id) took the flag down: remember its call, named if another WaitFlag finds it down."""
+    if c.state[CHK_MODE] & MODE_SYNC:
+        c.state[CHK_FLAG_WAIT_CALL + evt * EVENT_IDS + event_id] = c.state[CNT_CALLS]
 
 
 # --- what kernels call ----------------------------------------------------------------------

@@ -113,7 +113,7 @@ TL_DCACHE = TL_FLAG_CALL + N_HARD_EVENTS * EVENT_IDS   # tags of the scalar data
 TL_SIZE = TL_DCACHE + DCACHE_MAX_LINES - TL_BASE
 # Checked mode (check.py): pipe epochs and known-epoch vectors, flag vectors, the GM write ring, the shadow's address.
 CHK_BASE = TL_BASE + TL_SIZE
-CHK_MODE = CHK_BASE              # 0 off, 1 race, 2 strict
+CHK_MODE = CHK_BASE              # the mode's bits (MODE_RACE / MODE_STRICT / MODE_INIT / MODE_SYNC); 0 off
 CHK_SHADOW_ADDR = CHK_BASE + 1
 CHK_SHADOW_BLOCKS = CHK_BASE + 2
 CHK_GM_N = CHK_BASE + 3          # GM writes recorded so far (the ring keeps the last CHK_GM_ENTRIES)
@@ -128,8 +128,19 @@ CHK_WAIVED = CHK_WAIVE_N + 1                        # races a waiver let pass
 CHK_WAIVE = CHK_WAIVE_N + 2                         # rows: first pipe, first call id, second pipe, second call id
 CHK_OWN_WAIVE = CHK_WAIVE + CHK_WAIVERS * 4          # bit q: the live TPipe's queue q may be used after FreeTensor
 CHK_FN = CHK_OWN_WAIVE + 1                          # addresses of the checker's compiled entries (_check_entries)
-CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ = range(CHK_FN, CHK_FN + 3)
-CHK_SIZE = CHK_FN + 3 - CHK_BASE
+CHK_FN_UB, CHK_FN_VECTOR, CHK_FN_GM_READ, CHK_FN_GM_WRITE = range(CHK_FN, CHK_FN + 4)
+# mode "init" (uninitialised reads): the workspace's written-byte map (one byte per workspace byte, 1 = some core
+# wrote it in this launch) and the workspace's GM address range; the live TPipe's queues whose never-written bytes
+# the kernel reads on purpose (bit q), and how many such reads were let pass
+CHK_WS_MAP = CHK_FN + 4
+CHK_WS_LO = CHK_WS_MAP + 1
+CHK_WS_HI = CHK_WS_MAP + 2
+CHK_INIT_WAIVE = CHK_WS_MAP + 3
+CHK_INIT_WAIVED = CHK_WS_MAP + 4
+# mode "sync": the call number of the SetFlag that raised flag (event, id) and of the WaitFlag that last lowered it
+CHK_FLAG_SET_CALL = CHK_WS_MAP + 5
+CHK_FLAG_WAIT_CALL = CHK_FLAG_SET_CALL + N_HARD_EVENTS * EVENT_IDS
+CHK_SIZE = CHK_FLAG_WAIT_CALL + N_HARD_EVENTS * EVENT_IDS - CHK_BASE
 # The arch35 register file (regbase.py): vector registers (RegTensor, 256 bytes = 32 words each), mask registers
 # (MaskReg, one byte per byte lane), the open VF's instruction count and the per-kind counts of every VF so far.
 REG_BASE = CHK_BASE + CHK_SIZE
@@ -415,6 +426,7 @@ F_SIMT_THREADS = 51   # dim x, dim y, dim z, thread limit
 F_SIMT_RACE = 53      # earlier thread, later thread, GM address, bytes
 F_SIMT_OOB = 52       # memory (0 UB, 1 GM), GM tensor id / UB offset, first byte, end byte, tensor bytes, thread
 F_OUTLINE = 45        # an outlined machine-model call whose compiled variant could not be loaded
+F_UNINIT_READ = 46    # memory (MEM_UB / MEM_GM), first byte, end byte (UB offsets / GM addresses), queue (UB; -1: none)
 
 P_BLOCK_COUNT = 1
 P_BLOCK_LEN = 2
@@ -435,10 +447,15 @@ PARAM_NAMES = {
 }
 
 # --- checked mode (check.py, shadow.py) ------------------------------------------------------
-MODE_OFF = 0             # state[CHK_MODE]
-MODE_RACE = 1
-MODE_STRICT = 2
-MODES = {"race": MODE_RACE, "strict": MODE_STRICT}
+# state[CHK_MODE] is a set of bits: one per kind of check (a launch may run several)
+MODE_OFF = 0
+MODE_RACE = 1            # pipe races, production ordering (check.py)
+MODE_STRICT = 2          # pipe races, the documentation's ordering
+MODE_INIT = 4            # reads of UB / workspace bytes nothing wrote
+MODE_SYNC = 8            # unpaired SetFlag / WaitFlag, named with their calls
+MODE_RACES = MODE_RACE | MODE_STRICT
+MODES = {"race": MODE_RACE, "strict": MODE_STRICT, "init": MODE_INIT, "sync": MODE_SYNC,
+         "all": MODE_RACE | MODE_INIT | MODE_SYNC}
 RAW, WAR, WAW = 0, 1, 2  # the race kind in a F_PIPE_RACE fault record
 KIND_NAMES = ("RAW", "WAR", "WAW")
 MEM_UB, MEM_GM = 0, 1    # the memory of a race

@@ -169,7 +169,8 @@ class Executor:
             self.report = launch(self.kernel, block_dim=self.tiling.block_dim, plan=plan, args=args,
                                  chip=self.tiling.soc, gm_names=self.gm_names, tiling_key=self.tiling.tiling_key,
                                  threads=threads, ub_advice=self.ub_advice, on_compile=compile_listener(),
-                                 memo=self._memo, check=check, reference=reference())
+                                 memo=self._memo, check=check, reference=reference(),
+                                 workspace=workspace if self.bind_workspace is not None else None)
         except OutOfBoundsError as e:
             raise trace_index(e, self.index_links, self.tensors) from None
         return self.report

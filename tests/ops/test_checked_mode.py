@@ -189,6 +189,6 @@ def test_a_bad_check_value_on_an_aclnn_call_is_refused_before_anything_runs():
     _, _, size, executor = prepare_op(adapter, case.args, case.soc)
     ran = []
     executor.steps[0] = HostStep("spy", lambda: ran.append(1))
-    with pytest.raises(ConfigError, match=r"check must be 'race', 'strict' or 'off', got 'races'"):
+    with pytest.raises(ConfigError, match=r"check must be 'race', 'strict', 'init', 'sync', 'all' or 'off', got 'races'"):
         adapter.run(np.empty(size, dtype=np.uint8), size, executor, check="races")
     assert not ran
