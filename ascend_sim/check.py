@@ -51,8 +51,8 @@ from .errors import ConfigError
 from .layout import (CALL_NAMES, CHK_E, CHK_FLAG_SET_CALL, CHK_FLAG_V, CHK_FLAG_WAIT_CALL, CHK_FN, CHK_FN_GM_READ,
                      CHK_FN_GM_WRITE, CHK_FN_UB, CHK_FN_VECTOR, CHK_GM, CHK_GM_ENTRIES, CHK_GM_N, CHK_INIT_WAIVE, CHK_K,
                      CHK_MODE, CHK_SHADOW_ADDR, CHK_SHADOW_BLOCKS, CHK_WAIVE, CHK_WAIVERS, CHK_WAIVE_N, CHK_WS_HI,
-                     CHK_WS_LO, CHK_WS_MAP, CNT_CALLS, EVENT_IDS, MODES, MODE_INIT, MODE_OFF, MODE_RACE, MODE_SYNC,
-                     N_PIPES, PIPE_ALL, PIPE_NAMES, PIPE_S, SHADOW_BLOCK, SHADOW_COLS)
+                     CHK_WS_LO, CHK_WS_MAP, CHK_WS_TAIL, CNT_CALLS, EVENT_IDS, MODES, MODE_INIT, MODE_OFF, MODE_RACE,
+                     MODE_SYNC, N_PIPES, PIPE_ALL, PIPE_NAMES, PIPE_S, SHADOW_BLOCK, SHADOW_COLS)
 
 CHECK_ENV = "ASCEND_SIM_CHECK"
 _CHECKED: ContextVar[str | None] = ContextVar("ascend_sim_check", default=None)
@@ -146,26 +146,35 @@ class RaceWaiver:
         return f"RaceWaiver({self.first_pipe} {self.first} -> {self.second_pipe} {self.second}: {self.reason})"
 
 
+WORKSPACE = "workspace"
+
+
 class InitWaiver:
     """A read of never-written bytes a shipped kernel makes on purpose because the real kernel makes it (a whole
     register loaded past a buffer's valid data with those lanes masked off, a sort's end padding): reads of the UB
-    buffer `buffer` (a queue / TBuf name of the kernel's PipePhases) that no call wrote since its TPipe was built,
-    with the reason (the master source line). Mode "init" lets exactly those reads pass and counts them
-    (RunReport.extra["waived_uninit_reads"]); the README lists every waiver."""
+    buffer `buffer` (a queue / TBuf name of the kernel's PipePhases) that no call wrote since its TPipe was built;
+    or, with buffer "workspace", reads of the workspace whose only unwritten bytes are their last `tail` bytes or
+    fewer (an aligned DataCopy running past the data the cores wrote). `reason` names the master source line.
+    Mode "init" lets exactly those reads pass and counts them (RunReport.extra["waived_uninit_reads"]); the README
+    lists every waiver."""
 
-    def __init__(self, buffer: str, reason: str):
+    def __init__(self, buffer: str, reason: str, tail: int = 0):
         if not isinstance(buffer, str) or not buffer:
-            raise ConfigError(f"InitWaiver buffer must be a queue / TBuf name, got {buffer!r}", setting="buffer")
-        self.buffer, self.reason = buffer, reason
+            raise ConfigError(f"InitWaiver buffer must be a queue / TBuf name or 'workspace', got {buffer!r}",
+                              setting="buffer")
+        if (buffer == WORKSPACE) != (isinstance(tail, int) and not isinstance(tail, bool) and 0 < tail <= 1024):
+            raise ConfigError("InitWaiver tail (bytes, 1..1024) is given for the workspace and only for it, got "
+                              f"{tail!r} for {buffer!r}", setting="tail")
+        self.buffer, self.reason, self.tail = buffer, reason, tail
 
     def __repr__(self) -> str:
-        return f"InitWaiver({self.buffer}: {self.reason})"
+        return f"InitWaiver({self.buffer}{f' tail {self.tail}' if self.tail else ''}: {self.reason})"
 
 
 def init_waiver_bits(kernel_name: str, waivers, phases) -> list[int]:
     """Per PipePhase, the bits (queue index) of the buffers the kernel's InitWaivers name; ConfigError for a name
     no phase has (a waiver that waives nothing is a typo)."""
-    names = {w.buffer for w in waivers if isinstance(w, InitWaiver)}
+    names = {w.buffer for w in waivers if isinstance(w, InitWaiver) and w.buffer != WORKSPACE}
     unknown = names - {b for ph in phases for b in ph.buffers}
     if unknown:
         raise ConfigError(f"{kernel_name}: InitWaiver names {sorted(unknown)}, which no TPipe of the kernel "
@@ -173,17 +182,19 @@ def init_waiver_bits(kernel_name: str, waivers, phases) -> list[int]:
     return [sum(1 << q for q, b in enumerate(ph.buffers) if b in names) for ph in phases]
 
 
-def attach_workspace(states: np.ndarray, workspace) -> np.ndarray | None:
+def attach_workspace(states: np.ndarray, workspace, waivers=()) -> np.ndarray | None:
     """Mode "init": the launch's workspace (the array the aclnn second phase hands the kernel, or None) gets a
-    written-byte map every core shares (one byte per workspace byte, all unwritten); returns it (the caller keeps it
-    alive for the launch)."""
+    written-byte map every core shares (one byte per workspace byte, all unwritten), and the kernel's workspace
+    InitWaiver its tail; returns the map (the caller keeps it alive for the launch)."""
     if workspace is None or not workspace.nbytes:
         return None
     bytemap = np.zeros((workspace.nbytes + 7) // 8, dtype=np.int64)
     lo = workspace.ctypes.data
+    tail = max((w.tail for w in waivers if isinstance(w, InitWaiver) and w.buffer == WORKSPACE), default=0)
     for s in states:
         if s[CHK_MODE] & MODE_INIT:
-            s[CHK_WS_MAP], s[CHK_WS_LO], s[CHK_WS_HI] = bytemap.ctypes.data, lo, lo + workspace.nbytes
+            s[CHK_WS_MAP], s[CHK_WS_LO], s[CHK_WS_HI], s[CHK_WS_TAIL] = (bytemap.ctypes.data, lo,
+                                                                         lo + workspace.nbytes, tail)
     return bytemap
 
 

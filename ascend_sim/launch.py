@@ -500,7 +500,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                for core in cores] if check_mode else []
     queue_waivers = layout.queue_waivers
     init_waivers = checking.init_waiver_bits(kernel.name, kernel.waivers, phases) if check_mode else []
-    workspace_map = checking.attach_workspace(states, workspace) if check_mode & MODE_INIT else None
+    workspace_map = checking.attach_workspace(states, workspace, kernel.waivers) if check_mode & MODE_INIT else None
     sync_marks = []
     live_phase = [-1] * block_dim
     program = [programs.top] * block_dim     # each core's items; a branch splices its chosen arm in

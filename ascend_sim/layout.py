@@ -137,8 +137,9 @@ CHK_WS_LO = CHK_WS_MAP + 1
 CHK_WS_HI = CHK_WS_MAP + 2
 CHK_INIT_WAIVE = CHK_WS_MAP + 3
 CHK_INIT_WAIVED = CHK_WS_MAP + 4
+CHK_WS_TAIL = CHK_WS_MAP + 5       # a workspace read may end in at most this many unwritten bytes (a waiver; 0: none)
 # mode "sync": the call number of the SetFlag that raised flag (event, id) and of the WaitFlag that last lowered it
-CHK_FLAG_SET_CALL = CHK_WS_MAP + 5
+CHK_FLAG_SET_CALL = CHK_WS_MAP + 6
 CHK_FLAG_WAIT_CALL = CHK_FLAG_SET_CALL + N_HARD_EVENTS * EVENT_IDS
 CHK_SIZE = CHK_FLAG_WAIT_CALL + N_HARD_EVENTS * EVENT_IDS - CHK_BASE
 # The arch35 register file (regbase.py): vector registers (RegTensor, 256 bytes = 32 words each), mask registers

@@ -16,7 +16,7 @@ from ._memory import i64_pointer, load_i64, store_i64
 from .faults import fault
 from .layout import (CHK_E, CHK_GM, CHK_GM_ENTRIES, CHK_GM_N, CHK_INIT_WAIVE, CHK_INIT_WAIVED, CHK_K, CHK_MODE,
                      CHK_OWN_WAIVE, CHK_SHADOW_ADDR, CHK_SHADOW_BLOCKS, CHK_WAIVE, CHK_WAIVED, CHK_WAIVE_N, CHK_WS_HI,
-                     CHK_WS_LO, CHK_WS_MAP, CNT_CALLS, ENQUE, FREE, F_PIPE_RACE, F_QUE_OWNER, F_UNINIT_READ, KIND_TBUF, MEM_GM,
+                     CHK_WS_LO, CHK_WS_MAP, CHK_WS_TAIL, CNT_CALLS, ENQUE, FREE, F_PIPE_RACE, F_QUE_OWNER, F_UNINIT_READ, KIND_TBUF, MEM_GM,
                      MEM_UB, MODE_INIT, MODE_RACES, MODE_STRICT, N_PIPES, PIPE_QUEUES, PIPE_S, PIPE_V, QUE_BASE,
                      QUE_COLS, Q_BASE, Q_FREE_CALL, Q_KIND, Q_LEN, Q_NUM, Q_STATE, RAW, SHADOW_BLOCK, SHADOW_COLS, WAR,
                      WAW)
@@ -256,7 +256,9 @@ def workspace_map(state):
 @aicore
 def _workspace_unwritten(c, ws, call, address, nbytes):
     """UninitializedReadError (True) if the read [address, address + nbytes) covers workspace bytes no core wrote in
-    this launch; the fault names the first unwritten span, in bytes from the workspace's start."""
+    this launch; the fault names the first unwritten span, in bytes from the workspace's start. A kernel's workspace
+    waiver (CHK_WS_TAIL) lets a read pass whose only unwritten bytes are its last few (an aligned DataCopy past the
+    end of written data)."""
     lo = c.state[CHK_WS_LO]
     a = max(address, lo) - lo
     b = min(address + nbytes, c.state[CHK_WS_HI]) - lo
@@ -268,6 +270,10 @@ def _workspace_unwritten(c, ws, call, address, nbytes):
     e = k
     while e < b and ws[e] == 0:
         e += 1
+    tail = c.state[CHK_WS_TAIL]
+    if tail > 0 and e == b and b - k <= tail and address + nbytes - lo == b:
+        c.state[CHK_INIT_WAIVED] += 1      # the kernel's waiver: a read that runs a few bytes past written data
+        return False
     fault(c, F_UNINIT_READ, call, MEM_GM, k, e, -1)
     return True
 

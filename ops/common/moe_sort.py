@@ -26,6 +26,7 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
 from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.check import InitWaiver
 from ops.common import int_math
 from tiling.moe_sort import MULTI_CORE_BUFFERS, core_loop_elements, multi_core_index_num
 
@@ -58,6 +59,12 @@ ONE_CORE_BUFFERS = ("sortDataCopyInQueue", "indexBuffer", "sortDataCopyOutQueue"
 # the real InitMoeMrgSort / InitMoeMrgSortOut hand the sorter an out buffer and FreeTensor it before the merge
 # writes it (SetOutput then FreeTensor): checked mode lets that use after FreeTensor pass (README, checked mode)
 SORT_WAIVED_QUEUES = ("sortDataCopyOutQueue",)
+# MoeMrgsort::CopyIn / MoeMrgsortOut::CopyIn copy each list window with DataCopy of Align(GetSortLen(length),
+# sizeof(float)) floats: up to 24 bytes past a list's end, past the last list into workspace no core wrote (the
+# merge uses only `length` pairs); checked mode "init" lets such reads pass (README, checked mode)
+MRGSORT_ALIGNED_READ = InitWaiver(
+    "workspace", "moe/moe_token_permute/op_kernel/moe_mrgsort.h:117 and moe_mrgsort_out.h:145 @ 25fb6b92890d: "
+    "CopyIn's DataCopy rounds a list window up to 32 bytes, past the last list's end", tail=32)
 
 # buffers of MoeSortMultiCore
 MULTI_IN_QUEUE = 0          # sortDataCopyInQueue

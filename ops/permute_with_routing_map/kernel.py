@@ -44,11 +44,11 @@ from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.launch import member
 from ops.common import moe_sort
-from ops.common.masked_select import M_ACTUAL_OUT_TOKENS, masked_select_gm, masked_select_phase, masked_select_td, \
+from ops.common.masked_select import MASK_CAST_TAIL_READ_V3, M_ACTUAL_OUT_TOKENS, masked_select_gm, masked_select_phase, masked_select_td, \
     pwrm_template
 from ops.common.moe_index_copy import IndexCopyGm, IndexCopyTemplate, index_copy, index_copy_split_d, index_copy_td
 from ops.common.moe_sort import arith_progression_support_int32
-from ops.common.moe_sort_last_dim import last_dim_sort_gm, last_dim_sort_phase
+from ops.common.moe_sort_last_dim import INDEX_TAIL_READ, last_dim_sort_gm, last_dim_sort_phase
 from ops.permute_with_routing_map.gather_arch35 import (SIMD_BUFFERS, SIMT_PROB, SIMT_TOKEN, gather_simd_stage,
                                                         gather_simt_stage, gather_td, simd_gather_gm, simt_gather_gm)
 from ops.permute_with_routing_map.permute_prob import permute_prob_gm, permute_prob_phase
@@ -405,7 +405,8 @@ def non_pad_kernel(key: int, ms_buffers: tuple, with_index_copy: bool = True) ->
                 "MoeSortIndicesScatterMultiCore), no index copy (hidden size 0)")
     return Kernel(OP, name,
                   (masked_select_phase("sortPipe", _ms_full, ms_buffers), ms_sync,
-                   Branch("actualOutTokens != n * topK", _not_aligned, (aligned, non_aligned))))
+                   Branch("actualOutTokens != n * topK", _not_aligned, (aligned, non_aligned))),
+                  (MASK_CAST_TAIL_READ_V3,))
 
 
 _KERNELS: dict = {}
@@ -453,7 +454,7 @@ def pad_kernel(has_prob: bool) -> Kernel:
         if has_prob:
             phases += (permute_prob_phase(_pad_prob_args, "sortPipe"),)     # starts with the SyncAll
             name += " + SyncAll + MoePermuteProb"
-        _KERNELS[k] = Kernel(OP, name, phases, PERMUTE_PROB_RACES if has_prob else ())
+        _KERNELS[k] = Kernel(OP, name, phases, (PERMUTE_PROB_RACES if has_prob else ()) + (INDEX_TAIL_READ,))
     return _KERNELS[k]
 
 
@@ -505,5 +506,5 @@ def pad_kernel_arch35(has_prob: bool, simd: bool) -> Kernel:
         else:
             phases += (PipePhase(NO_TPIPE_TOKENS, (), (SYNC_ALL, (gather_simt_stage, SIMT_TOKEN)), _token_simt_args),)
             name += " + SyncAll + Gatherv2SimtTwoDim::Process"
-        _KERNELS[k] = Kernel(OP, name, phases, SHORT_INDEX_ROW_RACES)
+        _KERNELS[k] = Kernel(OP, name, phases, SHORT_INDEX_ROW_RACES + (INDEX_TAIL_READ,))
     return _KERNELS[k]

@@ -112,12 +112,12 @@ def test_an_init_waiver_lets_exactly_its_buffer_pass():
 # --- "init": the workspace -----------------------------------------------------------------------------------
 @global_aicore
 def write_workspace(c, variant, inp, ws, out):
-    """Core b writes its N elements of the workspace (variant 1: only the first half)."""
+    """Core b writes its N elements of the workspace (variant 1: only the first half; 3: all but the last 8)."""
     x = asc.tbuf_get(c, 0, asc.ub_f32(c))
     b = c.block_idx
     asc.data_copy(c, x, asc.gm_at(inp, b * N), N)
     asc.sync_pipes(c, asc.MTE2_MTE3)
-    asc.data_copy(c, asc.gm_at(ws, b * N), x, N // 2 if variant == 1 else N)
+    asc.data_copy(c, asc.gm_at(ws, b * N), x, N // 2 if variant == 1 else N - 8 if variant == 3 else N)
     asc.pipe_barrier(c, asc.PIPE_ALL)
 
 
@@ -132,21 +132,21 @@ def read_workspace(c, variant, inp, ws, out):
     asc.pipe_barrier(c, asc.PIPE_ALL)
 
 
-def _workspace_launch(variant, check):
+def _workspace_launch(variant, check, waivers=()):
     inp = np.arange(2 * N, dtype=np.float32)
     workspace = np.empty(2 * N * 4 + 64, dtype=np.uint8)                 # 64 bytes of it nobody uses
     ws = workspace[: 2 * N * 4].view(np.float32)
     out = np.zeros(2 * N, dtype=np.float32)
     stages = (read_workspace,) if variant == 2 else (write_workspace, SYNC_ALL, read_workspace)
-    kernel = Kernel("TestOp", "Workspace", (PipePhase("pipe", ("x", "y"), stages),))
-    launch(kernel, block_dim=2, plan=PLAN, args=(variant, asc.GlobalTensor(inp, 0, 0), asc.GlobalTensor(ws, 1, 0),
+    kernel = Kernel("TestOp", "Workspace", (PipePhase("pipe", ("x", "y"), stages),), waivers)
+    report = launch(kernel, block_dim=2, plan=PLAN, args=(variant, asc.GlobalTensor(inp, 0, 0), asc.GlobalTensor(ws, 1, 0),
                                                  asc.GlobalTensor(out, 2, 0)), chip=CHIP, check=check,
            gm_names=("inp", "workspace", "out"), workspace=workspace, threads=1)
-    return inp, out
+    return inp, out, report
 
 
 def test_workspace_bytes_another_core_wrote_before_sync_all_are_initialised_and_inputs_always_are():
-    inp, out = _workspace_launch(0, "all")
+    inp, out, _ = _workspace_launch(0, "all")
     assert np.array_equal(out, np.concatenate([inp[N:], inp[:N]]))
 
 
@@ -159,6 +159,22 @@ def test_a_workspace_read_before_any_core_wrote_it_is_an_uninitialized_read(vari
     assert e.memory == "GM" and e.buffer == "workspace" and e.byte_range == byte_range and e.core == core
     assert e.call.startswith("DataCopy(GM->UB)") and "no core wrote in this launch" in str(e)
     _workspace_launch(variant, "race")                   # not a race: only "init" reports it
+
+
+def test_a_workspace_waiver_lets_only_reads_ending_in_a_short_unwritten_tail_pass():
+    """A sort's merge reads each list window rounded up to 32 bytes, past the last list: InitWaiver("workspace",
+    tail=32) lets a read pass whose only unwritten bytes are its last 32 or fewer, and nothing else."""
+    tail = (InitWaiver("workspace", "test: an aligned read past the data", tail=32),)
+    *_, report = _workspace_launch(3, "init", tail)                  # 8 fp32 = 32 unwritten bytes at each end
+    assert report.extra["waived_uninit_reads"] == 2                  # one read per core
+    with pytest.raises(UninitializedReadError):
+        _workspace_launch(3, "init", (InitWaiver("workspace", "test: too short", tail=31),))
+    with pytest.raises(UninitializedReadError):
+        _workspace_launch(1, "init", tail)                            # 512 unwritten bytes
+    with pytest.raises(ConfigError, match="tail"):
+        InitWaiver("x", "a UB buffer takes no tail", tail=32)
+    with pytest.raises(ConfigError, match="tail"):
+        InitWaiver("workspace", "the workspace needs one")
 
 
 # --- "sync" --------------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Checked mode over every operator at small shapes: each tiling key, token dtype, probs dtype (or none) and
 drop-and-pad setting, on A2 (ascend910b) and on the 950, not only the demo's shapes.
 
-Every case either runs clean in checked mode "race" (the races the real kernels have are waived where their
-kernels are declared, each traced to its source line) or is refused by the operator's own dtype check (161002)
+Every case either runs clean in checked mode "all" (races, uninitialised reads, unpaired flags; what the real
+kernels do on purpose is waived where their kernels are declared, each traced to its source line) or is refused by the operator's own dtype check (161002)
 before anything is launched. A second test asserts the sweep reached every tiling key each operator's kernel
 table declares, so a sweep that silently stopped reaching a key fails.
 """
@@ -172,7 +172,7 @@ def _outcome(case: Case) -> tuple:
 
     framework.launch = recording
     try:
-        with checked("race"):
+        with checked("all"):        # race + init + sync
             _call(case)
     except AclnnError as e:
         return ("refused", e.status, tuple(launches))
