@@ -1,4 +1,4 @@
-"""Checked mode: pipe races and tensor ownership (numba).
+"""Checked mode: pipe races, tensor ownership, uninitialised reads and flag pairing (numba).
 
 The simulator executes every call in program order, so a kernel that forgets a sync still
 computes the right numbers here. Checked mode (`check="race"` on a launch or an aclnn call,
@@ -31,6 +31,20 @@ or ASCEND_SIM_CHECK=race) finds those kernels:
   such a write covered, without an edge between them, is a race. Cores are ordered by SyncAll.
 * Ownership. A vector or DMA instruction on a TQue buffer that is free (before its AllocTensor
   or after its FreeTensor) or enqueued (after EnQue, before DeQue) is a QueueError.
+* Uninitialised reads (mode "init"). The UB shadow's "no write yet" state is a run too: a new
+  TPipe resets the whole shadow to it (InitBuffer does not initialise, and the TPipe change orders
+  every earlier access before every later one, so no race is lost), and a read of a run in that state
+  is an UninitializedReadError naming the buffer (the queue table) and the bytes. The workspace gets a
+  written-byte map all cores share (one byte per byte, so cores on other threads never lose each
+  other's marks): GM writes into it mark bytes, GM reads of unmarked bytes are errors. InitWaivers
+  declared with a kernel let the real kernels' reads pass (a UB buffer; workspace reads ending in a
+  short unwritten tail).
+* Flags (mode "sync"). Unpaired SetFlag / WaitFlag are errors in every mode (events.py, launch.py); mode
+  "sync" remembers which call raised and lowered each flag so the error names them.
+
+Modes are bits (layout.MODES): "race" / "strict" select the race rules, "init" and "sync" add their
+checks, "all" is race + init + sync. The shadow records accesses in every checked mode; only the checks
+of the selected bits report.
 
 The shadow lives in a host buffer the launcher allocates in checked mode only, reached through
 its address in the core state (load_i64 / store_i64). The UB and GM-read checks (shadow.py) are compiled

@@ -407,8 +407,8 @@ def run_friendly(run: Callable, workspace_size: int, executor, check=None) -> No
 
 
 def validate_check(check) -> None:
-    """A friendly call's check= ("race", "strict", "off" or None), refused with a ConfigError naming `check` before
-    any argument is sized: the same rule as the aclnn run's check= (ascend_sim.check.resolve)."""
+    """A friendly call's check= (a name of ascend_sim.layout.MODES, "off" or None), refused with a ConfigError naming
+    `check` before any argument is sized: the same rule as the aclnn run's check= (ascend_sim.check.resolve)."""
     resolve_check(check)
 
 

@@ -341,7 +341,13 @@ PROB_NOT_NONE_BUFFERS = ("inQueueUnpermuted", "inQueuePermutedTokens", "inQueueP
 FP32_ROW_TAIL_READS = (
     InitWaiver("inQueueUnpermuted", "moe/moe_token_unpermute_grad/op_kernel/moe_token_unpermute_grad_prob_not_none.h"
                ":213-219 @ 25fb6b92890d: Copy of hiddenSizeAlign fp32 lanes after the DataCopyPad of "
-               "hiddensizeLoopNum (:207)"),)
+               "hiddensizeLoopNum (:207)"),
+    InitWaiver("inQueuePermutedTokens", "moe/moe_token_unpermute_grad/op_kernel/"
+               "moe_token_unpermute_grad_prob_not_none.h:306-313 @ 25fb6b92890d: the same Copy pair over a permuted "
+               "row"),
+    InitWaiver("tmpBufferPermutedTokensGrad", "moe/moe_token_unpermute_grad/op_kernel/"
+               "moe_token_unpermute_grad_prob_not_none.h:265 (Muls of hiddensizeLoopNum) and :280-286 (the Copy pair "
+               "over hiddenSizeAlign into the out row) @ 25fb6b92890d"))
 PROBS_READ_RACES = tuple(RaceWaiver("V", call, "S", "LocalTensor::GetValue", "the real kernel reads the widened "
                                     "probs with GetValue with no V -> S event") for call in ("Cast", "Copy"))
 KERNELS = {
