@@ -631,7 +631,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     extra = dict(checked=check_mode, waived_races=int(states[:, CHK_WAIVED].sum())) if check_mode else {}
     if check_mode & MODE_INIT:
         extra["waived_uninit_reads"] = int(states[:, CHK_INIT_WAIVED].sum())
-    del shadows, workspace_map      # the checked cores' shadows and the workspace map lived until here
+    shadows = workspace_map = None      # the checked cores' shadows and the workspace map lived until here
     CORE_SETS.give(crew)
     report = RunReport(
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,

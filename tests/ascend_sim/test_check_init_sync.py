@@ -2,16 +2,28 @@
 the mode set ("all" = race + init + sync)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import (SYNC_ALL, Kernel, PipePhase, PipeRaceError, SyncError, UbBuffer, UninitializedReadError,
-                        UnpairedFlagError, checked, launch)
+from ascend_sim import (
+    SYNC_ALL,
+    Kernel,
+    PipePhase,
+    PipeRaceError,
+    SyncError,
+    UbBuffer,
+    UninitializedReadError,
+    UnpairedFlagError,
+    checked,
+    launch,
+)
+from ascend_sim._jit import global_aicore
 from ascend_sim.check import InitWaiver, resolve
 from ascend_sim.errors import ConfigError
 from ascend_sim.layout import MODE_INIT, MODE_RACE, MODE_STRICT, MODE_SYNC
-from ascend_sim._jit import global_aicore
 
 from .harness import CHIP, run, tbuf
 
@@ -90,6 +102,7 @@ def test_the_clean_kernel_passes_init_and_a_new_tpipe_forgets_what_was_written()
 
 @global_aicore
 def compute_then_copy_at(c, variant, src, dst, second_variant):
+    """compute_then_copy with the variant the schedule entry gives (the second TPipe's)."""
     compute_then_copy(c, second_variant, src, dst)
 
 
@@ -220,12 +233,7 @@ def test_a_wait_flag_with_no_set_flag_is_an_unpaired_flag(mode, variant, hint):
     if variant == 3 and mode == "off":
         assert e.last_wait_call is None               # which WaitFlag lowered it: checked mode "sync" only
         return
-    assert re_search(hint, str(e))
-
-
-def re_search(pattern, text):
-    import re
-    return re.search(pattern, text) is not None
+    assert re.search(hint, str(e))
 
 
 @global_aicore
