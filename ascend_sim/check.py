@@ -212,18 +212,20 @@ def attach_workspace(states: np.ndarray, workspace, waivers=()) -> np.ndarray | 
     return bytemap
 
 
-def pipe_built(s: np.ndarray, shadow: np.ndarray, init_waive: int) -> None:
-    """A new TPipe on this core (host side): every pipe comes after everything before it (TPipe::Destroy waits for
-    the old one's work), and in mode "init" nothing of the UB is written yet (InitBuffer does not initialise). The
-    barrier orders every earlier access before every later one, so forgetting them loses no race."""
+def pipe_built(s: np.ndarray, shadow: np.ndarray, init_waive: int, new_tpipe: bool = True) -> None:
+    """A new PipePhase on this core (host side): every pipe comes after everything before it (TPipe::Destroy waits
+    for the old one's work), and in mode "init", if the phase builds a new TPipe (`new_tpipe`: its pipe name differs
+    from the last phase's; a kernel may model one TPipe's life as several phases), nothing of the UB is written yet
+    (InitBuffer does not initialise). The barrier orders every earlier access before every later one, so forgetting
+    them loses no race."""
     barrier_all(s)
-    if s[CHK_MODE] & MODE_INIT:
+    s[CHK_INIT_WAIVE] = init_waive
+    if s[CHK_MODE] & MODE_INIT and new_tpipe:
         blocks = int(s[CHK_SHADOW_BLOCKS])
         shadow[:] = 0
         bitmap = shadow[blocks * SHADOW_COLS:].view(np.uint64)
         bitmap[0] |= np.uint64(1)
         bitmap[blocks // 64] |= np.uint64(1) << np.uint64(blocks % 64)
-        s[CHK_INIT_WAIVE] = init_waive
 
 
 def barrier_all(s: np.ndarray) -> None:

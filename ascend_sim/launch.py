@@ -523,8 +523,9 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
             return
         crew.start_pipes(core_tables[p])
         if check_mode:
+            new_tpipe = live_phase[0] < 0 or phases[live_phase[0]].pipe != phases[p].pipe
             for core, shadow in zip(cores, shadows, strict=True):
-                checking.pipe_built(core.state, shadow, init_waivers[p])
+                checking.pipe_built(core.state, shadow, init_waivers[p], new_tpipe)
         live_phase[:] = [p] * block_dim
         states[:, CHK_OWN_WAIVE] = queue_waivers[p]
 
@@ -565,7 +566,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                     tables = core_tables[p]
                     start_pipe(core, tables[i] if len(tables) > 1 else tables[0])
                     if check_mode:      # a new TPipe starts after the old one's work (TPipe::Destroy waits for it)
-                        checking.pipe_built(core.state, shadows[i], init_waivers[p])
+                        checking.pipe_built(core.state, shadows[i], init_waivers[p],
+                                            live_phase[i] < 0 or phases[live_phase[i]].pipe != phases[p].pipe)
                     live_phase[i] = p
                     core.state[CHK_OWN_WAIVE] = queue_waivers[p]
                 entries[id(item)](core, *stage_args)

@@ -39,7 +39,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Branch, Kernel, PipePhase
-from ascend_sim.check import RaceWaiver
+from ascend_sim.check import InitWaiver, RaceWaiver
 from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.launch import member
@@ -252,6 +252,11 @@ ScatterGm = namedtuple("ScatterGm", ["out", "values", "assist"])
 """sortedIndices (int32 output), the value stream (int32, to the end of the workspace), scatterAssist."""
 
 COPY_IN_QUEUE, COPY_OUT_QUEUE, ASSIST_BUFFER = 0, 1, 2
+# CopyIn reads the value stream with DataCopy of Align(currentLoopRows, sizeof(int32_t)) elements: up to 28 bytes
+# past the stream's end, workspace no core wrote (only currentLoopRows values are scattered)
+SCATTER_VALUE_TAIL_READ = InitWaiver("workspace", "moe/moe_token_permute_with_routing_map/op_kernel/"
+                                     "moe_sortindices_scatter_multi_core.h:151 @ 25fb6b92890d (CopyIn's aligned "
+                                     "DataCopy of the value stream)", tail=32)
 SCATTER_BUFFERS = ("copyInQueue", "copyOutQueue", "assistBuffer")
 
 
@@ -406,7 +411,7 @@ def non_pad_kernel(key: int, ms_buffers: tuple, with_index_copy: bool = True) ->
     return Kernel(OP, name,
                   (masked_select_phase("sortPipe", _ms_full, ms_buffers), ms_sync,
                    Branch("actualOutTokens != n * topK", _not_aligned, (aligned, non_aligned))),
-                  (MASK_CAST_TAIL_READ_V3,) + moe_sort.sort_waivers(multi))
+                  (MASK_CAST_TAIL_READ_V3, SCATTER_VALUE_TAIL_READ) + moe_sort.sort_waivers(multi))
 
 
 _KERNELS: dict = {}

@@ -342,6 +342,9 @@ FP32_ROW_TAIL_READS = (
     InitWaiver("inQueueUnpermuted", "moe/moe_token_unpermute_grad/op_kernel/moe_token_unpermute_grad_prob_not_none.h"
                ":213-219 @ 25fb6b92890d: Copy of hiddenSizeAlign fp32 lanes after the DataCopyPad of "
                "hiddensizeLoopNum (:207)"),
+    InitWaiver("inQueueProb", "moe/moe_token_unpermute_grad/op_kernel/moe_token_unpermute_grad_prob_not_none.h"
+               ":171-175 @ 25fb6b92890d: the Copy pair of fp32 probs over indicesReserveNumAlign lanes after the "
+               "DataCopyPad of indicesNumLoop (:167)"),
     InitWaiver("inQueuePermutedTokens", "moe/moe_token_unpermute_grad/op_kernel/"
                "moe_token_unpermute_grad_prob_not_none.h:306-313 @ 25fb6b92890d: the same Copy pair over a permuted "
                "row"),
