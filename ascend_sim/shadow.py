@@ -155,6 +155,8 @@ def check_ub(c, call, pipe, off, nbytes, write):
         return
     races = (c.state[CHK_MODE] & MODE_RACES) != 0
     init = (c.state[CHK_MODE] & MODE_INIT) != 0
+    if not races and not init:          # mode "sync" alone: nothing to check or record
+        return
     if races and pipe != PIPE_S and not _owned(c, call, off):
         return
     addr = c.state[CHK_SHADOW_ADDR]
