@@ -11,6 +11,7 @@ Perfetto trace.
 """
 from .errors import (AlignmentError, ConfigError, ElementTypeError, OutOfBoundsError, ParamRangeError, QueueError, SimulatorError,  # noqa: F401
                      OverlapError, PipeRaceError, SyncError, UBOverflowError)
+from .errors import UninitializedReadError, UnpairedFlagError  # noqa: F401
 from .errors import BufferPlanError, UnsupportedDtypeError  # noqa: F401
 from .check import checked  # noqa: F401
 from ._jit import cache_state, ensure_compiled, stage_signature  # noqa: F401
@@ -30,5 +31,5 @@ __all__ = [
     "SyncError", "Kernel", "PipePhase", "Branch", "SYNC_ALL", "launch", "default_threads", "UbBuffer", "PipePlan", "plan_pipe",
     "RunReport", "CoreReport", "CostModel", "Estimate", "CoreTime", "LaunchSequence", "tracing", "write_json",
     "resolve_threads", "stage_calls", "ensure_compiled", "cache_state", "stage_signature",
-    "BufferPlanError", "UnsupportedDtypeError",
+    "BufferPlanError", "UnsupportedDtypeError", "UninitializedReadError", "UnpairedFlagError",
 ]

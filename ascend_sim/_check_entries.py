@@ -32,13 +32,13 @@ def _vector_access(state_address, state_len, call, d, d_bytes, s0, s0_bytes, s1,
 
 
 def _gm_read(state_address, state_len, call, pipe, address, rows, row_bytes, gap):
-    shadow.check_gm_read(StateOnly(carray(i64_pointer(state_address), state_len)), call, pipe, address, rows,
-                         row_bytes, gap)
+    state = carray(i64_pointer(state_address), state_len)
+    shadow.check_gm_read(StateOnly(state), shadow.workspace_map(state), call, pipe, address, rows, row_bytes, gap)
 
 
 def _gm_write(state_address, state_len, call, pipe, address, rows, row_bytes, gap):
-    shadow.check_gm_write(StateOnly(carray(i64_pointer(state_address), state_len)), call, pipe, address, rows,
-                          row_bytes, gap)
+    state = carray(i64_pointer(state_address), state_len)
+    shadow.check_gm_write(StateOnly(state), shadow.workspace_map(state), call, pipe, address, rows, row_bytes, gap)
 
 
 def _compile(fn, n_args: int):

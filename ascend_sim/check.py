@@ -1,4 +1,4 @@
-"""Checked mode: pipe races and tensor ownership (numba).
+"""Checked mode: pipe races, tensor ownership, uninitialised reads and flag pairing (numba).
 
 The simulator executes every call in program order, so a kernel that forgets a sync still
 computes the right numbers here. Checked mode (`check="race"` / "strict" / "all" on a launch or an aclnn
@@ -49,6 +49,21 @@ call, or ASCEND_SIM_CHECK=race) finds those kernels:
   Atomic updates are never overlaps: accumulating into one output from many cores is what they are for.
 * Ownership. A vector or DMA instruction on a TQue buffer that is free (before its AllocTensor
   or after its FreeTensor) or enqueued (after EnQue, before DeQue) is a QueueError.
+* Uninitialised reads (mode "init"). The UB shadow's "no write yet" state is a run too: a new
+  TPipe resets the whole shadow to it (InitBuffer does not initialise, and the TPipe change orders
+  every earlier access before every later one, so no race is lost), and a read of a run in that state
+  is an UninitializedReadError naming the buffer (the queue table) and the bytes. The workspace gets a
+  written-byte map all cores share (one byte per byte, so cores on other threads never lose each
+  other's marks): GM writes into it mark bytes, GM reads of unmarked bytes are errors. InitWaivers
+  declared with a kernel let the real kernels' reads pass (a UB buffer; workspace reads ending in a
+  short unwritten tail).
+* Flags (mode "sync"). Unpaired SetFlag / WaitFlag are errors in every mode (events.py, launch.py); mode
+  "sync" remembers which call raised and lowered each flag so the error names them.
+
+Modes are bits (layout.MODES): "race" / "strict" select the race rules, "init" and "sync" add their
+checks, "all" is race + init + sync plus the overlapping-write check of the whole launch (CHECK_OVERLAP, which
+only the launcher runs). The shadow records accesses in every checked mode; only the checks of the selected bits
+report.
 
 The shadow lives in a host buffer the launcher allocates in checked mode only, reached through
 its address in the core state (load_i64 / store_i64). The UB and GM-read checks (shadow.py) are compiled
@@ -66,11 +81,11 @@ import numpy as np
 from ._jit import aicore
 from ._memory import call_by_address, data_address
 from .errors import ConfigError
-from .layout import (CALL_NAMES, CHK_E, CHK_FLAG_V, CHK_FN, CHK_FN_GM_READ, CHK_FN_GM_WRITE, CHK_FN_UB,
-                     CHK_FN_VECTOR, CHK_GM, PIPE_MODEL_MASK,
-                     CHK_GM_ENTRIES, CHK_GM_N, CHK_K, CHK_MODE, CHK_SHADOW_ADDR, CHK_SHADOW_BLOCKS, CHK_WAIVE,
-                     CHK_WAIVERS, CHK_WAIVE_N, CNT_CALLS, EVENT_IDS, MODES, MODE_OFF, MODE_RACE, N_PIPES, PIPE_ALL,
-                     PIPE_NAMES, PIPE_S, SHADOW_BLOCK, SHADOW_COLS)
+from .layout import (CALL_NAMES, CHK_E, CHK_FLAG_SET_CALL, CHK_FLAG_V, CHK_FLAG_WAIT_CALL, CHK_FN, CHK_FN_GM_READ,
+                     CHK_FN_GM_WRITE, CHK_FN_UB, CHK_FN_VECTOR, CHK_GM_N, CHK_INIT_WAIVE, CHK_K,
+                     CHK_MODE, CHK_SHADOW_ADDR, CHK_SHADOW_BLOCKS, CHK_WAIVE, CHK_WAIVERS, CHK_WAIVE_N, CHK_WS_HI,
+                     CHK_WS_LO, CHK_WS_MAP, CHK_WS_TAIL, CNT_CALLS, CORE_MODE_MASK, EVENT_IDS, MODES, MODE_INIT,
+                     MODE_OFF, MODE_RACE, MODE_SYNC, N_PIPES, PIPE_ALL, PIPE_NAMES, PIPE_S, SHADOW_BLOCK, SHADOW_COLS)
 
 CHECK_ENV = "ASCEND_SIM_CHECK"
 _CHECKED: ContextVar[str | None] = ContextVar("ascend_sim_check", default=None)
@@ -78,8 +93,8 @@ _CHECKED: ContextVar[str | None] = ContextVar("ascend_sim_check", default=None)
 
 @contextmanager
 def checked(mode: str = "race"):
-    """Run the launches inside the block (this thread) in checked mode `mode` (a name of layout.MODES: "race",
-    "strict", "all")."""
+    """Run the launches inside the block (this thread) in checked mode `mode` (one of layout.MODES: "race",
+    "strict", "init", "sync" or "all")."""
     _mode_code("mode", mode)
     token = _CHECKED.set(mode)
     try:
@@ -102,9 +117,9 @@ def _mode_code(source: str, value) -> int:
 
 
 def resolve(check) -> int:
-    """The checked mode of a launch as mode bits (layout.MODES; 0 off): `check` if given ("race", "strict",
-    "all", "off" / None), else the enclosing `checked()` block, else $ASCEND_SIM_CHECK. ConfigError for anything
-    else. The pipe model (PIPE_MODEL_MASK) goes into each core's state; the other bits are launch-wide checks."""
+    """The checked mode of a launch as mode bits (layout.MODES; 0 off): `check` if given (a name of layout.MODES,
+    "off" / None), else the enclosing `checked()` block, else $ASCEND_SIM_CHECK. ConfigError for anything else. The
+    bits the cores check (CORE_MODE_MASK) go into each core's state; the others are launch-wide checks."""
     for source, value in (("check", check), ("checked()", _CHECKED.get()),
                           (CHECK_ENV, os.environ.get(CHECK_ENV, "").strip() or None)):
         if value is not None:
@@ -114,8 +129,8 @@ def resolve(check) -> int:
 
 def attach(state: np.ndarray, mode: int, ub_size: int, waivers=()) -> np.ndarray:
     """Turn checked mode on for a core (host side) and return its UB shadow, which the caller keeps alive for
-    the launch. `waivers`: RaceWaivers of the kernel, races between exactly those two calls on those two pipes
-    that are let pass (and counted).
+    the launch. `waivers`: the kernel's waivers; its RaceWaivers are races between exactly those two calls on those
+    two pipes that are let pass (and counted).
 
     The shadow is flat int64: SHADOW_COLS words per 32-byte block (a run's record lives in its first block),
     then the run-start bitmap, one bit per block and a sentinel bit. It starts as one run nothing has accessed."""
@@ -129,7 +144,7 @@ def attach(state: np.ndarray, mode: int, ub_size: int, waivers=()) -> np.ndarray
     bitmap[blocks // 64] |= np.uint64(1) << np.uint64(blocks % 64)
     from ._check_entries import ENTRIES    # compiled, or loaded from the disk cache, on the first checked launch
     state[CHK_FN:CHK_FN + len(ENTRIES)] = ENTRIES
-    state[CHK_MODE] = mode & PIPE_MODEL_MASK
+    state[CHK_MODE] = mode & CORE_MODE_MASK
     state[CHK_SHADOW_ADDR] = shadow.ctypes.data
     state[CHK_SHADOW_BLOCKS] = blocks
     state[CHK_WAIVE_N] = len(waivers)
@@ -196,6 +211,74 @@ class OverlapWaiver:
         return f"OverlapWaiver({self.first} / {self.second}: {self.reason})"
 
 
+WORKSPACE = "workspace"
+
+
+class InitWaiver:
+    """A read of never-written bytes a shipped kernel makes on purpose because the real kernel makes it (a whole
+    register loaded past a buffer's valid data with those lanes masked off, a sort's end padding): reads of the UB
+    buffer `buffer` (a queue / TBuf name of the kernel's PipePhases) that no call wrote since its TPipe was built;
+    or, with buffer "workspace", reads of the workspace whose only unwritten bytes are their last `tail` bytes or
+    fewer (an aligned DataCopy running past the data the cores wrote). `reason` names the master source line.
+    Mode "init" lets exactly those reads pass and counts them (RunReport.extra["waived_uninit_reads"]); the README
+    lists every waiver."""
+
+    def __init__(self, buffer: str, reason: str, tail: int = 0):
+        if not isinstance(buffer, str) or not buffer:
+            raise ConfigError(f"InitWaiver buffer must be a queue / TBuf name or 'workspace', got {buffer!r}",
+                              setting="buffer")
+        if (buffer == WORKSPACE) != (isinstance(tail, int) and not isinstance(tail, bool) and 0 < tail <= 1024):
+            raise ConfigError("InitWaiver tail (bytes, 1..1024) is given for the workspace and only for it, got "
+                              f"{tail!r} for {buffer!r}", setting="tail")
+        self.buffer, self.reason, self.tail = buffer, reason, tail
+
+    def __repr__(self) -> str:
+        return f"InitWaiver({self.buffer}{f' tail {self.tail}' if self.tail else ''}: {self.reason})"
+
+
+def init_waiver_bits(kernel_name: str, waivers, phases) -> list[int]:
+    """Per PipePhase, the bits (queue index) of the buffers the kernel's InitWaivers name; ConfigError for a name
+    no phase has (a waiver that waives nothing is a typo)."""
+    names = {w.buffer for w in waivers if isinstance(w, InitWaiver) and w.buffer != WORKSPACE}
+    unknown = names - {b for ph in phases for b in ph.buffers}
+    if unknown:
+        raise ConfigError(f"{kernel_name}: InitWaiver names {sorted(unknown)}, which no TPipe of the kernel "
+                          "builds", setting="waivers")
+    return [sum(1 << q for q, b in enumerate(ph.buffers) if b in names) for ph in phases]
+
+
+def attach_workspace(states: np.ndarray, workspace, waivers=()) -> np.ndarray | None:
+    """Mode "init": the launch's workspace (the array the aclnn second phase hands the kernel, or None) gets a
+    written-byte map every core shares (one byte per workspace byte, all unwritten), and the kernel's workspace
+    InitWaiver its tail; returns the map (the caller keeps it alive for the launch)."""
+    if workspace is None or not workspace.nbytes:
+        return None
+    bytemap = np.zeros((workspace.nbytes + 7) // 8, dtype=np.int64)
+    lo = workspace.ctypes.data
+    tail = max((w.tail for w in waivers if isinstance(w, InitWaiver) and w.buffer == WORKSPACE), default=0)
+    for s in states:
+        if s[CHK_MODE] & MODE_INIT:
+            s[CHK_WS_MAP], s[CHK_WS_LO], s[CHK_WS_HI], s[CHK_WS_TAIL] = (bytemap.ctypes.data, lo,
+                                                                         lo + workspace.nbytes, tail)
+    return bytemap
+
+
+def pipe_built(s: np.ndarray, shadow: np.ndarray, init_waive: int, new_tpipe: bool = True) -> None:
+    """A new PipePhase on this core (host side): every pipe comes after everything before it (TPipe::Destroy waits
+    for the old one's work), and in mode "init", if the phase builds a new TPipe (`new_tpipe`: its pipe name differs
+    from the last phase's; a kernel may model one TPipe's life as several phases), nothing of the UB is written yet
+    (InitBuffer does not initialise). The barrier orders every earlier access before every later one, so forgetting
+    them loses no race."""
+    barrier_all(s)
+    s[CHK_INIT_WAIVE] = init_waive
+    if s[CHK_MODE] & MODE_INIT and new_tpipe:
+        blocks = int(s[CHK_SHADOW_BLOCKS])
+        shadow[:] = 0
+        bitmap = shadow[blocks * SHADOW_COLS:].view(np.uint64)
+        bitmap[0] |= np.uint64(1)
+        bitmap[blocks // 64] |= np.uint64(1) << np.uint64(blocks % 64)
+
+
 def barrier_all(s: np.ndarray) -> None:
     """Host side: every pipe of this core comes after everything before (a new TPipe, SyncAll)."""
     s[CHK_E:CHK_E + N_PIPES] += 1
@@ -235,7 +318,7 @@ def acquire(c, dst, slot):
     """Pipe `dst` waits for the release stored at state[slot : slot + 4] (WaitFlag, DeQue, AllocTensor). In mode
     "race" the scalar unit's later reads and writes come after it too (see the module docstring)."""
     _raise_known(c, dst, slot)
-    if dst != PIPE_S and c.state[CHK_MODE] == MODE_RACE:
+    if dst != PIPE_S and c.state[CHK_MODE] & MODE_RACE:
         _raise_known(c, PIPE_S, slot)
 
 
@@ -256,8 +339,23 @@ def barrier(c, pipe):
         return
     c.state[CHK_E + pipe] += 1
     c.state[CHK_K + pipe * N_PIPES + pipe] = c.state[CHK_E + pipe]
-    if c.state[CHK_MODE] == MODE_RACE:      # the scalar unit issued the barrier and waits at it too
+    if c.state[CHK_MODE] & MODE_RACE:       # the scalar unit issued the barrier and waits at it too
         c.state[CHK_K + PIPE_S * N_PIPES + pipe] = c.state[CHK_E + pipe]
+
+
+# --- mode "sync": which calls raised and lowered each flag ----------------------------------------------------
+@aicore
+def flag_raised(c, evt, event_id):
+    """SetFlag<evt>(event_id) (callers test the mode first): remember its call, named if nothing waits for it."""
+    if c.state[CHK_MODE] & MODE_SYNC:
+        c.state[CHK_FLAG_SET_CALL + evt * EVENT_IDS + event_id] = c.state[CNT_CALLS]
+
+
+@aicore
+def flag_lowered(c, evt, event_id):
+    """WaitFlag<evt>(event_id) took the flag down: remember its call, named if another WaitFlag finds it down."""
+    if c.state[CHK_MODE] & MODE_SYNC:
+        c.state[CHK_FLAG_WAIT_CALL + evt * EVENT_IDS + event_id] = c.state[CNT_CALLS]
 
 
 # --- what kernels call ----------------------------------------------------------------------

@@ -205,3 +205,45 @@ class OverlapError(SimulatorError):
 
 class SyncError(SimulatorError):
     """SetFlag / WaitFlag / PipeBarrier / SyncAll misuse that would hang or leak state on hardware."""
+
+
+class UninitializedReadError(SimulatorError):
+    """Checked mode "init": a read of bytes nothing wrote. UB: bytes of a buffer that no call of this core wrote
+    since its TPipe was built (InitBuffer does not initialise the UB). GM: workspace bytes no core wrote in this
+    launch (the aclnn workspace comes uninitialised; inputs count as written).
+
+    Attributes:
+        memory: "UB" or "GM".
+        buffer: the queue / TBuf holding the bytes (UB; None outside every buffer), or "workspace" (GM).
+        byte_range: (first, end): UB offsets, or bytes from the workspace's start.
+    """
+
+    def __init__(self, summary: str, *, memory: str = "UB", buffer: str | None = None, byte_range=None, **kw):
+        self.memory = memory
+        self.buffer = buffer
+        self.byte_range = byte_range
+        super().__init__(summary, **kw)
+
+
+class UnpairedFlagError(SyncError):
+    """A SetFlag nothing waits for by the end of the kernel (the flag leaks into the next operator on the chip), or
+    a WaitFlag with no SetFlag of its event and id before it (the pipe would wait forever).
+
+    Attributes:
+        event: the HardEvent name (e.g. "MTE2_V"); event_id: 0..7.
+        src_pipe, dst_pipe: the pipe that sets the flag and the pipe that waits for it ("PIPE_MTE2", "PIPE_V").
+        set_call: the call number of the unpaired SetFlag (None: unknown, i.e. not in checked mode "sync").
+        wait_call: the call number of the WaitFlag that found no flag; last_wait_call: of the WaitFlag that took
+            the flag down before it (None when unknown or none).
+    """
+
+    def __init__(self, summary: str, *, event: str = "", event_id: int = 0, src_pipe: str = "", dst_pipe: str = "",
+                 set_call: int | None = None, wait_call: int | None = None, last_wait_call: int | None = None, **kw):
+        self.event = event
+        self.event_id = event_id
+        self.src_pipe = src_pipe
+        self.dst_pipe = dst_pipe
+        self.set_call = set_call
+        self.wait_call = wait_call
+        self.last_wait_call = last_wait_call
+        super().__init__(summary, **kw)

@@ -3,13 +3,15 @@
 Calls execute in program order, so the simulator checks the *protocol* the hardware
 needs rather than timing: a WaitFlag must have a SetFlag in front of it (else the NPU
 stalls forever), a flag may not be set twice before it is waited for, ids are 0..7, and
-no flag may be left set when the kernel ends (the launcher checks that).
+no flag may be left set when the kernel ends (the launcher checks that). These checks run in every mode and raise
+UnpairedFlagError (a SyncError) naming the event, its pipes and the call; checked mode "sync" also names the
+SetFlag a leaked flag came from and the WaitFlag that lowered a flag another WaitFlag then waits for.
 """
 from __future__ import annotations
 
 from ._jit import aicore
 from ._outline import outline
-from .layout import (CALL_FETCH_EVENT_ID, CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, CNT_EVENTS,  # noqa: F401
+from .layout import (CALL_FETCH_EVENT_ID, CHK_FLAG_WAIT_CALL, CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, CNT_EVENTS,  # noqa: F401
                      CNT_PIPE_BARRIERS, EVENT_IDS, FLAG_BASE, F_BARRIER_S, F_EVT_DOUBLE_SET, F_EVT_EXHAUSTED, F_EVT_ID,
                      F_EVT_WAIT_UNSET, HARD_EVENT_NAMES, N_HARD_EVENTS, PIPE_ALL, PIPE_MTE2, PIPE_MTE3, PIPE_S, PIPE_V)
 from .timeline import pipe_barrier as tl_pipe_barrier, set_flag as tl_set_flag, wait_flag as tl_wait_flag
@@ -66,7 +68,14 @@ def wait_flag(c, evt, event_id):
     if slot < 0:
         return
     if c.state[slot] == 0:
-        fault(c, F_EVT_WAIT_UNSET, CALL_WAIT_FLAG, evt, event_id)
+        # for the message: the ids of this event that are up (a WaitFlag on the wrong id?) and, in checked mode
+        # "sync", the WaitFlag that took this flag down last (a second WaitFlag for one SetFlag?)
+        up = 0
+        for i in range(EVENT_IDS):
+            if c.state[FLAG_BASE + evt * EVENT_IDS + i] != 0:
+                up |= 1 << i
+        fault(c, F_EVT_WAIT_UNSET, CALL_WAIT_FLAG, evt, event_id, up,
+              c.state[CHK_FLAG_WAIT_CALL + evt * EVENT_IDS + event_id])
         return
     c.state[slot] = 0
     c.state[CNT_EVENTS] += 1

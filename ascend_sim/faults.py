@@ -18,7 +18,7 @@ from .layout import (CALL_NAMES, CNT_CALLS, ERR_BASE, FAULT_CALL_INDEX, F_BARRIE
                      F_GM_OOB, F_LEN_MULTIPLE, F_PARAM, F_PATTERN_TYPE, F_PIPE_RACE, F_QUE_DEPTH, F_QUE_EMPTY,
                      F_QUE_FOREIGN, F_QUE_INDEX, F_QUE_KIND, F_QUE_NO_FREE, F_QUE_OWNER, F_QUE_STATE, F_SCALAR_OOB,
                      F_SIMT_ARCH, F_SIMT_OOB, F_SIMT_RACE, F_SIMT_THREADS,
-                     F_OUTLINE, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB, F_UNSUPPORTED, PARAM_NAMES, STATE_NAMES)
+                     F_OUTLINE, F_UB_ALIGN, F_UNINIT_READ, F_UB_NOT_IN_UB, F_UB_OOB, F_UNSUPPORTED, PARAM_NAMES, STATE_NAMES)
 
 
 @aicore
@@ -120,8 +120,7 @@ def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, cal
         return errors.SyncError(f"SetFlag<{evt(a[0])}>({a[1]}) while the flag is already set (undefined on the NPU)",
                                 **where)
     if code == F_EVT_WAIT_UNSET:
-        return errors.SyncError(f"WaitFlag<{evt(a[0])}>({a[1]}) with no matching SetFlag (would hang on the NPU)",
-                                **where)
+        return _wait_unset_error(evt(a[0]), a, call_index, where)
     if code == F_EVT_EXHAUSTED:
         return errors.SyncError(f"FetchEventID<{evt(a[0])}>: all {a[1]} event ids have a SetFlag awaiting its "
                                 f"WaitFlag, so no id is free (on the NPU a SetFlag on a reused id is undefined and "
@@ -177,6 +176,8 @@ def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, cal
         return errors.OutOfBoundsError(
             f"SIMT thread {a[5]} accesses bytes [{a[2]}, {a[3]}) of the LocalTensor at UB offset {a[1]}, outside its "
             f"{a[4]} bytes", **where)
+    if code == F_UNINIT_READ:
+        return _uninit_error(a, que, where)
     if code == F_OUTLINE:
         return errors.SimulatorError("internal: the compiled machine-model code of this call could not be loaded "
                                      "(see the warnings above; clearing the __pycache__ directories recompiles it)",
@@ -204,4 +205,41 @@ def _race_error(a, call, call_index, where):
         f"{kind_name} race on {where_bytes}: {first['pipe']} {first['call']} (call #{a[0]}) {did} them and "
         f"{second['pipe']} {second['call']} (call #{call_index}) {does} them with nothing ordering the two "
         f"(add {fix})", kind=kind_name, memory=memory, byte_range=(a[3], a[4]), first=first, second=second,
+        **where)
+
+
+def flag_pipes(event: str) -> tuple[str, str]:
+    """The (src, dst) pipes of a HardEvent name "SRC_DST": the dst pipe waits for the src pipe."""
+    src, dst = event.split("_")
+    return f"PIPE_{src}", f"PIPE_{dst}"
+
+
+def _wait_unset_error(event: str, a, call_index, where):
+    src, dst = flag_pipes(event)
+    up = [i for i in range(8) if (a[2] >> i) & 1]
+    hints = []
+    if up:
+        hints.append(f"SetFlag<{event}> is up for id(s) {', '.join(map(str, up))}: a WaitFlag on the wrong id?")
+    if a[3] > 0:
+        hints.append(f"WaitFlag<{event}>({a[1]}) at call #{a[3]} already took this flag down: one WaitFlag per SetFlag")
+    hint = (" " + " ".join(hints)) if hints else ""
+    return errors.UnpairedFlagError(
+        f"WaitFlag<{event}>({a[1]}): {dst} waits for {src} but no SetFlag<{event}>({a[1]}) is up before it, so the "
+        f"pipe would wait forever on the NPU (set the flag before waiting for it).{hint}",
+        event=event, event_id=a[1], src_pipe=src, dst_pipe=dst, wait_call=call_index,
+        last_wait_call=a[3] if a[3] > 0 else None, **where)
+
+
+def _uninit_error(a, que, where):
+    mem, lo, hi, q = a[0], a[1], a[2], a[3]
+    if mem == 1:
+        return errors.UninitializedReadError(
+            f"read of workspace bytes [{lo}, {hi}) that no core wrote in this launch (the workspace comes "
+            "uninitialised: write or zero it first, e.g. InitOutput, before reading it)", memory="GM",
+            buffer="workspace", byte_range=(lo, hi), **where)
+    name = que(q) if q >= 0 else None
+    inside = f" of '{name}'" if name else " outside every buffer"
+    return errors.UninitializedReadError(
+        f"read of UB bytes [{lo}, {hi}){inside} that no call wrote since the TPipe was built (InitBuffer does not "
+        "initialise the UB: copy in, Duplicate or compute them first)", memory="UB", buffer=name, byte_range=(lo, hi),
         **where)

@@ -40,9 +40,10 @@ import numpy as np
 from numba._dispatcher import compute_fingerprint
 
 from . import errors
-from .layout import (CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, ERR_BASE, FAULT_CALL_INDEX,
-                     FLAG_BASE, MEMBER_BASE, N_COUNTERS, N_PIPES, QUE_BASE, TL_BUSY, TL_DONE, TL_L2_HIT_BYTES, TL_SAME_N,
-                     TL_END, TL_TRACE_N, TRACE_COLS, UB_DIRTY, UB_POISONED)
+from .layout import (CHK_FLAG_SET_CALL, CHK_INIT_WAIVED, CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, ERR_BASE,
+                     EVENT_IDS, FAULT_CALL_INDEX, FLAG_BASE, MEMBER_BASE, MODE_INIT, N_COUNTERS, N_PIPES, QUE_BASE,
+                     TL_BUSY, TL_DONE, TL_L2_HIT_BYTES, TL_SAME_N, TL_END, TL_TRACE_N, TRACE_COLS, UB_DIRTY,
+                     UB_POISONED)
 from .core import CORE_SETS, fault_record, flags, make_core, start_pipe
 from .cost import CostModel
 from .estimate import CoreTime, Estimate
@@ -53,7 +54,7 @@ from .trace import CoreTrace, KernelTrace, current_request
 from .dtypes import dt_name
 from .events import HARD_EVENT_NAMES
 from ._jit import ensure_compiled, stage_signature
-from .faults import to_error
+from .faults import flag_pipes, to_error
 from .pipe import UbBuffer, plan_pipe
 from .report import CoreReport, RunReport, deferred, gm_bytes_of
 
@@ -445,7 +446,7 @@ def _state_template(width: int, max_block_count: int, npu_arch: int, cost: CostM
 def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tuple, chip,
            gm_names: Sequence[str] = (), tiling_key: int | None = None, threads: int | None = None,
            ub_advice: str = "", on_compile: Callable | None = None, memo: dict | None = None,
-           check: str | None = None, reference: dict | None = None) -> RunReport:
+           check: str | None = None, reference: dict | None = None, workspace: np.ndarray | None = None) -> RunReport:
     """Run `kernel` on block_dim cores of `chip`; returns the RunReport or raises SimulatorError.
 
     `chip` is a chip profile (tiling.SocProfile): name, aiv_num, ub_size, npu_arch, max_block_count.
@@ -458,10 +459,12 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     fact that every stage is compiled are kept there, so a repeated launch skips that host work. Stages are
     compiled (or loaded from numba's disk cache) before the first core starts; `on_compile(event, stage_name,
     seconds)` hears of each stage that had to be compiled ("start" / "done"), and the report keeps compile
-    time apart from run time. `check` ("race" / "strict" / "off"; default the enclosing check.checked() block,
-    else $ASCEND_SIM_CHECK) runs the launch in checked mode: pipe races raise PipeRaceError, a queue buffer
-    used while free or enqueued raises QueueError (see check.py). `reference` (the upstream version the kernel
-    follows) is carried into the report as it is.
+    time apart from run time. `check` (a name of layout.MODES: "race" / "strict" / "init" / "sync" / "all", or
+    "off"; default the enclosing check.checked() block, else $ASCEND_SIM_CHECK) runs the launch in checked mode:
+    pipe races raise PipeRaceError, a queue buffer used while free or enqueued raises QueueError, a read of UB or
+    workspace bytes nothing wrote raises UninitializedReadError (see check.py). `reference` (the upstream version
+    the kernel follows) is carried into the report as it is. `workspace`: the aclnn workspace the args' workspace
+    tensors lie in (mode "init" tracks which of its bytes the cores wrote; every other GM tensor counts as written).
     """
     where = dict(op=kernel.op, tiling_key=tiling_key)
     threads = resolve_threads(threads)
@@ -500,6 +503,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     cross = crosscore.CrossCore(states, check_mode, kernel.waivers, crosscore.gm_tensors(args, gm_names),
                                 where) if check_mode else None
     queue_waivers = layout.queue_waivers
+    init_waivers = checking.init_waiver_bits(kernel.name, kernel.waivers, phases) if check_mode else []
+    workspace_map = checking.attach_workspace(states, workspace, kernel.waivers) if check_mode & MODE_INIT else None
     sync_marks = []
     live_phase = [-1] * block_dim
     program = [programs.top] * block_dim     # each core's items; a branch splices its chosen arm in
@@ -522,8 +527,9 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
             return
         crew.start_pipes(core_tables[p])
         if check_mode:
-            for core in cores:
-                checking.barrier_all(core.state)
+            new_tpipe = live_phase[0] < 0 or phases[live_phase[0]].pipe != phases[p].pipe
+            for core, shadow in zip(cores, shadows, strict=True):
+                checking.pipe_built(core.state, shadow, init_waivers[p], new_tpipe)
         live_phase[:] = [p] * block_dim
         states[:, CHK_OWN_WAIVE] = queue_waivers[p]
 
@@ -564,7 +570,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                     tables = core_tables[p]
                     start_pipe(core, tables[i] if len(tables) > 1 else tables[0])
                     if check_mode:      # a new TPipe starts after the old one's work (TPipe::Destroy waits for it)
-                        checking.barrier_all(core.state)
+                        checking.pipe_built(core.state, shadows[i], init_waivers[p],
+                                            live_phase[i] < 0 or phases[live_phase[i]].pipe != phases[p].pipe)
                     live_phase[i] = p
                     core.state[CHK_OWN_WAIVE] = queue_waivers[p]
                 entries[id(item)](core, *stage_args)
@@ -610,9 +617,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     if states[:, FLAG_BASE:MEMBER_BASE].any():
         core = cores[int(np.flatnonzero(states[:, FLAG_BASE:MEMBER_BASE].any(axis=1))[0])]
         evt, event_id = (int(v) for v in np.argwhere(flags(core) != 0)[0])
-        raise errors.SyncError(
-            f"SetFlag<{HARD_EVENT_NAMES[evt]}>({event_id}) was never waited for: the flag leaks into the next "
-            "kernel on the NPU", core=core.block_idx, call="kernel end", **where)
+        raise _leaked_flag(core, evt, event_id, where)
 
     # the states go back to the pool below: what the report needs is copied out first, and turned into
     # CoreReport / CoreTime objects only when someone reads them
@@ -633,7 +638,10 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     extra = dict(checked=check_mode, waived_races=int(states[:, CHK_WAIVED].sum())) if check_mode else {}
     if cross is not None:
         extra.update(cross.finish())
-    del shadows      # the checked cores' shadows lived until here
+    if check_mode & MODE_INIT:
+        extra["waived_uninit_reads"] = int(states[:, CHK_INIT_WAIVED].sum())
+    shadows = None      # the checked cores' shadows lived until here (the closures above hold the name)
+    del workspace_map   # and the workspace's written-byte map
     CORE_SETS.give(crew)
     report = RunReport(
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
@@ -645,6 +653,19 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     if request is not None:
         request.took(report)
     return report
+
+
+def _leaked_flag(core, evt: int, event_id: int, where: dict) -> errors.UnpairedFlagError:
+    """The UnpairedFlagError of a flag still up when the kernel ends; in checked mode "sync" it names the SetFlag."""
+    event = HARD_EVENT_NAMES[evt]
+    src, dst = flag_pipes(event)
+    set_call = int(core.state[CHK_FLAG_SET_CALL + evt * EVENT_IDS + event_id]) or None
+    at = f" (call #{set_call})" if set_call else ""
+    return errors.UnpairedFlagError(
+        f"SetFlag<{event}>({event_id}){at}: {src} raised the flag for {dst} but no WaitFlag<{event}>({event_id}) "
+        "took it down by the end of the kernel: the flag leaks into the next operator on the NPU (add the WaitFlag, "
+        "or drop the SetFlag)", event=event, event_id=event_id, src_pipe=src, dst_pipe=dst, set_call=set_call,
+        core=core.block_idx, call="kernel end", **where)
 
 
 def _barrier(states: np.ndarray, sync_all_cycles: int) -> int:

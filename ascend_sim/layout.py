@@ -113,7 +113,7 @@ TL_DCACHE = TL_FLAG_CALL + N_HARD_EVENTS * EVENT_IDS   # tags of the scalar data
 TL_SIZE = TL_DCACHE + DCACHE_MAX_LINES - TL_BASE
 # Checked mode (check.py): pipe epochs and known-epoch vectors, flag vectors, the GM write ring, the shadow's address.
 CHK_BASE = TL_BASE + TL_SIZE
-CHK_MODE = CHK_BASE              # 0 off, 1 race, 2 strict
+CHK_MODE = CHK_BASE              # the mode's bits (MODE_RACE / MODE_STRICT / MODE_INIT / MODE_SYNC); 0 off
 CHK_SHADOW_ADDR = CHK_BASE + 1
 CHK_SHADOW_BLOCKS = CHK_BASE + 2
 CHK_GM_N = CHK_BASE + 3          # GM writes recorded so far (the ring keeps the last CHK_GM_ENTRIES)
@@ -135,7 +135,19 @@ CHK_GLOG = CHK_FN + 4
 CHK_GLOG_CAP = CHK_GLOG + 1
 CHK_GLOG_N = CHK_GLOG + 2
 CHK_GLOG_LOST = CHK_GLOG + 3
-CHK_SIZE = CHK_GLOG_LOST + 1 - CHK_BASE
+# mode "init" (uninitialised reads): the workspace's written-byte map (one byte per workspace byte, 1 = some core
+# wrote it in this launch) and the workspace's GM address range; the live TPipe's queues whose never-written bytes
+# the kernel reads on purpose (bit q), and how many such reads were let pass
+CHK_WS_MAP = CHK_GLOG_LOST + 1
+CHK_WS_LO = CHK_WS_MAP + 1
+CHK_WS_HI = CHK_WS_MAP + 2
+CHK_INIT_WAIVE = CHK_WS_MAP + 3
+CHK_INIT_WAIVED = CHK_WS_MAP + 4
+CHK_WS_TAIL = CHK_WS_MAP + 5       # a workspace read may end in at most this many unwritten bytes (a waiver; 0: none)
+# mode "sync": the call number of the SetFlag that raised flag (event, id) and of the WaitFlag that last lowered it
+CHK_FLAG_SET_CALL = CHK_WS_MAP + 6
+CHK_FLAG_WAIT_CALL = CHK_FLAG_SET_CALL + N_HARD_EVENTS * EVENT_IDS
+CHK_SIZE = CHK_FLAG_WAIT_CALL + N_HARD_EVENTS * EVENT_IDS - CHK_BASE
 # The arch35 register file (regbase.py): vector registers (RegTensor, 256 bytes = 32 words each), mask registers
 # (MaskReg, one byte per byte lane), the open VF's instruction count and the per-kind counts of every VF so far.
 REG_BASE = CHK_BASE + CHK_SIZE
@@ -421,6 +433,7 @@ F_SIMT_THREADS = 51   # dim x, dim y, dim z, thread limit
 F_SIMT_RACE = 53      # earlier thread, later thread, GM address, bytes
 F_SIMT_OOB = 52       # memory (0 UB, 1 GM), GM tensor id / UB offset, first byte, end byte, tensor bytes, thread
 F_OUTLINE = 45        # an outlined machine-model call whose compiled variant could not be loaded
+F_UNINIT_READ = 46    # memory (MEM_UB / MEM_GM), first byte, end byte (UB offsets / GM addresses), queue (UB; -1: none)
 
 P_BLOCK_COUNT = 1
 P_BLOCK_LEN = 2
@@ -441,14 +454,18 @@ PARAM_NAMES = {
 }
 
 # --- checked mode (check.py, shadow.py) ------------------------------------------------------
-MODE_OFF = 0             # state[CHK_MODE]: the pipe model of the core's checks (0: checked mode off)
-MODE_RACE = 1
-MODE_STRICT = 2
-PIPE_MODEL_MASK = MODE_RACE | MODE_STRICT
-# A launch's checked mode is a set of bits (check.resolve): the pipe model above, and checks of the whole launch
-# that only the launcher runs. Bits 8 and up are free for further checks.
-CHECK_OVERLAP = 4        # output / workspace bytes written by two cores in one launch are an OverlapError
-MODES = {"race": MODE_RACE, "strict": MODE_STRICT, "all": MODE_RACE | CHECK_OVERLAP}
+# state[CHK_MODE] is a set of bits, one per kind of check the cores run (a launch may run several); a launch's mode
+# (check.resolve) may also hold bits of checks of the whole launch that only the launcher runs (16 and up)
+MODE_OFF = 0
+MODE_RACE = 1            # pipe races, production ordering (check.py)
+MODE_STRICT = 2          # pipe races, the documentation's ordering
+MODE_INIT = 4            # reads of UB / workspace bytes nothing wrote
+MODE_SYNC = 8            # unpaired SetFlag / WaitFlag, named with their calls
+MODE_RACES = MODE_RACE | MODE_STRICT     # the pipe model of the race checks
+CORE_MODE_MASK = MODE_RACES | MODE_INIT | MODE_SYNC      # what state[CHK_MODE] holds
+CHECK_OVERLAP = 16       # output / workspace bytes written by two cores in one launch are an OverlapError
+MODES = {"race": MODE_RACE, "strict": MODE_STRICT, "init": MODE_INIT, "sync": MODE_SYNC,
+         "all": MODE_RACE | MODE_INIT | MODE_SYNC | CHECK_OVERLAP}
 # GM access log rows (CHK_GLOG): first byte, end byte (host addresses), call number * 64 + call id, pipe | kind << 4
 GLOG_COLS = 4
 GLOG_READ, GLOG_WRITE, GLOG_ATOMIC = 0, 1, 2      # kinds: a read, a plain write, an atomic update (read + write)

@@ -7,18 +7,21 @@ check.release / acquire / barrier keep in the core state.
 """
 from __future__ import annotations
 
+import numpy as np
+from numba import carray
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
 from ._jit import aicore
-from ._memory import load_i64, store_i64
+from ._memory import i64_pointer, load_i64, store_i64
 from .faults import fault
-from .layout import (ATOMIC_TYPE, CALL_GM_ATOMIC_ADD, CALL_GM_ATOMIC_EXCH, CALL_INIT_OUTPUT, CHK_GLOG, CHK_GLOG_CAP,
-                     CHK_GLOG_LOST, CHK_GLOG_N, ERR_BASE, GLOG_ATOMIC, GLOG_COLS, GLOG_READ, GLOG_WRITE, PIPE_MTE3,
-                     CHK_E, CHK_GM, CHK_GM_ENTRIES, CHK_GM_N, CHK_K, CHK_MODE, CHK_OWN_WAIVE, CHK_SHADOW_ADDR,
-                     CHK_SHADOW_BLOCKS, CHK_WAIVE, CHK_WAIVED, CHK_WAIVE_N, CNT_CALLS, ENQUE, FREE, F_PIPE_RACE,
-                     F_QUE_OWNER, KIND_TBUF, MEM_GM, MEM_UB, MODE_STRICT, N_PIPES, PIPE_QUEUES, PIPE_S, PIPE_V,
-                     QUE_BASE, QUE_COLS, Q_BASE, Q_FREE_CALL, Q_KIND, Q_LEN, Q_NUM, Q_STATE, RAW, SHADOW_BLOCK,
-                     SHADOW_COLS, WAR, WAW)
+from .layout import (ATOMIC_TYPE, CALL_GM_ATOMIC_ADD, CALL_GM_ATOMIC_EXCH, CALL_INIT_OUTPUT, CHK_E, CHK_GLOG,
+                     CHK_GLOG_CAP, CHK_GLOG_LOST, CHK_GLOG_N, CHK_GM, CHK_GM_ENTRIES, CHK_GM_N, CHK_INIT_WAIVE,
+                     CHK_INIT_WAIVED, CHK_K, CHK_MODE, CHK_OWN_WAIVE, CHK_SHADOW_ADDR, CHK_SHADOW_BLOCKS, CHK_WAIVE,
+                     CHK_WAIVED, CHK_WAIVE_N, CHK_WS_HI, CHK_WS_LO, CHK_WS_MAP, CHK_WS_TAIL, CNT_CALLS, ENQUE, ERR_BASE,
+                     FREE, F_PIPE_RACE, F_QUE_OWNER, F_UNINIT_READ, GLOG_ATOMIC, GLOG_COLS, GLOG_READ, GLOG_WRITE,
+                     KIND_TBUF, MEM_GM, MEM_UB, MODE_INIT, MODE_RACES, MODE_STRICT, N_PIPES, PIPE_MTE3, PIPE_QUEUES,
+                     PIPE_S, PIPE_V, QUE_BASE, QUE_COLS, Q_BASE, Q_FREE_CALL, Q_KIND, Q_LEN, Q_NUM, Q_STATE, RAW,
+                     SHADOW_BLOCK, SHADOW_COLS, WAR, WAW)
 
 
 @aicore
@@ -121,12 +124,42 @@ def _join(addr, bits, b0, b1):
         lo += n
 
 
+# --- mode "init": reads of bytes nothing wrote ----------------------------------------------------------------
+@aicore
+def _queue_of(c, off):
+    """The queue / TBuf of the live TPipe whose buffers hold UB byte `off`, or -1."""
+    for q in range(c.state[PIPE_QUEUES]):
+        r = QUE_BASE + q * QUE_COLS
+        base = c.state[r + Q_BASE]
+        if base <= off < base + c.state[r + Q_LEN] * c.state[r + Q_NUM]:
+            return q
+    return -1
+
+
+@aicore
+def _uninitialised(c, call, lo, hi):
+    """A read of UB bytes [lo, hi) that no call wrote since the TPipe was built: an UninitializedReadError, unless
+    the kernel declares that its buffer is read so on purpose (then counted; returns False)."""
+    q = _queue_of(c, lo)
+    if q >= 0 and (c.state[CHK_INIT_WAIVE] >> q) & 1:
+        c.state[CHK_INIT_WAIVED] += 1
+        return False
+    fault(c, F_UNINIT_READ, call, MEM_UB, lo, hi, q)
+    return True
+
+
 @aicore
 def check_ub(c, call, pipe, off, nbytes, write):
-    """Check an access of `nbytes` UB bytes from `off` by `pipe` for the current AscendC call `call`, and record it."""
+    """Check an access of `nbytes` UB bytes from `off` by `pipe` for the current AscendC call `call`, and record it.
+    The race and ownership checks run in the race modes, the never-written check in mode "init"; the shadow records
+    the access in every checked mode."""
     if nbytes <= 0 or off < 0:
         return
-    if pipe != PIPE_S and not _owned(c, call, off):
+    races = (c.state[CHK_MODE] & MODE_RACES) != 0
+    init = (c.state[CHK_MODE] & MODE_INIT) != 0
+    if not races and not init:          # mode "sync" alone: nothing to check or record
+        return
+    if races and pipe != PIPE_S and not _owned(c, call, off):
         return
     addr = c.state[CHK_SHADOW_ADDR]
     blocks = c.state[CHK_SHADOW_BLOCKS]
@@ -137,7 +170,7 @@ def check_ub(c, call, pipe, off, nbytes, write):
         return
     stamp = c.state[CHK_E + pipe]
     me = c.state[CNT_CALLS] * 64 + call
-    strict = c.state[CHK_MODE] == MODE_STRICT
+    strict = (c.state[CHK_MODE] & MODE_STRICT) != 0
     # a scalar read has completed before the scalar unit issues anything after it, so it is never the earlier
     # access of a race and is not recorded (nor are runs split for it)
     record = write or pipe != PIPE_S
@@ -153,14 +186,16 @@ def check_ub(c, call, pipe, off, nbytes, write):
         row = h * SHADOW_COLS
         lo = max(h, b0) * SHADOW_BLOCK
         hi = min(e, b1) * SHADOW_BLOCK
-        if write:           # a reader of another pipe first: it names the call that still needs the bytes
+        if races and write:     # a reader of another pipe first: it names the call that still needs the bytes
             for r in range(N_PIPES):
                 rs = load_i64(addr, row + 3 + r) - 1
                 if rs >= 0 and r != pipe and r != PIPE_S and not _before(c, r, rs, pipe) and _race(
                         c, call, WAR, MEM_UB, r, load_i64(addr, row + 7 + r), pipe, lo, hi):
                     return
         wp = load_i64(addr, row) - 1
-        if wp >= 0:
+        if wp < 0 and init and not write and _uninitialised(c, call, lo, hi):
+            return
+        if wp >= 0 and races:
             # the scalar unit is ordered with itself; in mode "race" the vector pipe's writes and reads of its own
             # results, and a DMA pipe's writes, follow program order too
             ordered_same = wp == pipe and (pipe == PIPE_S or (not strict and (pipe == PIPE_V or write))
@@ -254,10 +289,19 @@ def _log_rows(c, call, pipe, kind, address, rows, row_bytes, gap):
 
 
 @aicore
-def check_gm_read(c, call, pipe, address, rows, row_bytes, gap):
-    """`rows` rows of `row_bytes` GM bytes from `address`, `gap` bytes apart, read by `pipe`: they must come after
-    this core's overlapping writes by other pipes (the ring; checked on the span), and go into the cross-core log."""
+def check_gm_read(c, ws, call, pipe, address, rows, row_bytes, gap):
+    """`rows` rows of `row_bytes` GM bytes from `address`, `gap` bytes apart, read by `pipe`. Mode "init": no row may
+    read workspace bytes no core wrote in this launch (`ws`, the workspace's written-byte map; empty: no workspace).
+    Race modes: the rows must come after this core's overlapping writes by other pipes (the ring; checked on the
+    span), and go into the cross-core log."""
     if rows <= 0 or row_bytes <= 0:
+        return
+    if c.state[CHK_MODE] & MODE_INIT and ws.size > 0:
+        for r in range(rows if gap != 0 else 1):
+            nbytes = row_bytes if gap != 0 else rows * row_bytes
+            if _workspace_unwritten(c, ws, call, address + r * (row_bytes + gap), nbytes):
+                return
+    if (c.state[CHK_MODE] & MODE_RACES) == 0:
         return
     _ring_check(c, call, pipe, address, address + rows * row_bytes + (rows - 1) * gap)
     if c.state[ERR_BASE] == 0:
@@ -265,11 +309,15 @@ def check_gm_read(c, call, pipe, address, rows, row_bytes, gap):
 
 
 @aicore
-def check_gm_write(c, call, pipe, address, rows, row_bytes, gap):
-    """A GM write (rows as check_gm_read's): into the ring and the cross-core log. The scalar AtomicAdd /
-    AtomicExch and DMA copies out under SetAtomicAdd / SetAtomicMax are atomic updates."""
+def check_gm_write(c, ws, call, pipe, address, rows, row_bytes, gap):
+    """A GM write (rows as check_gm_read's): its workspace bytes marked written (`ws`, mode "init"), into the ring
+    and the cross-core log. The scalar AtomicAdd / AtomicExch and DMA copies out under SetAtomicAdd / SetAtomicMax
+    are atomic updates."""
     if rows <= 0 or row_bytes <= 0:
         return
+    if ws.size > 0:
+        for r in range(rows if gap != 0 else 1):
+            note_gm_write(c, ws, address + r * (row_bytes + gap), row_bytes if gap != 0 else rows * row_bytes)
     _ring_write(c, call, pipe, address, address + rows * row_bytes + (rows - 1) * gap)
     atomic = call == CALL_GM_ATOMIC_ADD or call == CALL_GM_ATOMIC_EXCH or (
         pipe == PIPE_MTE3 and call != CALL_INIT_OUTPUT and c.state[ATOMIC_TYPE] != 0)
@@ -284,3 +332,47 @@ def check_vector_access(c, call, d, d_bytes, s0, s0_bytes, s1, s1_bytes):
     if s1 >= 0:
         check_ub(c, call, PIPE_V, s1, s1_bytes, False)
     check_ub(c, call, PIPE_V, d, d_bytes, True)
+
+
+# --- mode "init": the workspace ------------------------------------------------------------------------------
+@aicore
+def workspace_map(state):
+    """The workspace's written-byte map (check.attach_workspace; empty when the launch has none)."""
+    n = state[CHK_WS_HI] - state[CHK_WS_LO] if state[CHK_WS_MAP] != 0 else 0
+    return carray(i64_pointer(state[CHK_WS_MAP]), (n + 7) // 8).view(np.uint8)
+
+
+@aicore
+def _workspace_unwritten(c, ws, call, address, nbytes):
+    """UninitializedReadError (True) if the read [address, address + nbytes) covers workspace bytes no core wrote in
+    this launch; the fault names the first unwritten span, in bytes from the workspace's start. A kernel's workspace
+    waiver (CHK_WS_TAIL) lets a read pass whose only unwritten bytes are its last few (an aligned DataCopy past the
+    end of written data)."""
+    lo = c.state[CHK_WS_LO]
+    a = max(address, lo) - lo
+    b = min(address + nbytes, c.state[CHK_WS_HI]) - lo
+    k = a
+    while k < b and ws[k] != 0:
+        k += 1
+    if k >= b:
+        return False
+    e = k
+    while e < b and ws[e] == 0:
+        e += 1
+    tail = c.state[CHK_WS_TAIL]
+    if tail > 0 and e == b and b - k <= tail and address + nbytes - lo == b:
+        c.state[CHK_INIT_WAIVED] += 1      # the kernel's waiver: a read that runs a few bytes past written data
+        return False
+    fault(c, F_UNINIT_READ, call, MEM_GM, k, e, -1)
+    return True
+
+
+@aicore
+def note_gm_write(c, ws, address, nbytes):
+    """Mark the workspace bytes a GM write covers as written (one byte store each: cores on other threads may mark
+    neighbouring bytes at the same time)."""
+    lo = c.state[CHK_WS_LO]
+    a = max(address, lo) - lo
+    b = min(address + nbytes, c.state[CHK_WS_HI]) - lo
+    for k in range(a, b):
+        ws[k] = 1

@@ -325,6 +325,7 @@ def set_flag(c, evt, event_id):
     """SetFlag<evt>(id): the flag rises once the source pipe's earlier work is done."""
     if c.state[CHK_MODE] != 0:
         chk.release(c, EVENT_SRC[evt], chk.flag_slot(evt, event_id))
+        chk.flag_raised(c, evt, event_id)
     if c.state[TL_ON] == 0:
         return
     slot = evt * EVENT_IDS + event_id
@@ -341,6 +342,7 @@ def wait_flag(c, evt, event_id):
     """WaitFlag<evt>(id): the destination pipe holds until the flag is up."""
     if c.state[CHK_MODE] != 0:
         chk.acquire(c, EVENT_DST[evt], chk.flag_slot(evt, event_id))
+        chk.flag_lowered(c, evt, event_id)
     if c.state[TL_ON] == 0:
         return
     slot = evt * EVENT_IDS + event_id

@@ -169,7 +169,8 @@ class Executor:
             self.report = launch(self.kernel, block_dim=self.tiling.block_dim, plan=plan, args=args,
                                  chip=self.tiling.soc, gm_names=self.gm_names, tiling_key=self.tiling.tiling_key,
                                  threads=threads, ub_advice=self.ub_advice, on_compile=compile_listener(),
-                                 memo=self._memo, check=check, reference=reference())
+                                 memo=self._memo, check=check, reference=reference(),
+                                 workspace=workspace if self.bind_workspace is not None else None)
         except OutOfBoundsError as e:
             raise trace_index(e, self.index_links, self.tensors) from None
         return self.report
@@ -406,8 +407,8 @@ def run_friendly(run: Callable, workspace_size: int, executor, check=None) -> No
 
 
 def validate_check(check) -> None:
-    """A friendly call's check= ("race", "strict", "all", "off" or None), refused with a ConfigError naming `check` before
-    any argument is sized: the same rule as the aclnn run's check= (ascend_sim.check.resolve)."""
+    """A friendly call's check= (a name of ascend_sim.layout.MODES, "off" or None), refused with a ConfigError naming
+    `check` before any argument is sized: the same rule as the aclnn run's check= (ascend_sim.check.resolve)."""
     resolve_check(check)
 
 

@@ -34,6 +34,7 @@ import ml_dtypes
 import numpy as np
 
 import ascend_sim.kernel_api as asc
+from ascend_sim.check import InitWaiver
 from ascend_sim import Kernel
 from ascend_sim._jit import aicore, global_aicore
 from tiling import get_soc
@@ -352,13 +353,25 @@ def fix_process(c, td, gm, tmpl):
 
 
 # --- the kernel entry: TILING_KEY_IS dispatch -----------------------------------------------------------------
+# The fix template copies in dataLen elements of a var / value row piece and then computes over its 32-byte
+# aligned length: Cast (half / bf16) or Add (float) read the never-written lanes past dataLen, which CopyOut never
+# writes back; checked mode "init" lets those reads pass
+FIX_ALIGNED_READS = (
+    InitWaiver("inQueueSelfFix", "moe/3rd/moe_inplace_index_add_with_sorted/op_kernel/"
+               "moe_inplace_index_add_with_sorted_fix.h:206 (Cast of CeilAlignA2B(dataLen, BLOCK_SIZE)) and :238 "
+               "(Add over currentEachNumAlign, Compute at :146 / :182) @ 25fb6b92890d"),
+    InitWaiver("inQueueValueFix", "moe/3rd/moe_inplace_index_add_with_sorted/op_kernel/"
+               "moe_inplace_index_add_with_sorted_fix.h:225 / :238 (Cast / Add over currentEachNumAlign) "
+               "@ 25fb6b92890d"))
 _AVG = Kernel.single_pipe(OP, "MoeInplaceIndexAddWithSortedAvg", (avg_process,), AVG_BUFFERS)
 KERNELS = {
     1: _AVG, 4: _AVG, 5: _AVG,
-    2: Kernel.single_pipe(OP, "MoeInplaceIndexAddWithSortedFix<half>", (fix_process,), FIX_BUFFERS + FIX_CAST_BUFFERS),
+    2: Kernel.single_pipe(OP, "MoeInplaceIndexAddWithSortedFix<half>", (fix_process,), FIX_BUFFERS + FIX_CAST_BUFFERS,
+                          FIX_ALIGNED_READS),
     3: Kernel.single_pipe(OP, "MoeInplaceIndexAddWithSortedFix<bfloat16_t>", (fix_process,),
-                          FIX_BUFFERS + FIX_CAST_BUFFERS),
-    6: Kernel.single_pipe(OP, "MoeInplaceIndexAddWithSortedFix<float>", (fix_process,), FIX_BUFFERS),
+                          FIX_BUFFERS + FIX_CAST_BUFFERS, FIX_ALIGNED_READS),
+    6: Kernel.single_pipe(OP, "MoeInplaceIndexAddWithSortedFix<float>", (fix_process,), FIX_BUFFERS,
+                          FIX_ALIGNED_READS),
 }
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
 from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.check import InitWaiver
 from ops.common import int_math
 from tiling.moe_sort import MULTI_CORE_BUFFERS, core_loop_elements, multi_core_index_num
 
@@ -58,6 +59,30 @@ ONE_CORE_BUFFERS = ("sortDataCopyInQueue", "indexBuffer", "sortDataCopyOutQueue"
 # the real InitMoeMrgSort / InitMoeMrgSortOut hand the sorter an out buffer and FreeTensor it before the merge
 # writes it (SetOutput then FreeTensor): checked mode lets that use after FreeTensor pass (README, checked mode)
 SORT_WAIVED_QUEUES = ("sortDataCopyOutQueue",)
+# MoeMrgsort::CopyIn / MoeMrgsortOut::CopyIn copy each list window with DataCopy of Align(GetSortLen(length),
+# sizeof(float)) floats: up to 24 bytes past a list's end, past the last list into workspace no core wrote (the
+# merge uses only `length` pairs); checked mode "init" lets such reads pass (README, checked mode)
+MRGSORT_ALIGNED_READ = InitWaiver(
+    "workspace", "moe/moe_token_permute/op_kernel/moe_mrgsort.h:117 and moe_mrgsort_out.h:145 (the routing-map "
+    "copies: moe_token_permute_with_routing_map/op_kernel/moe_mrgsort.h:116, moe_mrgsort_out.h:146) @ 25fb6b92890d: "
+    "CopyIn's DataCopy rounds a list window up to 32 bytes, past the last list's end", tail=32)
+# MoeMrgsortOut::Extract extracts Ceil(curLoopSortedNum, 32) repeats of the merged pairs in tempBuffer: the pairs
+# past the round's count were never written (their indices are past the copy-out's count)
+MRGSORT_OUT_EXTRACT_TAIL = InitWaiver(
+    "sortedBuffer", "moe/moe_token_permute/op_kernel/moe_mrgsort_out.h:199 (routing-map copy: moe_mrgsort_out.h:200) "
+    "@ 25fb6b92890d: Extract of Ceil(curLoopSortedNum, ONE_REPEAT_SORT_NUM) repeats")
+# MoeSortOneCore fills the index progression for totalLength lanes and Sorts / Extracts sortNum (rounded up to 32):
+# the lanes past totalLength carry never-written indices beside the MIN_FP32 pad keys, which sort them last, past
+# the copied-out count
+ONE_CORE_INDEX_TAIL_READ = InitWaiver(
+    "indexBuffer", "moe/moe_token_permute/op_kernel/moe_sort_one_core.h:60 (ArithProgression of totalLength) and "
+    ":100 (Sort of sortNum); the same lines in moe_token_permute_with_routing_map/op_kernel/moe_sort_one_core.h "
+    "@ 25fb6b92890d")
+
+
+def sort_waivers(multi_core: bool) -> tuple:
+    """The InitWaivers of a kernel with this sort (see above)."""
+    return (MRGSORT_ALIGNED_READ, MRGSORT_OUT_EXTRACT_TAIL) if multi_core else (ONE_CORE_INDEX_TAIL_READ,)
 
 # buffers of MoeSortMultiCore
 MULTI_IN_QUEUE = 0          # sortDataCopyInQueue

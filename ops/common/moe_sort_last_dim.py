@@ -31,6 +31,7 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
 from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.check import InitWaiver
 from ops.common import int_math
 from ops.common.moe_sort import (MAX_MRGSORT_LIST, MULTI_INDEX_CONCAT, MULTI_IN_QUEUE, MULTI_OUT_QUEUE,
                                  MULTI_SORTED_BUFFER, ONE_REPEAT_SORT_NUM, SORT_WAIVED_QUEUES, WORK_GM_NUM, _align,
@@ -53,6 +54,12 @@ LastDimSortGm = namedtuple("LastDimSortGm", ["routing_map", "sorted_indices", "w
 output; workspace: the user workspace as float32 (two ping-pong areas of AlignUp(N * needCoreNum, 8) * 2
 floats)."""
 
+# VBSProcess fills the index progression for sortCoreLoopElements lanes only, and Sort reads sortNum (the count
+# rounded up to 32) of them: the lanes past the count carry never-written indices, beside the MIN_FP32 keys that
+# sort them behind every real key and out of the copied indices; checked mode "init" lets that read pass
+INDEX_TAIL_READ = InitWaiver(
+    "indexConcatBuffer", "moe/moe_token_permute_with_routing_map/op_kernel/moe_sort_multi_core_last_dim.h:270 "
+    "(ArithProgressionSupportInt32 of sortCoreLoopElements indices) and :153 (Sort of sortNum) @ 25fb6b92890d")
 SORT_BUFFERS = MULTI_CORE_BUFFERS   # sortDataCopyInQueue, sortDataCopyOutQueue, indexConcatBuffer, sortedBuffer
 DEFAULT_PIPE = "sortPipe2"          # the TPipe GENERAL_PAD_OP_IMPL builds for this class
 

@@ -73,10 +73,11 @@ def _kernel(key: int, with_index_copy: bool = True) -> Kernel:
     sort_name = "MoeSortMultiCore" if multi_core else "MoeSortOneCore"
     sorts = (moe_sort.sort_phase("sortPipe", multi_core, _sort1_args),
              moe_sort.sort_phase("sortPipe2", multi_core, _sort2_args))
+    waivers = moe_sort.sort_waivers(multi_core)
     if not with_index_copy:
-        return Kernel(OP, f"{sort_name} x2", sorts)
+        return Kernel(OP, f"{sort_name} x2", sorts, waivers)
     return Kernel(OP, f"{sort_name} x2 + {name}<{'true' if key > 4 else 'false'}>",
-                  sorts + (PipePhase("MoeindexCopyPipe", copy_buffers, (copy_stage,), _copy_args),))
+                  sorts + (PipePhase("MoeindexCopyPipe", copy_buffers, (copy_stage,), _copy_args),), waivers)
 
 
 KERNELS = {key: _kernel(key) for key in range(1, 9)}

@@ -44,16 +44,16 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Branch, Kernel, PipePhase
-from ascend_sim.check import OverlapWaiver, RaceWaiver
+from ascend_sim.check import InitWaiver, OverlapWaiver, RaceWaiver
 from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.launch import member
 from ops.common import moe_sort
-from ops.common.masked_select import M_ACTUAL_OUT_TOKENS, masked_select_gm, masked_select_phase, masked_select_td, \
+from ops.common.masked_select import MASK_CAST_TAIL_READ_V3, M_ACTUAL_OUT_TOKENS, masked_select_gm, masked_select_phase, masked_select_td, \
     pwrm_template
 from ops.common.moe_index_copy import IndexCopyGm, IndexCopyTemplate, index_copy, index_copy_split_d, index_copy_td
 from ops.common.moe_sort import arith_progression_support_int32
-from ops.common.moe_sort_last_dim import last_dim_sort_gm, last_dim_sort_phase
+from ops.common.moe_sort_last_dim import INDEX_TAIL_READ, last_dim_sort_gm, last_dim_sort_phase
 from ops.permute_with_routing_map.gather_arch35 import (SIMD_BUFFERS, SIMT_PROB, SIMT_TOKEN, gather_simd_stage,
                                                         gather_simt_stage, gather_td, simd_gather_gm, simt_gather_gm)
 from ops.permute_with_routing_map.permute_prob import permute_prob_gm, permute_prob_phase
@@ -257,6 +257,11 @@ ScatterGm = namedtuple("ScatterGm", ["out", "values", "assist"])
 """sortedIndices (int32 output), the value stream (int32, to the end of the workspace), scatterAssist."""
 
 COPY_IN_QUEUE, COPY_OUT_QUEUE, ASSIST_BUFFER = 0, 1, 2
+# CopyIn reads the value stream with DataCopy of Align(currentLoopRows, sizeof(int32_t)) elements: up to 28 bytes
+# past the stream's end, workspace no core wrote (only currentLoopRows values are scattered)
+SCATTER_VALUE_TAIL_READ = InitWaiver("workspace", "moe/moe_token_permute_with_routing_map/op_kernel/"
+                                     "moe_sortindices_scatter_multi_core.h:151 @ 25fb6b92890d (CopyIn's aligned "
+                                     "DataCopy of the value stream)", tail=32)
 SCATTER_BUFFERS = ("copyInQueue", "copyOutQueue", "assistBuffer")
 
 
@@ -419,7 +424,8 @@ def non_pad_kernel(key: int, ms_buffers: tuple, with_index_copy: bool = True) ->
     return Kernel(OP, name,
                   (masked_select_phase("sortPipe", _ms_full, ms_buffers), ms_sync,
                    Branch("actualOutTokens != n * topK", _not_aligned, (aligned, non_aligned))),
-                  (SORTED_INDICES_REWRITE,))
+                  (SORTED_INDICES_REWRITE, MASK_CAST_TAIL_READ_V3, SCATTER_VALUE_TAIL_READ)
+                  + moe_sort.sort_waivers(multi))
 
 
 _KERNELS: dict = {}
@@ -464,6 +470,10 @@ LAST_DIM_SORT_SLICE_READ = RaceWaiver(
     "MTE3", "DataCopyPad(UB->GM)", "MTE2", "DataCopy(GM->UB)",
     "MoeMrgsortOut::CopyIn's whole-block DataCopy reads past the core's workspace slice into the next core's",
     cross_core=True)
+# the last-dim sort's waivers: its uninitialised reads (index lanes past a loop's count, its merges', moe_sort) and
+# its cross-core slice read
+LAST_DIM_SORT_WAIVERS = (INDEX_TAIL_READ, moe_sort.MRGSORT_ALIGNED_READ, moe_sort.MRGSORT_OUT_EXTRACT_TAIL,
+                         LAST_DIM_SORT_SLICE_READ)
 
 
 def pad_kernel(has_prob: bool) -> Kernel:
@@ -477,8 +487,7 @@ def pad_kernel(has_prob: bool) -> Kernel:
         if has_prob:
             phases += (permute_prob_phase(_pad_prob_args, "sortPipe"),)     # starts with the SyncAll
             name += " + SyncAll + MoePermuteProb"
-        _KERNELS[k] = Kernel(OP, name, phases,
-                             (*(PERMUTE_PROB_RACES if has_prob else ()), LAST_DIM_SORT_SLICE_READ))
+        _KERNELS[k] = Kernel(OP, name, phases, (PERMUTE_PROB_RACES if has_prob else ()) + LAST_DIM_SORT_WAIVERS)
     return _KERNELS[k]
 
 
@@ -530,5 +539,5 @@ def pad_kernel_arch35(has_prob: bool, simd: bool) -> Kernel:
         else:
             phases += (PipePhase(NO_TPIPE_TOKENS, (), (SYNC_ALL, (gather_simt_stage, SIMT_TOKEN)), _token_simt_args),)
             name += " + SyncAll + Gatherv2SimtTwoDim::Process"
-        _KERNELS[k] = Kernel(OP, name, phases, (*SHORT_INDEX_ROW_RACES, LAST_DIM_SORT_SLICE_READ))
+        _KERNELS[k] = Kernel(OP, name, phases, SHORT_INDEX_ROW_RACES + LAST_DIM_SORT_WAIVERS)
     return _KERNELS[k]

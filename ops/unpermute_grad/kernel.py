@@ -26,7 +26,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel
-from ascend_sim.check import RaceWaiver
+from ascend_sim.check import InitWaiver, RaceWaiver
 from ascend_sim._jit import aicore, global_aicore
 from ops.common import int_math
 from ops.common.core_split import former_tail_offsets
@@ -335,11 +335,27 @@ PROB_NOT_NONE_BUFFERS = ("inQueueUnpermuted", "inQueuePermutedTokens", "inQueueP
 
 # the real ProbNotNone kernel widens the probs to fp32 (Cast, or Copy for fp32 probs) and reads them with GetValue
 # with no V -> S event in between (moe_token_unpermute_grad_prob_not_none.h): checked mode lets those two pass
+# fp32 rows are widened by the Copy pair over hiddenSizeAlign lanes after a DataCopyPad of hiddensizeLoopNum: the
+# lanes past the row were never written (the lanes of the other operand there are never written either, and
+# neither is copied out); checked mode "init" lets those reads pass
+FP32_ROW_TAIL_READS = (
+    InitWaiver("inQueueUnpermuted", "moe/moe_token_unpermute_grad/op_kernel/moe_token_unpermute_grad_prob_not_none.h"
+               ":213-219 @ 25fb6b92890d: Copy of hiddenSizeAlign fp32 lanes after the DataCopyPad of "
+               "hiddensizeLoopNum (:207)"),
+    InitWaiver("inQueueProb", "moe/moe_token_unpermute_grad/op_kernel/moe_token_unpermute_grad_prob_not_none.h"
+               ":171-175 @ 25fb6b92890d: the Copy pair of fp32 probs over indicesReserveNumAlign lanes after the "
+               "DataCopyPad of indicesNumLoop (:167)"),
+    InitWaiver("inQueuePermutedTokens", "moe/moe_token_unpermute_grad/op_kernel/"
+               "moe_token_unpermute_grad_prob_not_none.h:306-313 @ 25fb6b92890d: the same Copy pair over a permuted "
+               "row"),
+    InitWaiver("tmpBufferPermutedTokensGrad", "moe/moe_token_unpermute_grad/op_kernel/"
+               "moe_token_unpermute_grad_prob_not_none.h:265 (Muls of hiddensizeLoopNum) and :280-286 (the Copy pair "
+               "over hiddenSizeAlign into the out row) @ 25fb6b92890d"))
 PROBS_READ_RACES = tuple(RaceWaiver("V", call, "S", "LocalTensor::GetValue", "the real kernel reads the widened "
                                     "probs with GetValue with no V -> S event") for call in ("Cast", "Copy"))
 KERNELS = {
     0: Kernel.single_pipe(OP, "MoeTokenUnpermuteGradProbNone", (prob_none_process,),
                           ("inQueueRowIdMap", "inOutque")),
     1: Kernel.single_pipe(OP, "MoeTokenUnpermuteGradProbNotNone", (prob_not_none_process,), PROB_NOT_NONE_BUFFERS,
-                          waivers=PROBS_READ_RACES),
+                          waivers=PROBS_READ_RACES + FP32_ROW_TAIL_READS),
 }

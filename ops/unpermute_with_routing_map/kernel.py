@@ -25,7 +25,7 @@ from ascend_sim import SYNC_ALL, Kernel, PipePhase
 from ascend_sim.check import RaceWaiver
 from ascend_sim._jit import global_aicore
 from ascend_sim.datacopy import GlobalTensor
-from ops.common.masked_select import masked_select_gm, masked_select_phase, masked_select_td, uwrm_template
+from ops.common.masked_select import MASK_CAST_TAIL_READ, masked_select_gm, masked_select_phase, masked_select_td, uwrm_template
 from ops.common.unpermute_gather import gather_buffers, gather_gm, gather_phase, gather_template
 from tiling.masked_select import masked_select_ub_plan
 from tiling.moe_token_unpermute_with_routing_map import (GATHER_PIPE, KEY_NO_PROBS, KEY_PAD, KEY_PROBS, MS_PIPE,
@@ -142,7 +142,8 @@ def _not_pad_kernel(key: int, tokens_fp32: bool, probs_fp32: bool) -> Kernel:
     phases = (masked_select_phase(MS_PIPE, _masked_select_select, _ms_buffers()),
               PipePhase("sync", (), (SYNC_ALL,)),     # sortPipe.Destroy(); AscendC::SyncAll()
               gather)
-    return Kernel(OP, "KernelMaskedSelectV3 + SyncAll + KernelMoeTokenUnpermuteWithRoutingMap<PROBS=true>", phases)
+    return Kernel(OP, "KernelMaskedSelectV3 + SyncAll + KernelMoeTokenUnpermuteWithRoutingMap<PROBS=true>", phases,
+                  (MASK_CAST_TAIL_READ,))
 
 
 # the real Pad kernel fills its out tile with SetValue and copies it out with no S -> MTE3 event, and refills it

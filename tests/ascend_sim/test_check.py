@@ -172,7 +172,7 @@ def test_the_switch_env_and_argument(monkeypatch):
     with pytest.raises(ConfigError, match="ASCEND_SIM_CHECK"):
         run([copy_then_compute], PLAN, 0, s, d)
     monkeypatch.delenv("ASCEND_SIM_CHECK")
-    with pytest.raises(ConfigError, match="'race', 'strict', 'all' or 'off'"):
+    with pytest.raises(ConfigError, match="'race', 'strict', 'init', 'sync', 'all' or 'off'"):
         with checked("everything"):
             pass
 

@@ -26,14 +26,14 @@ def _copy_kernel_launch(check):
 @pytest.mark.parametrize("value", [["race"], ("race",), {"race"}, 1, b"race", True],
                          ids=["list", "tuple", "set", "int", "bytes", "bool"])
 def test_a_check_value_of_the_wrong_kind_is_a_config_error_naming_check(value):
-    with pytest.raises(ConfigError, match=r"^check must be 'race', 'strict', 'all' or 'off'") as err:
+    with pytest.raises(ConfigError, match=r"^check must be 'race', 'strict', 'init', 'sync', 'all' or 'off'") as err:
         _copy_kernel_launch(value)
     assert err.value.setting == "check"
 
 
 @pytest.mark.parametrize("value", [["race"], 2, "sometimes"], ids=["list", "int", "unknown-name"])
 def test_a_checked_block_of_a_bad_mode_is_a_config_error_naming_mode(value):
-    with pytest.raises(ConfigError, match=r"^mode must be 'race', 'strict', 'all' or 'off'") as err:
+    with pytest.raises(ConfigError, match=r"^mode must be 'race', 'strict', 'init', 'sync', 'all' or 'off'") as err:
         with checked(value):
             pass
     assert err.value.setting == "mode"

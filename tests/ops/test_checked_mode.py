@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from ascend_sim import PipeRaceError, QueueError, checked
+from ascend_sim import PipeRaceError, QueueError, UninitializedReadError, checked
 from ops.cli import OPS, demo_cases, prepare_op, run_op
 from tiling import get_soc
 
@@ -29,10 +29,13 @@ def _cases(soc: str):
 
 
 def _finding(case):
-    """None if the case runs clean in checked mode, else (error, kind, first pipe and call, second pipe and call)."""
+    """None if the case runs clean in checked mode "all", else (error, kind, first pipe and call, second pipe and call)
+    (an uninitialised read: the memory, the buffer and the call)."""
     try:
-        with checked("race"):
+        with checked("all"):        # races, uninitialised reads, unpaired flags
             facts = run_op(OPS[case.op], case.args, case.soc, check=True)
+    except UninitializedReadError as e:
+        return ("UninitializedReadError", e.memory, e.buffer, e.call.split(" (")[0])
     except PipeRaceError as e:
         return ("PipeRaceError", e.kind, e.first["pipe"], e.first["call"], e.second["pipe"], e.second["call"])
     except QueueError as e:
@@ -189,6 +192,7 @@ def test_a_bad_check_value_on_an_aclnn_call_is_refused_before_anything_runs():
     _, _, size, executor = prepare_op(adapter, case.args, case.soc)
     ran = []
     executor.steps[0] = HostStep("spy", lambda: ran.append(1))
-    with pytest.raises(ConfigError, match=r"check must be 'race', 'strict', 'all' or 'off', got 'races'"):
+    with pytest.raises(ConfigError,
+                       match=r"check must be 'race', 'strict', 'init', 'sync', 'all' or 'off', got 'races'"):
         adapter.run(np.empty(size, dtype=np.uint8), size, executor, check="races")
     assert not ran

@@ -2,8 +2,8 @@
 drop-and-pad setting, on A2 (ascend910b) and on the 950, not only the demo's shapes.
 
 Every case either runs clean in checked mode "all" (pipe races, GM races between cores, writes of two cores
-to the same bytes; what the real kernels have is waived where their kernels are declared, each traced to its
-source line) or is refused by the operator's own dtype check (161002)
+to the same bytes, uninitialised reads, unpaired flags; what the real kernels do on purpose is waived where their
+kernels are declared, each traced to its source line) or is refused by the operator's own dtype check (161002)
 before anything is launched. A second test asserts the sweep reached every tiling key each operator's kernel
 table declares, so a sweep that silently stopped reaching a key fails.
 """

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from ascend_sim import SYNC_ALL, Kernel, PipePhase
-from ascend_sim.check import RaceWaiver
+from ascend_sim.check import InitWaiver, RaceWaiver
 
 from . import not_split_h, split_h, without_scale
 from .base import init_out_not_cut_h_stage
@@ -73,6 +73,11 @@ WITHOUT_SCALE_RACES = (
 TAIL_LOAD_RACE = RaceWaiver("V", "vector function (__VEC_SCOPE__)", "MTE2", "DataCopyPad(GM->UB)",
                             "CalcGradScaleVF's whole-register loads read past their row into the other queue "
                             "buffer, which the next CopyIn refills")
+# the same loads read the row's bytes past what DataCopyPad wrote (masked-off lanes): bytes nothing wrote
+TAIL_LOADS_UNWRITTEN = tuple(
+    InitWaiver(buffer, "moe/moe_finalize_routing_v2_grad/op_kernel/arch35/moe_finalize_routing_v2_grad_regbase_not_cut_h"
+               ".h:317 and :365-369 @ 25fb6b92890d (LoadOneTensorForDtypeT: whole-register loads, lanes masked off)")
+    for buffer in ("gradYInQueue", "expandedXInQueue"))
 
 
 def _kernel(name, buffers, init_stage, process_stage, waivers=()) -> Kernel:
@@ -85,7 +90,7 @@ KERNELS = {
     10002: _kernel("MoeFinalizeRoutingV2GradWithoutScaleCutH", without_scale.BUFFERS,
                    without_scale.init_out_cut_h_stage, without_scale.cut_h_process, WITHOUT_SCALE_RACES),
     20011: _kernel("MoeFinalizeRoutingV2GradRegbaseNotCutH", not_split_h.BUFFERS_SUM, init_out_not_cut_h_stage,
-                   not_split_h.not_cut_h_process, (TAIL_LOAD_RACE,)),
+                   not_split_h.not_cut_h_process, (TAIL_LOAD_RACE,) + TAIL_LOADS_UNWRITTEN),
     20012: split_h.KERNEL,
 }
 """By tiling key; 20011 without binaryAddSumBuf (H < 64) is KERNELS_SMALL_H[20011]. The bias keys (20021 / 20022)
@@ -93,7 +98,7 @@ are never launched by the family."""
 
 KERNELS_SMALL_H = {
     20011: _kernel("MoeFinalizeRoutingV2GradRegbaseNotCutH", not_split_h.BUFFERS, init_out_not_cut_h_stage,
-                   not_split_h.not_cut_h_process, (TAIL_LOAD_RACE,)),
+                   not_split_h.not_cut_h_process, (TAIL_LOAD_RACE,) + TAIL_LOADS_UNWRITTEN),
 }
 
 

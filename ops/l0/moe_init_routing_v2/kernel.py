@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from ascend_sim import SYNC_ALL, Kernel, PipePhase
-from ascend_sim.check import RaceWaiver
+from ascend_sim.check import InitWaiver, RaceWaiver
 
 from . import sort
 from .gather_out import (GATHER_BUFFERS, SCATTER_BUFFERS, GatherGm, gather_out_stage, scatter_out_stage)
@@ -79,6 +79,13 @@ SCATTER_ROWS_REUSE_RACE = RaceWaiver("MTE3", "DataCopyPad(UB->GM)", "MTE2", "Dat
                                      "MTE3 -> MTE2 event after its earlier copy-out")
 
 
+# MoeV2Mrgsort / MoeV2MrgsortOut CopyIn: DataCopy of Align(GetSortLen(lengths[i]), sizeof(float)) floats reads a list
+# window up to 32 bytes past the last list's end, into workspace no core wrote (only `lengths[i]` pairs are merged)
+MRGSORT_ALIGNED_READ = InitWaiver("workspace", "moe/moe_init_routing_v2/op_kernel/arch35/moe_v2_mrgsort.h:114 and "
+                                  "moe_v2_mrgsort_out.h:131 @ 25fb6b92890d: CopyIn's aligned DataCopy of a list window",
+                                  tail=32)
+
+
 def _kernel(key: int, scatter_mode: int) -> Kernel:
     multi_core = key % 10 == 2
     sort_name = "MoeV2SortMultiCore" if multi_core else "MoeV2SortOneCore"
@@ -93,7 +100,8 @@ def _kernel(key: int, scatter_mode: int) -> Kernel:
     return Kernel(OP, f"{sort_name} + MoeV2SrcToDstOpSimt + {gather_name}",
                   (sort.sort_phase(multi_core, _sort_args),
                    PipePhase("srcToDst", (), _src_to_dst_schedule, _src_to_dst_args),
-                   gather), waivers=(SCATTER_ROWS_REUSE_RACE,) if scatter_mode else ())
+                   gather), waivers=((SCATTER_ROWS_REUSE_RACE,) if scatter_mode else ())
+                  + ((MRGSORT_ALIGNED_READ,) if multi_core else ()))
 
 
 KEYS = (10001, 10002, 11001, 11002)

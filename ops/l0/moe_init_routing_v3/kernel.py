@@ -44,7 +44,7 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, PipePhase
 from ascend_sim._jit import global_aicore
-from ascend_sim.check import OverlapWaiver, RaceWaiver
+from ascend_sim.check import InitWaiver, OverlapWaiver, RaceWaiver
 
 from .expert_tokens_count import CountGm, count_phase, total_count_offset  # noqa: F401  (workspace layout)
 from .gather_mxfp4_quant import mxfp4_gather_phase
@@ -119,6 +119,15 @@ def _gather_args(td, gm, tmpl):
 TOTAL_COUNT_RACE = RaceWaiver("S", "LocalTensor::SetValue", "MTE3", "DataCopyPad(UB->GM)",
                               "the real ExpertTokensCount writes the total count with SetValue after its S -> MTE3 "
                               "event; only the VECOUT queue's V -> MTE3 event orders it before the copy-out")
+# MoeMrgsort / MoeMrgsortOut CopyIn: DataCopy of Align(GetSortLen(lengths[i]), sizeof(float)) floats reads a list
+# window up to 32 bytes past the last list's end, into workspace no core wrote (only `lengths[i]` pairs are merged)
+MRGSORT_ALIGNED_READ = InitWaiver("workspace", "moe/moe_init_routing_v3/op_kernel/arch35/moe_v3_mrgsort.h:116 and "
+                                  "moe_v3_mrgsort_out.h:133 @ 25fb6b92890d: CopyIn's aligned DataCopy of a list window",
+                                  tail=32)
+# SortCompute / UBSortCompute's VF loads whole registers of keys (the mask only on the stores): the last register
+# reads past the keys the DataCopyPad wrote, in lanes it never stores
+KEY_TAIL_LOAD = InitWaiver("sortDataCopyInQueue", "moe/moe_init_routing_v3/op_kernel/arch35/moe_v3_sort_one_core.h:75 "
+                           "and moe_v3_sort_multi_core.h:115 @ 25fb6b92890d (unmasked MicroAPI::DataCopy of the keys)")
 
 
 # ExpertTokensCount fills each core's slice of expandedRowIdx with -1 (arch35/moe_v3_expert_tokens_count.h lines
@@ -153,7 +162,9 @@ def _kernel(multi_core: bool, gather: str = "none") -> Kernel:
     sort_name = "MoeSortMultiCore" if multi_core else "MoeSortOneCore"
     name, phase = _GATHERS[gather]
     return Kernel(OP, f"{sort_name} + ExpertTokensCount + RowIdxGather + {name}",
-                  sort_chain(multi_core) + (phase(),), waivers=(TOTAL_COUNT_RACE, ROW_IDX_FILL_OVERLAP))
+                  sort_chain(multi_core) + (phase(),),
+                  waivers=(TOTAL_COUNT_RACE, ROW_IDX_FILL_OVERLAP, KEY_TAIL_LOAD)
+                  + ((MRGSORT_ALIGNED_READ,) if multi_core else ()))
 
 
 # --- EMPTY_TENSOR -------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Kernel, PipePhase
 from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.check import InitWaiver
 from ascend_sim.regbase import reg_store_unalign_post, reg_store_unalign_stream, unalign_reg
 
 OP = "MoeMaskedScatter"
@@ -321,6 +322,13 @@ def _prefix_args(td, gm):
     return td, PrefixGm(gm.mask, gm.workspace)
 
 
+# ProcessLowBit resets the TPipe and builds tmpBuf afresh, copies in the blockNum core totals and sums them with
+# CustomReduceSum, whose whole-register loads read past the totals (lanes its ReduceSum mask drops)
+LOW_BIT_TOTALS_LOAD = InitWaiver("tmpBuf", "moe/3rd/moe_masked_scatter/op_kernel/arch35/moe_masked_scatter.h:350-355 "
+                                 "(pipe_.Reset, InitBuffer, ComputePreCoreMaskSum) and :287-306 (CustomReduceSum's "
+                                 "register loads, ReduceSum under pMask) @ 25fb6b92890d")
+
+
 def _kernel(value_bytes: int) -> Kernel:
     name = f"MoeMaskedScatterImpl<{value_bytes}-byte T, int32_t>"
     # the prefix phase sees only the mask and the workspace, so it compiles once for every width
@@ -329,7 +337,7 @@ def _kernel(value_bytes: int) -> Kernel:
         # the GM scatter goes on in Init's TPipe (it reuses tmpBuf for the totals); modelled as a phase over the
         # same buffer rows, which carries nothing over from the first (tmpBuf is filled afresh by DataCopyPad)
         return Kernel(OP, name, (prefix, PipePhase("pipe", BUFFERS, (scatter_gm_stage,))))
-    return Kernel(OP, name, (prefix, PipePhase("low_bit", LOW_BIT_BUFFERS, (low_bit_stage,))))
+    return Kernel(OP, name, (prefix, PipePhase("low_bit", LOW_BIT_BUFFERS, (low_bit_stage,))), (LOW_BIT_TOTALS_LOAD,))
 
 
 KERNELS = {10 * b: _kernel(b) for b in (1, 2, 4, 8)}
