@@ -41,8 +41,8 @@ from numba._dispatcher import compute_fingerprint
 
 from . import errors
 from .layout import (CHK_FLAG_SET_CALL, CHK_INIT_WAIVED, CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, ERR_BASE,
-                     EVENT_IDS, FAULT_CALL_INDEX, FLAG_BASE, MEMBER_BASE, MODE_INIT, N_COUNTERS, N_PIPES, QUE_BASE,
-                     TL_BUSY, TL_DONE, TL_L2_HIT_BYTES, TL_SAME_N, TL_END, TL_TRACE_N, TRACE_COLS, UB_DIRTY,
+                     EVENT_IDS, FAULT_CALL_INDEX, FLAG_BASE, MEMBER_BASE, MODE_INIT, MODE_RACES, N_COUNTERS, N_PIPES,
+                     QUE_BASE, TL_BUSY, TL_DONE, TL_L2_HIT_BYTES, TL_SAME_N, TL_END, TL_TRACE_N, TRACE_COLS, UB_DIRTY,
                      UB_POISONED)
 from .core import CORE_SETS, fault_record, flags, make_core, start_pipe
 from .cost import CostModel
@@ -499,9 +499,9 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         timeline.attach_trace(cores[i].state, rows)
     shadows = [checking.attach(core.state, check_mode, chip.ub_size, kernel.waivers)
                for core in cores] if check_mode else []
-    # GM accesses of different cores, checked at every SyncAll and at the end (crosscore.py)
+    # GM accesses of different cores, checked at every SyncAll and at the end (crosscore.py), in the race modes
     cross = crosscore.CrossCore(states, check_mode, kernel.waivers, crosscore.gm_tensors(args, gm_names),
-                                where) if check_mode else None
+                                where) if check_mode & MODE_RACES else None
     queue_waivers = layout.queue_waivers
     init_waivers = checking.init_waiver_bits(kernel.name, kernel.waivers, phases) if check_mode else []
     workspace_map = checking.attach_workspace(states, workspace, kernel.waivers) if check_mode & MODE_INIT else None
@@ -607,7 +607,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         if cost.enabled:
             sync_marks.append(_barrier(states, cost.sync_all_cycles))
         if check_mode:          # with checked mode off no core has a checker state to advance
-            cross.phase_end()
+            if cross is not None:
+                cross.phase_end()
             checking.sync_all([core.state for core in cores])
         if all(items is program[0] for items in program) and pc.count(pc[0]) == block_dim \
                 and pc[0] < len(program[0]):

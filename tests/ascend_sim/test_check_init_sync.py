@@ -23,7 +23,7 @@ from ascend_sim import (
 from ascend_sim._jit import global_aicore
 from ascend_sim.check import InitWaiver, resolve
 from ascend_sim.errors import ConfigError
-from ascend_sim.layout import MODE_INIT, MODE_RACE, MODE_STRICT, MODE_SYNC
+from ascend_sim.layout import CHECK_OVERLAP, MODE_INIT, MODE_RACE, MODE_STRICT, MODE_SYNC
 
 from .harness import CHIP, run, tbuf
 
@@ -38,7 +38,8 @@ def gm(n=N):
 
 
 @pytest.mark.parametrize("name,bits", [("race", MODE_RACE), ("strict", MODE_STRICT), ("init", MODE_INIT),
-                                       ("sync", MODE_SYNC), ("all", MODE_RACE | MODE_INIT | MODE_SYNC), ("off", 0)])
+                                       ("sync", MODE_SYNC), ("all", MODE_RACE | MODE_INIT | MODE_SYNC | CHECK_OVERLAP),
+                                       ("off", 0)])
 def test_every_mode_name_resolves_to_its_bits(name, bits, monkeypatch):
     assert resolve(name) == bits
     with checked(name):
