@@ -71,7 +71,7 @@ def test_two_processes_compile_each_signature_once(tmp_path):
         outs.append(json.loads(out.strip().splitlines()[-1]))
     assert [o["s"] for o in outs] == [outs[0]["s"]] * 2 and outs[0]["twice"] == 8.0
     # two signatures of poly and the cfunc: each compiled by one process and loaded from disk by the other
-    assert sorted(sum((o["compiles"] for o in outs), [])) == ["poly", "poly"]
+    assert sorted(name for o in outs for name in o["compiles"]) == ["poly", "poly"]
     assert sum(o["poly_hits"] for o in outs) == 2
     assert sum(o["cfunc_hits"] for o in outs) == 1
     index = tmp_path / "cache"
