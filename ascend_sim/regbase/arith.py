@@ -8,7 +8,6 @@ import operator
 import numpy as np
 
 from .._jit import aicore
-from .._outline import outline
 from ..dtypes import (CAST_RINT, bf16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_bf16_bits_rint,
                       f32_from_bits, view_f32_as_u32)
 from ..faults import fault
@@ -63,42 +62,42 @@ def _binary_operands(c, call, dst, a, b):
     return _same_type(c, call, dst, a) and _same_type(c, call, dst, b)
 
 
-@outline
+@aicore
 def vadd(c, dst, a, b, mask, mode=ZEROING):
     """MicroAPI::Add(dst, a, b, mask)."""
     if _binary_operands(c, CALL_R_ADD, dst, a, b):
         _add_lanes(dst, a, b, mask, mode)
 
 
-@outline
+@aicore
 def vsub(c, dst, a, b, mask, mode=ZEROING):
     """MicroAPI::Sub(dst, a, b, mask)."""
     if _binary_operands(c, CALL_R_SUB, dst, a, b):
         _sub_lanes(dst, a, b, mask, mode)
 
 
-@outline
+@aicore
 def vmul(c, dst, a, b, mask, mode=ZEROING):
     """MicroAPI::Mul(dst, a, b, mask)."""
     if _binary_operands(c, CALL_R_MUL, dst, a, b):
         _mul_lanes(dst, a, b, mask, mode)
 
 
-@outline
+@aicore
 def vdiv(c, dst, a, b, mask, mode=ZEROING):
     """MicroAPI::Div(dst, a, b, mask) (IEEE: x/0 is +-Inf, 0/0 NaN)."""
     if _binary_operands(c, CALL_R_DIV, dst, a, b):
         _div_lanes(dst, a, b, mask, mode)
 
 
-@outline
+@aicore
 def vmax(c, dst, a, b, mask, mode=ZEROING):
     """MicroAPI::Max(dst, a, b, mask) (a NaN in a propagates)."""
     if _binary_operands(c, CALL_R_MAX, dst, a, b):
         _max_lanes(dst, a, b, mask, mode)
 
 
-@outline
+@aicore
 def vmin(c, dst, a, b, mask, mode=ZEROING):
     """MicroAPI::Min(dst, a, b, mask) (a NaN in a propagates)."""
     if _binary_operands(c, CALL_R_MIN, dst, a, b):
@@ -133,28 +132,28 @@ def _unary_operands(c, call, dst, a):
     return _same_type(c, call, dst, a)
 
 
-@outline
+@aicore
 def vadds(c, dst, a, s, mask, mode=ZEROING):
     """MicroAPI::Adds: s must already be of dst's element type (np.float32(..) for fp32)."""
     if _unary_operands(c, CALL_R_ADDS, dst, a):
         _adds_lanes(dst, a, s, mask, mode)
 
 
-@outline
+@aicore
 def vmuls(c, dst, a, s, mask, mode=ZEROING):
     """MicroAPI::Muls: s must already be of dst's element type."""
     if _unary_operands(c, CALL_R_MULS, dst, a):
         _muls_lanes(dst, a, s, mask, mode)
 
 
-@outline
+@aicore
 def vmaxs(c, dst, a, s, mask, mode=ZEROING):
     """MicroAPI::Maxs(dst, a, scalar, mask); s of dst's element type (a NaN in a propagates)."""
     if _unary_operands(c, CALL_R_MAXS, dst, a):
         _maxs_lanes(dst, a, s, mask, mode)
 
 
-@outline
+@aicore
 def vabs(c, dst, a, mask, mode=ZEROING):
     """MicroAPI::Abs (-0 -> +0, NaN stays NaN)."""
     if not _unary_operands(c, CALL_R_ABS, dst, a):
@@ -167,7 +166,7 @@ def vabs(c, dst, a, mask, mode=ZEROING):
             dst[i] = 0
 
 
-@outline
+@aicore
 def vand(c, dst, a, b, mask, mode=ZEROING):
     """MicroAPI::And(dst, a, b, mask) on 16- or 32-bit integer registers (vreg_u16 / vreg_i32 ...)."""
     if not _instr(c, CALL_R_AND, KIND_ARITH):
@@ -190,7 +189,7 @@ def _shift_operands(c, call, dst, a, n):
     return True
 
 
-@outline
+@aicore
 def vshift_rights(c, dst, a, n, mask, mode=ZEROING):
     """MicroAPI::ShiftRights(dst, a, n, mask): logical for unsigned registers, arithmetic for signed ones;
     0 <= n < element bits."""
@@ -198,7 +197,7 @@ def vshift_rights(c, dst, a, n, mask, mode=ZEROING):
         _shr_lanes(dst, a, n, mask, mode)
 
 
-@outline
+@aicore
 def vshift_lefts(c, dst, a, n, mask, mode=ZEROING):
     """MicroAPI::ShiftLefts(dst, a, n, mask): bits shifted past the top are lost; 0 <= n < element bits."""
     if _shift_operands(c, CALL_R_SHIFT_LEFTS, dst, a, n):
@@ -228,7 +227,7 @@ def _bf16_mul_bits(x, y):
     return np.uint16(f32_bits_to_bf16_bits(view_f32_as_u32(np.float32(p)), CAST_RINT))
 
 
-@outline
+@aicore
 def vmul_bf16(c, dst, a, b, mask, mode=ZEROING):
     """MicroAPI::Mul on RegTensor<bfloat16_t> (vreg_u16 bit patterns): the exact product rounded half to even to
     bf16 (IEEE: subnormals kept, overflow to Inf, NaN as 0x7FC0)."""

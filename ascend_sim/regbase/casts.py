@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import aicore
-from .._outline import outline
 from ..dtypes import (CAST_CEIL, CAST_FLOOR, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16, DT_FLOAT,
                       DT_FLOAT16, DT_INT32, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
                       f32_bits_to_f16_bits)
@@ -35,7 +34,7 @@ def _round(x, rnd):
     return np.floor(abs(x) + 0.5) * (1.0 if x >= 0 else -1.0)
 
 
-@outline
+@aicore
 def vcast_f32_to_i32(c, dst, src, rnd, mask, mode=ZEROING):
     """MicroAPI::Cast<int32_t, float, CastTrait{.., SatMode::SAT, rnd}>: rounded by rnd (CAST_RINT / ROUND /
     FLOOR / CEIL / TRUNC), saturated to [-2^31, 2^31-1]; NaN gives 0."""
@@ -61,7 +60,7 @@ def vcast_f32_to_i32(c, dst, src, rnd, mask, mode=ZEROING):
             dst[i] = 0
 
 
-@outline
+@aicore
 def vcast_i32_to_f32(c, dst, src, rnd, mask, mode=ZEROING):
     """MicroAPI::Cast<float, int32_t, CastTrait{.., rnd}>: only CAST_RINT (round half to even) is modelled."""
     if not _instr(c, CALL_R_CAST, KIND_CAST):
@@ -76,7 +75,7 @@ def vcast_i32_to_f32(c, dst, src, rnd, mask, mode=ZEROING):
             dst[i] = 0
 
 
-@outline
+@aicore
 def vtruncate(c, dst, src, rnd, mask, mode=ZEROING):
     """MicroAPI::Truncate<float, rnd>(dst, src, mask): fp32 rounded to an integral fp32 (RINT / ROUND / FLOOR /
     CEIL / TRUNC); the sign of a zero result is the source's; Inf and NaN pass through."""
@@ -100,7 +99,7 @@ def vtruncate(c, dst, src, rnd, mask, mode=ZEROING):
             dst[i] = 0
 
 
-@outline
+@aicore
 def vcast_i32_to_u8(c, dst, src, sat, mask, mode=ZEROING):
     """MicroAPI::Cast<uint8_t, int32_t, CastTrait{RegLayout::ZERO, sat}>(dst, src, mask): int32 lane i (active by
     mask byte 4i) to byte 4i of dst (a vreg_u8), the lane's other three bytes zeroed. NO_SAT keeps the low byte
@@ -124,7 +123,7 @@ def vcast_i32_to_u8(c, dst, src, sat, mask, mode=ZEROING):
                 dst[4 * i + k] = 0
 
 
-@outline
+@aicore
 def vcast_u16_to_u32(c, dst, src, layout, mask, mode=ZEROING):
     """MicroAPI::Cast<uint32_t, uint16_t, CastTrait{layout}>(dst, src, mask): 32-bit lane i of dst (active by mask
     byte 4i) gets uint16 element 2i + layout of src (RegLayout ZERO: the even elements, ONE: the odd ones)."""
@@ -143,7 +142,7 @@ def vcast_u16_to_u32(c, dst, src, layout, mask, mode=ZEROING):
             dst[i] = 0
 
 
-@outline
+@aicore
 def vcast_f16_to_bf16(c, dst, src, rnd, mask, mode=ZEROING):
     """MicroAPI::Cast<bfloat16_t, half, CastTrait{UNKNOWN, UNKNOWN, .., rnd}>(dst, src, mask), same width (vreg_u16
     bit patterns in and out): the fp16 value (exact in fp32) rounded to bf16 by rnd (CAST_TRUNC: towards zero;
@@ -167,13 +166,13 @@ def vcast_f16_to_bf16(c, dst, src, rnd, mask, mode=ZEROING):
             dst[i] = 0
 
 
-@outline
+@aicore
 def vcast_b16_to_f32(c, dst, src, is_bf16, layout, mask, mode=ZEROING):
     """vcast_half_to_f32 with the source type as a flag: is_bf16 True reads the bits as bfloat16_t, False as half."""
     vcast_half_to_f32(c, dst, src, DT_BF16 if is_bf16 else DT_FLOAT16, layout, mask, mode)
 
 
-@outline
+@aicore
 def vcast_half_to_f32(c, dst, src, src_t, layout, mask, mode=ZEROING):
     """MicroAPI::Cast<float, half | bfloat16_t, CastTrait{layout}>(dst, src, mask): fp32 lane i of dst (active by
     mask byte 4i) gets the 16-bit value in uint16 slot 2i + layout of src (a vreg_u16), widened exactly. src_t is
@@ -227,7 +226,7 @@ def _f32_to_b16_cast(convert, dst_t, name, doc):
                 dst[2 * i + 1] = 0
     cast.__name__ = cast.__qualname__ = name
     cast.__doc__ = doc
-    return outline(cast)
+    return aicore(cast)
 
 
 vcast_f32_to_f16 = _f32_to_b16_cast(f32_bits_to_f16_bits, DT_FLOAT16, "vcast_f32_to_f16", """\

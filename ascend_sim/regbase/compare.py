@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from .._jit import aicore
-from .._outline import outline
 from ..layout import CALL_R_COMPARE, CALL_R_COMPARE_SCALAR, CALL_R_SELECT
 from .registers import KIND_CMPSEL, _instr, _same_type
 
@@ -24,7 +23,7 @@ def _cmp(x, y, cmp):
     return x <= y
 
 
-@outline
+@aicore
 def vcompare(c, dst_mask, a, b, cmp, mask):
     """MicroAPI::Compare<T, cmp>(dst_mask, a, b, mask): a lane's predicate bytes are 1 where it is active and the
     comparison holds (IEEE: NaN compares unequal to everything), else 0."""
@@ -39,7 +38,7 @@ def vcompare(c, dst_mask, a, b, cmp, mask):
             dst_mask[i * isz + k] = p
 
 
-@outline
+@aicore
 def vcompare_scalar(c, dst_mask, a, s, cmp, mask):
     """MicroAPI::CompareScalar(dst_mask, a, scalar, mask)."""
     if not _instr(c, CALL_R_COMPARE_SCALAR, KIND_CMPSEL):
@@ -51,7 +50,7 @@ def vcompare_scalar(c, dst_mask, a, s, cmp, mask):
             dst_mask[i * isz + k] = p
 
 
-@outline
+@aicore
 def vselect(c, dst, a, b, sel):
     """MicroAPI::Select(dst, a, b, sel): lane i is a[i] where sel is set, else b[i]."""
     if not _instr(c, CALL_R_SELECT, KIND_CMPSEL):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import check as chk
-from .._outline import outline_int
+from .._jit import aicore
 from ..faults import fault
 from ..layout import CALL_R_STORE, CALL_VF, F_ELEM_TYPE, PIPE_V
 from ..local import note_ub_write
@@ -10,7 +10,7 @@ from .registers import KIND_STORE, _instr
 from .ub_access import _ub_span
 
 
-@outline_int
+@aicore
 def reg_store_first_element(c, t, src, offset, mask):
     """DataCopy<T, StoreDist::DIST_FIRST_ELEMENT_B32>(t + offset, src, mask) for a 32-bit T: lane 0 of src to
     t[offset] when the mask keeps lane 0 (the kernels pass a VL1 mask); nothing else is written. The address needs

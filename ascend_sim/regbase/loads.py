@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import check as chk
-from .._outline import outline, outline_int
+from .._jit import aicore
 from .._memory import data_address, ub_view
 from ..faults import fault
 from ..layout import (CALL_R_GATHER, CALL_R_LOAD, CALL_R_LOAD_ALIGN, CALL_R_LOAD_UNALIGN, CALL_VF, F_ELEM_TYPE, F_PARAM,
@@ -19,7 +19,7 @@ LOAD_NORM = 0            # LoadDist::DIST_NORM: VL bytes from a 32-byte aligned 
 LOAD_BRC = 1             # DIST_BRC_B8/B16/B32: one element broadcast to every lane
 
 
-@outline_int
+@aicore
 def reg_load(c, dst, t, offset, dist):
     """DataCopy<T, dist>(dst, t + offset): LOAD_NORM reads VL bytes from a 32-byte aligned address, LOAD_BRC
     reads t[offset] into every lane. Returns offset + lanes (POST_MODE_UPDATE)."""
@@ -49,7 +49,7 @@ def reg_load(c, dst, t, offset, dist):
     return offset + lanes
 
 
-@outline_int
+@aicore
 def reg_load_unalign(c, dst, t, offset, count):
     """DataCopyUnAlign (with its UnalignReg pre-load): `count` (<= lanes) elements from any element address into the
     first lanes of dst; the rest of dst is zeroed. Returns offset + count (post-update)."""
@@ -73,7 +73,7 @@ def reg_load_unalign(c, dst, t, offset, count):
     return offset + count
 
 
-@outline_int
+@aicore
 def reg_load_span(c, dst, t, offset):
     """DataCopy<T, PostLiteral::POST_MODE_UPDATE>(dst, addr, lanes) through a raw UB pointer: VL bytes from a
     32-byte aligned address that may run past t's end (not past the UB; only t's part is a checked-mode read).
@@ -95,7 +95,7 @@ def reg_load_span(c, dst, t, offset):
     return offset + lanes
 
 
-@outline_int
+@aicore
 def reg_load_dintlv(c, dst0, dst1, t, offset):
     """DataCopy<T, POST_MODE_UPDATE, LoadDist::DIST_DINTLV_B16>(dst0, dst1, addr, 2 * lanes): 2 VL bytes from a
     32-byte aligned UB address (a raw pointer: it may run past t's end), de-interleaved: element 2i to lane i of
@@ -122,7 +122,7 @@ def reg_load_dintlv(c, dst0, dst1, t, offset):
     return offset + 2 * lanes
 
 
-@outline_int
+@aicore
 def reg_load_e2b(c, dst, t, offset):
     """DataCopy<T, POST_MODE_UPDATE, LoadDist::DIST_E2B_B16>(dst, addr, 8): 8 16-bit elements (16 bytes, from a
     16-byte aligned address: the span it reads; the model's assumption), element k broadcast to the 16 lanes of
@@ -144,7 +144,7 @@ def reg_load_e2b(c, dst, t, offset):
     return offset + 8
 
 
-@outline_int
+@aicore
 def reg_load_unpack_b16(c, dst, t, offset):
     """DataCopy<T, LoadDist::DIST_UNPACK_B16>(dst, t + offset) for a 16-bit T: VL / 2 bytes (64 elements) from a
     32-byte aligned address, element i into uint16 slot 2i of dst (the low half of 32-bit lane i), slot 2i + 1
@@ -164,7 +164,7 @@ def reg_load_unpack_b16(c, dst, t, offset):
     return offset + HALF_LANES
 
 
-@outline_int
+@aicore
 def reg_load_align(c, dst, t, offset, unpack):
     """LoadAlign<T, DIST_NORM> (unpack False) or LoadAlign<b16, DIST_UNPACK_B16> (unpack True, dst and t 2-byte)
     from the 32-byte aligned element `offset` of t. NORM fills every lane from VL bytes; UNPACK_B16 reads VL / 2
@@ -198,7 +198,7 @@ def reg_load_align(c, dst, t, offset, unpack):
     return offset + n
 
 
-@outline_int
+@aicore
 def reg_load_unpack4_b8(c, dst, t, offset):
     """DataCopy<uint8_t, POST_MODE_UPDATE, LoadDist::DIST_UNPACK4_B8>(dst, addr, VL / 4): VL / 4 = 64 bytes of t
     (uint8) from a 32-byte aligned address, byte i into the low byte of 32-bit lane i, the other three bytes 0
@@ -221,7 +221,7 @@ def reg_load_unpack4_b8(c, dst, t, offset):
     return offset + n
 
 
-@outline
+@aicore
 def reg_gather(c, dst, t, index, mask):
     """MicroAPI::DataCopyGather(dst, ubAddr, index, mask): active lane i reads element index[i] of t (element
     indices of t's type, every one checked to lie in t); inactive lanes are zeroed."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import aicore
-from .._outline import outline, outline_int
 from ..faults import fault
 from ..layout import (CALL_R_CREATE_MASK, CALL_R_MASK_AND, CALL_R_MASK_DEINTERLEAVE, CALL_R_MASK_OR, CALL_R_UPDATE_MASK,
                       F_PARAM, P_COUNT, P_MASK)
@@ -29,7 +28,7 @@ def _set_lanes(mask, elem_bytes, n):
     mask[nbytes:] = 0
 
 
-@outline
+@aicore
 def create_mask(c, mask, elem_bytes, pattern):
     """CreateMask<T, pattern>: `mask` (an mreg) gets the lanes of T (elem_bytes 1, 2 or 4) the pattern names
     (PAT_*, or n for VLn; n above the lane count means every lane)."""
@@ -59,7 +58,7 @@ def create_mask(c, mask, elem_bytes, pattern):
     _set_lanes(mask, elem_bytes, n)
 
 
-@outline_int
+@aicore
 def update_mask(c, mask, elem_bytes, remaining):
     """UpdateMask<T>(sreg): the first min(remaining, lanes) lanes active; returns the new sreg (remaining - that)."""
     if not _instr(c, CALL_R_UPDATE_MASK, KIND_MASK):
@@ -73,7 +72,7 @@ def update_mask(c, mask, elem_bytes, remaining):
     return remaining - n
 
 
-@outline
+@aicore
 def vmask_and(c, dst, a, b, mask):
     """MicroAPI::MaskAnd(dst, a, b, mask): predicate bytes a & b where mask is set, else 0."""
     if not _instr(c, CALL_R_MASK_AND, KIND_MASK):
@@ -82,7 +81,7 @@ def vmask_and(c, dst, a, b, mask):
         dst[i] = a[i] & b[i] if mask[i] != 0 else 0
 
 
-@outline
+@aicore
 def vmask_or(c, dst, a, b, mask):
     """MicroAPI::MaskOr(dst, a, b, mask): predicate bytes a | b where mask is set, else 0."""
     if not _instr(c, CALL_R_MASK_OR, KIND_MASK):
@@ -91,7 +90,7 @@ def vmask_or(c, dst, a, b, mask):
         dst[i] = (1 if a[i] != 0 or b[i] != 0 else 0) if mask[i] != 0 else 0
 
 
-@outline
+@aicore
 def vmask_deinterleave(c, dst0, dst1, a, b, elem_bytes):
     """MicroAPI::MaskDeInterleave<T>(dst0, dst1, a, b): the 2 * lanes predicates of T-lanes (a's, then b's) split
     into the even lanes (to dst0) and the odd ones (to dst1); in place allowed."""

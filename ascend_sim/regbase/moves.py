@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import aicore
-from .._outline import outline, outline_int
 from .._memory import data_address
 from ..faults import fault
 from ..layout import (CALL_R_ARANGE, CALL_R_COPY, CALL_R_DEINTERLEAVE, CALL_R_DUPLICATE, CALL_R_GATHER_MASK,
@@ -13,7 +12,7 @@ from ..layout import (CALL_R_ARANGE, CALL_R_COPY, CALL_R_DEINTERLEAVE, CALL_R_DU
 from .registers import KIND_CAST, KIND_MOVE, ZEROING, _instr, _same_type, _vtmp_u8
 
 
-@outline
+@aicore
 def vduplicate(c, dst, s, mask, mode=ZEROING):
     """MicroAPI::Duplicate(dst, scalar, mask)."""
     if not _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
@@ -26,7 +25,7 @@ def vduplicate(c, dst, s, mask, mode=ZEROING):
             dst[i] = 0
 
 
-@outline
+@aicore
 def vduplicate_all(c, dst, s):
     """MicroAPI::Duplicate(dst, scalar) without a mask: every lane."""
     if not _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
@@ -37,7 +36,7 @@ def vduplicate_all(c, dst, s):
 
 # vduplicate_reg and vcopy keep their own lane loops: one loop shared through a device function of its own (the
 # operand read its argument) compiles 8 more specialisations over the test_regbase* files than these 6 lines cost.
-@outline
+@aicore
 def vduplicate_reg(c, dst, src, mask, mode=ZEROING):
     """MicroAPI::Duplicate(dst, srcReg, mask): lane 0 of src in every active lane of dst."""
     if not _instr(c, CALL_R_DUPLICATE, KIND_MOVE):
@@ -53,7 +52,7 @@ def vduplicate_reg(c, dst, src, mask, mode=ZEROING):
             dst[i] = 0
 
 
-@outline
+@aicore
 def vcopy(c, dst, src, mask, mode=ZEROING):
     """MicroAPI::Copy<T, mode>(dst, src, mask): the active lanes of src into dst; the others zeroed (ZEROING) or
     kept (MERGING)."""
@@ -69,7 +68,7 @@ def vcopy(c, dst, src, mask, mode=ZEROING):
             dst[i] = 0
 
 
-@outline
+@aicore
 def varange(c, dst, start):
     """MicroAPI::Arange(dst, start): lane i gets start + i (every lane)."""
     if not _instr(c, CALL_R_ARANGE, KIND_MOVE):
@@ -78,7 +77,7 @@ def varange(c, dst, start):
         dst[i] = start + i
 
 
-@outline_int
+@aicore
 def vgather_mask(c, dst, src, mask):
     """MicroAPI::GatherMask (GatherMaskMode::NO_STORE_REG, compress): the active lanes of src packed, in order,
     into the first lanes of dst, the rest of dst zeroed. Returns how many lanes were kept."""
@@ -97,7 +96,7 @@ def vgather_mask(c, dst, src, mask):
     return n
 
 
-@outline
+@aicore
 def vinterleave(c, dst0, dst1, a, b):
     """MicroAPI::Interleave(dst0, dst1, a, b): a0 b0 a1 b1 ... ; dst0 takes the first VL bytes, dst1 the rest.
     The four registers must be distinct."""
@@ -115,7 +114,7 @@ def vinterleave(c, dst0, dst1, a, b):
         dst1[2 * i + 1] = b[h + i]
 
 
-@outline
+@aicore
 def vdeinterleave(c, dst0, dst1, a, b):
     """MicroAPI::DeInterleave(dst0, dst1, a, b): the even elements of the pair (a, b) to dst0, the odd ones to
     dst1. The four registers must be distinct."""
@@ -132,7 +131,7 @@ def vdeinterleave(c, dst0, dst1, a, b):
         dst1[h + i] = b[2 * i + 1]
 
 
-@outline
+@aicore
 def vinterleave_inplace(c, a, b):
     """MicroAPI::Interleave(a, b, a, b): a0 b0 a1 b1 ... of the two registers, the first VL bytes back into a and
     the rest into b (the in-place form both MX gathers use)."""
@@ -166,7 +165,7 @@ def _interleave_words(tmp, a, b):
         b[2 * i + 1] = tmp[n + h + i]
 
 
-@outline
+@aicore
 def vpack_lowest(c, dst, src):
     """MicroAPI::Pack<uint16_t, uint32_t, HighLowPart::LOWEST>(dst, src): the low 16 bits of the 64 32-bit lanes
     of src to the first 64 16-bit lanes of dst, the upper 64 lanes zeroed; in place allowed."""
@@ -181,7 +180,7 @@ def vpack_lowest(c, dst, src):
         dst[i] = 0
 
 
-@outline
+@aicore
 def vunpack_u16_to_u32(c, dst, src):
     """MicroAPI::UnPack(RegTensor<uint32_t>& dst, RegTensor<uint16_t>& src) (lower half): uint16 element i of src
     (i < 64) zero-extended into 32-bit lane i of dst (dst a vreg_u32)."""

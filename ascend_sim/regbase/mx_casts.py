@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._outline import outline
+from .._jit import aicore
 from ..dtypes import (CAST_RINT, DT_BF16, DT_FLOAT, DT_FLOAT4_E2M1, DT_FLOAT8_E4M3FN, DT_FLOAT8_E5M2,
                       bf16_bits_to_f32_bits, f32_bits_to_mini_float_bits)
 from ..faults import fault
@@ -13,7 +13,7 @@ from .registers import KIND_CAST, ZEROING, _instr
 from .casts import SAT
 
 
-@outline
+@aicore
 def vcast_f32_to_fp8(c, dst, src, dt, rnd, sat, mask, mode=ZEROING):
     """MicroAPI::Cast<fp8_e4m3fn_t / fp8_e5m2_t, float, CastTrait{RegLayout::ZERO, SatMode::SAT, .., CAST_RINT}>:
     fp32 lane i (active by mask byte 4i) to the FP8 code in byte 4i of dst (a vreg_u8), the lane's other bytes
@@ -58,7 +58,7 @@ def vcast_f32_to_fp8(c, dst, src, dt, rnd, sat, mask, mode=ZEROING):
                 dst[4 * i + k] = 0
 
 
-@outline
+@aicore
 def vcast_bf16_to_fp4(c, dst, src, rnd, mask, mode=ZEROING):
     """MicroAPI::Cast<fp4x2_e2m1_t, bfloat16_t, CastTrait{RegLayout::ZERO, .., CAST_RINT}>(dst, src, mask): the 128
     bf16 lanes to E2M1 codes two a byte, elements 2i (low nibble) and 2i + 1 (high nibble) in byte 4i of dst (a

@@ -3,12 +3,11 @@ ReduceMaxWithDataBlock (one result per 32-byte block)."""
 from __future__ import annotations
 
 from .._jit import aicore
-from .._outline import outline
 from ..layout import CALL_R_REDUCE_MAX, CALL_R_REDUCE_MAX_WITH_DATABLOCK, CALL_R_REDUCE_MIN, CALL_R_REDUCE_SUM
 from .registers import KIND_REDUCE, _instr, _same_type
 
 
-@outline
+@aicore
 def vreduce_sum(c, dst, src, mask):
     """MicroAPI::ReduceSum(dst, src, mask): dst lane 0 = pairwise-tree sum of the active lanes (inactive ones add
     0), the other lanes 0. Integers wrap."""
@@ -51,19 +50,19 @@ def _reduce_ext(c, call, dst, src, mask, want_max):
         dst[0] = best
 
 
-@outline
+@aicore
 def vreduce_max(c, dst, src, mask):
     """MicroAPI::ReduceMax: dst lane 0 = the largest active lane (a NaN wins), others 0; no active lane: all 0."""
     _reduce_ext(c, CALL_R_REDUCE_MAX, dst, src, mask, True)
 
 
-@outline
+@aicore
 def vreduce_min(c, dst, src, mask):
     """MicroAPI::ReduceMin, as vreduce_max."""
     _reduce_ext(c, CALL_R_REDUCE_MIN, dst, src, mask, False)
 
 
-@outline
+@aicore
 def vreduce_max_with_datablock(c, dst, src, mask):
     """MicroAPI::ReduceMaxWithDataBlock(dst, src, mask): lane k of dst (k < 8) = the largest active lane of the
     register's 32-byte block k (0 if none is active; a NaN wins for floats), lanes 8.. zeroed; in place allowed."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import aicore
-from .._outline import outline
 from ..dtypes import DT_FLOAT
 from ..faults import fault, issue
 from ..layout import (CALL_R_VEC_SCOPE, CALL_VF, CAP_NPU_ARCH, ERR_BASE, F_ELEM_TYPE, F_UNSUPPORTED, MREG_BASE,
@@ -44,7 +43,7 @@ def vec_scope_begin(c):
     return True
 
 
-@outline
+@aicore
 def vec_scope_end(c):
     """Close the VF: it takes PIPE_V as one instruction of (register instructions inside it) repeats."""
     if c.state[VF_OPEN] == 0:

@@ -8,7 +8,6 @@ import numpy as np
 
 from .. import check as chk
 from .._jit import aicore
-from .._outline import outline_int
 from ..faults import fault
 from ..layout import (CALL_R_STORE, CALL_R_STORE_UNALIGN, CALL_R_STORE_UNALIGN_POST, CALL_VF, F_ELEM_TYPE, F_PARAM,
                       N_UREGS, P_COUNT, PIPE_V, UREG_BASE, UREG_WORDS)
@@ -19,7 +18,7 @@ from .ub_access import _ub_reach, _ub_span
 STORE_NORM = 0           # StoreDist::DIST_NORM_B8/B16/B32
 
 
-@outline_int
+@aicore
 def reg_store(c, t, src, offset, mask):
     """DataCopy<T, DIST_NORM>(t + offset, src, mask): the active lanes of src to a 32-byte aligned address; the
     bytes of inactive lanes are left as they were. Only the span up to the last active lane must lie in t.
@@ -46,7 +45,7 @@ def reg_store(c, t, src, offset, mask):
     return offset + lanes
 
 
-@outline_int
+@aicore
 def reg_store_unalign(c, t, src, offset, count):
     """DataCopyUnAlign + DataCopyUnAlignPost: the first `count` lanes of src to any element address (the flush is
     implied: the bytes land at once). Returns offset + count."""
@@ -70,7 +69,7 @@ def reg_store_unalign(c, t, src, offset, count):
     return offset + count
 
 
-@outline_int
+@aicore
 def reg_store_span(c, t, src, offset, mask):
     """DataCopy<T, POST_MODE_UPDATE>(addr, src, lanes, mask) through a raw UB pointer (32-byte aligned): the
     active lanes, up to the last, must stay in the UB. Returns offset + lanes."""
@@ -134,7 +133,7 @@ def _narrowing_store(lane_dtype, elem_dtype, t_bytes, src_bytes, span, name, doc
         return offset + 64
     store.__name__ = store.__qualname__ = name
     store.__doc__ = doc
-    return outline_int(store)
+    return aicore(store)
 
 
 reg_store_pack4 = _narrowing_store(np.uint32, np.uint8, 1, 4, _ub_span, "reg_store_pack4", """\
@@ -189,7 +188,7 @@ def _ureg_write_held(c, w):
     w[5] = 0
 
 
-@outline_int
+@aicore
 def reg_store_unalign_stream(c, t, src, u, offset, count):
     """DataCopyUnAlign<T, POST_MODE_UPDATE>(addr, src, ureg u, count): the first `count` lanes of src continue the
     stream of UnalignReg u at element `offset` of t (any element address; the stream must go on where it stopped,
@@ -225,7 +224,7 @@ def reg_store_unalign_stream(c, t, src, u, offset, count):
     return offset + count
 
 
-@outline_int
+@aicore
 def reg_store_unalign_post(c, t, u, offset, post):
     """DataCopyUnAlignPost(addr, ureg u, post): write the bytes u holds (the stream's tail) and empty u; the
     address must be where the stream stopped. Returns offset + post."""
