@@ -18,6 +18,8 @@ Two properties of the disk cache are ours to keep:
   functions from many modules. Each stage entry therefore carries a stamp of every source file
   its module imports from our packages (`source_stamp`), so editing ascend_sim/datacopy.py or
   upgrading the package recompiles the kernels that inline it instead of running stale code.
+* Processes sharing the disk cache (pytest-xdist workers, the demo's compile worker) compile each function and
+  signature once between them: the second waits for the first and loads its entry (_cache_lock).
 * Stages compile at LLVM -O2 (`KERNEL_OPT_LEVEL`): on these kernels it compiles about 28 %
   faster than numba's default -O3 and the kernels run as fast (benchmarks within noise).
 """
@@ -39,7 +41,10 @@ from numba.core import config as numba_config
 from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import overload
 
+from . import _cache_lock
 from ._memory import borrow
+
+_cache_lock.install()       # one compilation per function and signature across processes sharing the disk cache
 
 STAGE_JIT_OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
 # Device functions are only ever called from numba code: no Python or C-callable wrappers to build.

@@ -39,6 +39,7 @@ from llvmlite import ir
 from numba import carray, cfunc, types
 from numba.core import cgutils
 from numba.core.imputils import lower_builtin
+from numba.core.typing import signature
 from numba.extending import intrinsic, type_callable
 
 from ._jit import AFTER_COMPILE, aicore, function_copy, source_stamp
@@ -61,14 +62,21 @@ _SCANNED: set[int] = set()                   # id() of libraries whose descripto
 class Outlined:
     """What `outline` knows of one function: its inline body (a device function) and its descriptor key."""
 
-    def __init__(self, fn, returns_int: bool, as_bytes: tuple[str, ...] = ()):
+    def __init__(self, fn, returns_int: bool, as_bytes: tuple[str, ...] = (), as_width: tuple[str, ...] = ()):
         self.fn = fn
         self.returns_int = returns_int
-        self.params = list(inspect.signature(fn).parameters)
-        unknown = set(as_bytes) - set(self.params)
+        parameters = inspect.signature(fn).parameters
+        self.params = list(parameters)
+        # trailing parameters with a default (an int, bool or float: MicroAPI's `mode=ZEROING`): a call that leaves
+        # them out crosses them as those constants, so it shares the variant of a call that passes them
+        self.defaults = tuple(p.default for p in parameters.values() if p.default is not inspect.Parameter.empty)
+        if any(type(d) not in (int, bool, float) for d in self.defaults):
+            raise TypeError(f"{fn.__qualname__}: only int, bool or float defaults can be outlined")
+        unknown = (set(as_bytes) | set(as_width)) - set(self.params)
         if unknown:
             raise TypeError(f"{fn.__qualname__} has no parameter {sorted(unknown)}")
         self.as_bytes = tuple(p in as_bytes for p in self.params)
+        self.as_width = tuple(p in as_width for p in self.params)
         self.key = f"{fn.__module__}:{fn.__qualname__}"
         # compiled in place at a call site that cannot be outlined
         self.inline = function_copy(fn, f"{fn.__qualname__}__inline")
@@ -80,15 +88,20 @@ class Outlined:
 
 
 
-def outline(fn=None, *, as_bytes: tuple[str, ...] = ()):
+def outline(fn=None, *, as_bytes: tuple[str, ...] = (), as_width: tuple[str, ...] = ()):
     """Make `fn(c, ...)` (a void AscendC-call implementation taking the Core first) an outlined call: see the
     module docstring. Returns fn; numba code calling it gets the by-address call.
 
     as_bytes: parameters that are LocalTensors fn only locates (their UB address and byte size), never reads as
-    elements: they cross as uint8 views of the same bytes, so one variant serves every element type."""
+    elements: they cross as uint8 views of the same bytes, so one variant serves every element type.
+    as_width: parameters (LocalTensors, or GlobalTensors and other named tuples holding arrays) whose elements fn
+    only moves, never interprets: their arrays cross as unsigned integers of the same width (float32, int32 and
+    uint32 as uint32; int16 as uint16, the fp16 / bf16 carrier), the same element count over the same bytes, so
+    one variant per element width serves every element type. The inline fallback keeps the original types, which
+    fn must treat alike."""
     def register(f):
         _check_void(f)
-        return _register(Outlined(f, returns_int=False, as_bytes=as_bytes))
+        return _register(Outlined(f, returns_int=False, as_bytes=as_bytes, as_width=as_width))
     return register if fn is None else register(fn)
 
 
@@ -100,7 +113,8 @@ def outline_int(fn):
 def _register(o: "Outlined"):
     fn = o.fn
     _OUTLINED[o.key] = o
-    params = ", ".join(o.params)
+    required = len(o.params) - len(o.defaults)
+    params = ", ".join(o.params[:required] + [f"{p}=None" for p in o.params[required:]])
     namespace: dict = {"types": types}
     result = "types.int64" if o.returns_int else "types.none"
     exec(f"def typer({params}):\n    return {result}\n", namespace)  # noqa: S102 - the typer takes fn's parameters
@@ -110,10 +124,11 @@ def _register(o: "Outlined"):
     def _typing(context):
         return typer
 
-    @lower_builtin(fn, *([types.Any] * len(o.params)))
     def _lower(context, builder, sig, args):
         return _lower_call(o, context, builder, sig, args)
 
+    for arity in range(required, len(o.params) + 1):
+        lower_builtin(fn, *([types.Any] * arity))(_lower)
     return fn
 
 
@@ -125,23 +140,24 @@ def _check_void(fn) -> None:
 
 
 # --- argument kinds: what a call site packs, and what a variant rebuilds ------------------------------------
-def _kind(ty, as_bytes: bool = False) -> str | None:
+def _kind(ty, as_bytes: bool = False, as_width: bool = False) -> str | None:
     """The kind string of a numba type, or None when it cannot cross a by-address call (as_bytes: an array that
-    crosses as its bytes, "B")."""
+    crosses as its bytes, "B"; as_width: arrays, also inside tuples, cross as unsigned integers of their width)."""
     if as_bytes and isinstance(ty, types.Array) and ty.ndim == 1 and ty.layout == "C":
         return "B"
     if isinstance(ty, types.Array):
         if ty.ndim != 1 or ty.layout != "C" or not isinstance(ty.dtype, (types.Integer, types.Float, types.Boolean)):
             return None
-        return f"a{np.dtype(str(ty.dtype)).name}"
+        dtype = np.dtype(str(ty.dtype))
+        return f"auint{8 * dtype.itemsize}" if as_width else f"a{dtype.name}"
     if isinstance(ty, (types.NamedTuple, types.NamedUniTuple)):
         cls = ty.instance_class
         if getattr(sys.modules.get(cls.__module__), cls.__qualname__, None) is not cls:
             return None
-        inner = [_kind(t) for t in ty.types]
+        inner = [_kind(t, as_width=as_width) for t in ty.types]
         return None if None in inner else f"N{cls.__module__}.{cls.__qualname__}({','.join(inner)})"
     if isinstance(ty, types.BaseTuple):
-        inner = [_kind(t) for t in ty.types]
+        inner = [_kind(t, as_width=as_width) for t in ty.types]
         return None if None in inner else f"T({','.join(inner)})"
     if isinstance(ty, types.Boolean):
         return "b"
@@ -439,8 +455,20 @@ def _call_helper(module):
     return fn
 
 
+def _with_defaults(o: Outlined, context, sig, args):
+    """sig and args with the defaults of the parameters a call left out appended as constants."""
+    missing = len(o.params) - len(sig.args)
+    if missing <= 0:
+        return sig, args
+    extra = o.defaults[len(o.defaults) - missing:]
+    tys = [types.boolean if type(d) is bool else types.float64 if type(d) is float else types.int64 for d in extra]
+    values = [context.get_constant(t, d) for t, d in zip(tys, extra)]
+    return signature(sig.return_type, *sig.args, *tys), list(args) + values
+
+
 def _lower_call(o: Outlined, context, builder, sig, args):
-    kinds = [_kind(t, b) for t, b in zip(sig.args, o.as_bytes)]
+    sig, args = _with_defaults(o, context, sig, args)
+    kinds = [_kind(t, b, w) for t, b, w in zip(sig.args, o.as_bytes, o.as_width)]
     core = sig.args[0] if sig.args else None
     is_core = isinstance(core, types.NamedTuple) and core.instance_class.__name__ == "Core" \
         and core.instance_class.__module__ == "ascend_sim.core"

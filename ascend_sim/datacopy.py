@@ -22,6 +22,7 @@ from collections import namedtuple
 import numpy as np
 from numba import types
 from numba.extending import overload
+from numba.np.numpy_support import as_dtype
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._outline import outline
@@ -33,6 +34,7 @@ from .layout import (ATOMIC_DT_MASK, ATOMIC_TYPE,
                      F_GM_OOB, F_LEN_MULTIPLE, F_PARAM, F_UB_OOB, PIPE_MTE2, PIPE_MTE3, PIPE_V, POISON, P_BLOCK_COUNT,
                      P_BLOCK_LEN, P_COUNT, P_LEFT_PADDING, P_RIGHT_PADDING, P_STRIDE)
 from .atomic import atomic_bytes, atomic_type_ok
+from .dtypes import view_f32_as_u32
 from .gm_cost import device_address
 from .timeline import dma, dma_read, repeats_of, vector
 from .faults import fault, issue
@@ -235,6 +237,24 @@ def _mismatch(c, call, dst_bytes, src_bytes):
         fault(c, F_ELEM_TYPE, call, dst_bytes, src_bytes)
 
 
+_WIDTH_CARRIERS = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+def _width_carrier(dst, gm):
+    """The unsigned type GM -> UB DataCopyPad moves dst's elements as (one variant per element width: it only moves
+    bytes, and its padding value is converted to the element's bits at the call), or None for element types whose
+    pad conversion is not an integer or float32 one (they keep a variant of their own)."""
+    ok = (dst.ndim == 1 and dst.layout == "C" and gm.ndim == 1 and gm.layout == "C"
+          and (isinstance(dst.dtype, types.Integer) or dst.dtype == types.float32))
+    return _WIDTH_CARRIERS.get(dst.dtype.bitwidth) if ok else None
+
+
+@aicore
+def _f32_bits(value):
+    """The bits of value as a float32 (a DataCopyPad padding value written into a float32 LocalTensor)."""
+    return view_f32_as_u32(np.float32(value))
+
+
 @overload(data_copy_pad, jit_options=DEVICE_JIT_OPTIONS)
 def _data_copy_pad(c, dst, src, params, pad=NO_PAD):
     call = CALL_DATA_COPY_PAD_IN if isinstance(dst, types.Array) else CALL_DATA_COPY_PAD_OUT
@@ -246,6 +266,22 @@ def _data_copy_pad(c, dst, src, params, pad=NO_PAD):
             _mismatch(c, call, dst_size, src_size)
         return mismatch
     if isinstance(dst, types.Array):
+        width = _width_carrier(dst, src.types[0]) if isinstance(src, types.BaseTuple) else None
+        if width is not None and dst.dtype == types.float32:
+            def gm_to_ub_f32(c, dst, src, params, pad=NO_PAD):
+                _pad_gm_to_ub(c, dst.view(width), GlobalTensor(src.data.view(width), src.id, src.offset), params,
+                              DataCopyPadExtParams(pad.isPad, pad.leftPadding, pad.rightPadding,
+                                                   _f32_bits(pad.paddingValue)))
+            return gm_to_ub_f32
+        if width is not None:
+            elem = as_dtype(dst.dtype).type
+
+            def gm_to_ub_int(c, dst, src, params, pad=NO_PAD):
+                _pad_gm_to_ub(c, dst.view(width), GlobalTensor(src.data.view(width), src.id, src.offset), params,
+                              DataCopyPadExtParams(pad.isPad, pad.leftPadding, pad.rightPadding,
+                                                   elem(pad.paddingValue)))
+            return gm_to_ub_int
+
         def gm_to_ub(c, dst, src, params, pad=NO_PAD):
             _pad_gm_to_ub(c, dst, src, params, pad)
         return gm_to_ub
@@ -270,7 +306,7 @@ def _strided_ok(c, call, n, blocks, sstride, dstride):
     return True
 
 
-@outline
+@outline(as_width=("dst", "src"))
 def _copy_in(c, dst, src, n, blocks, sstride, dstride):
     call = CALL_DATA_COPY_IN
     if not issue(c, call) or not _strided_ok(c, call, n, blocks, sstride, dstride):
@@ -334,7 +370,7 @@ def _copy_out(c, dst, src, n, blocks, sstride, dstride):
     c.state[CNT_MTE3_BYTES] += n * blen
 
 
-@outline
+@outline(as_width=("dst", "src"))
 def _copy_ub(c, dst, src, n, blocks, sstride, dstride):
     call = CALL_DATA_COPY_UB
     if not issue(c, call) or not _strided_ok(c, call, n, blocks, sstride, dstride):

@@ -386,7 +386,7 @@ def _copy_operands(c, dst, src, dst_elems, src_elems):
     return vector_operands(c, CALL_COPY, dst, dst_elems, src, src_elems)
 
 
-@outline
+@outline(as_width=("dst", "src"))
 def copy_count(c, dst, src, count):
     """Copy(dst, src, count), the count form of the UB -> UB Copy (Ascend 950): dst[i] = src[i] for i < count,
     both operands 32-byte aligned and of one element type."""
@@ -400,7 +400,7 @@ def copy_count(c, dst, src, count):
     note_ub_write(c, d + count * dst.itemsize)
 
 
-@outline
+@outline(as_width=("dst", "src"))
 def copy(c, dst, src, mask, repeat, params):
     """Copy(dst, src, mask, repeatTime, CopyRepeatParams): UB -> UB, repeat by repeat."""
     if not issue(c, CALL_COPY) or not _repeat_ok(c, CALL_COPY, dst.itemsize, mask, repeat):
