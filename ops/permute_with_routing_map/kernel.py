@@ -391,6 +391,12 @@ def _not_aligned(core, td, gm, tmpl) -> int:
 SORTED_INDICES_REWRITE = OverlapWaiver(
     "DataCopyPad(UB->GM)", "DataCopyPad(UB->GM)",
     "the sort rewrites sortedIndices in place over the ids the masked select's cores wrote there")
+# MoeSortIndicesScatterMultiCore::Process (moe_sortindices_scatter_multi_core.h lines 144 and 182, 192-196
+# @ 25fb6b92890d): InitMinusOne fills sortedIndices with -1 in per-core slices, SyncAll, then every core's scatter
+# writes slots anywhere in it, over another core's -1s
+SCATTER_OVER_MINUS_ONE = OverlapWaiver(
+    "InitOutput", "DataCopyPad(UB->GM)",
+    "the scatter writes each slot over the -1 another core's InitMinusOne (InitGlobalMemory) put there")
 
 
 def non_pad_kernel(key: int, ms_buffers: tuple, with_index_copy: bool = True) -> Kernel:
@@ -424,7 +430,7 @@ def non_pad_kernel(key: int, ms_buffers: tuple, with_index_copy: bool = True) ->
     return Kernel(OP, name,
                   (masked_select_phase("sortPipe", _ms_full, ms_buffers), ms_sync,
                    Branch("actualOutTokens != n * topK", _not_aligned, (aligned, non_aligned))),
-                  (SORTED_INDICES_REWRITE, MASK_CAST_TAIL_READ_V3, SCATTER_VALUE_TAIL_READ)
+                  (SORTED_INDICES_REWRITE, SCATTER_OVER_MINUS_ONE, MASK_CAST_TAIL_READ_V3, SCATTER_VALUE_TAIL_READ)
                   + moe_sort.sort_waivers(multi))
 
 

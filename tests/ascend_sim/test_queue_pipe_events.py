@@ -99,7 +99,7 @@ MISUSE = {
     "tbuf-used-as-queue": ([(ALLOC, 2, 0)], QueueError, "TBuf", "AllocTensor"),
     "queue-used-as-tbuf": ([(TBUF, 0, 0)], QueueError, "TQue", "TBuf::Get"),
     "set-flag-twice": ([(SET, 0, 3), (SET, 0, 3)], SyncError, "already set", "SetFlag"),
-    "wait-without-set": ([(WAIT, 2, 1)], SyncError, "would hang", "WaitFlag"),
+    "wait-without-set": ([(WAIT, 2, 1)], SyncError, "would wait forever", "WaitFlag"),
     "event-id-out-of-range": ([(SET, 0, 8)], SyncError, "outside [0, 8)", "SetFlag"),
     "pipe-barrier-on-scalar-pipe": ([(BARRIER, 0, 0)], SyncError, "PIPE_S", "PipeBarrier"),
     # a queue id past the InitBuffer list must fault, not index beyond the queue table
@@ -122,7 +122,7 @@ def test_misuse_raises_with_location(case):
 
 
 def test_flag_left_set_at_kernel_end_is_an_error():
-    with pytest.raises(SyncError, match="never waited") as info:
+    with pytest.raises(SyncError, match="took it down by the end of the kernel") as info:
         _run([(SET, 5, 2)])
     assert info.value.call == "kernel end"
 
