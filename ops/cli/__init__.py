@@ -51,10 +51,19 @@ def version_line() -> str:
     return f"ascend-sim {ours}, simulating {reference_line()}"
 
 
+class _Version(argparse.Action):
+    """`--version` on one line (argparse's own version action wraps it at the terminal's width)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="ascend-sim", description="CPU simulator of CANN's MoE token permute/unpermute kernels. "
                     "Environment: ASCEND_SIM_THREADS = worker threads for the simulated cores (default: CPU count).")
-    parser.add_argument("--version", action="version", version=version_line())
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print the version and the upstream commit, then exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser,
                                 metavar="{" + ",".join(COMMANDS) + "}")
     for module in COMMANDS.values():
