@@ -246,6 +246,13 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
     """Keys 1 / 101: slot q = t * topK + k takes the k-th selected expert of token t (ascending; missing
     ones get prob 0 and address -1); p = outIndex[q] (skipped if < 0):
     permutedTokensGrad[p] = G[t] * prob; probsGrad[t, e] = sum_h permutedTokens[p, h] * G[t, h]."""
+    prob_not_none_drop_pad_false_body(c, td, gm, tmpl, True)
+
+
+@aicore
+def prob_not_none_drop_pad_false_body(c, td, gm, tmpl, zero_piece_sums):
+    """Process() of keys 1 / 101, shared by the membase and the arch35 kernels: the two C++ headers differ in one
+    line, the per-piece Duplicate of tmpBufferProbGradFp32 (`zero_piece_sums`: membase has it, arch35 not)."""
     row_start, token_start = former_tail_offsets(c, td)
     top_k, h, num_expert = td.top_k, td.hidden_size, td.num_expert
     indices_num_each_core = td.row_id_map_each_core if c.block_idx < td.former_core_num else td.row_id_map_tail_core
@@ -323,7 +330,8 @@ def prob_not_none_drop_pad_false_process(c, td, gm, tmpl):
         asc.duplicate(c, tmp_buffer_prob_grad_reduce_sum_fp32, 0.0, td.indices_reserve_num_align)
         for hidden_loop in range(td.hidden_size_loop_times):
             n, h_off = _hidden_piece(td, hidden_loop)
-            asc.duplicate(c, tmp_buffer_prob_grad_fp32, 0.0, td.indices_reserve_num_align)
+            if zero_piece_sums:
+                asc.duplicate(c, tmp_buffer_prob_grad_fp32, 0.0, td.indices_reserve_num_align)
             copy_params = asc.DataCopyExtParams(1, n * T.itemsize, 0, 0)
             for top_k_in_indices_loop in range(top_k_in_indices_loop_times):
                 # copy in one row piece of unpermutedTokensGrad (ping-pong on events 4 / 5)
