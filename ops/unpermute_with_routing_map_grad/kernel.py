@@ -135,6 +135,13 @@ def prob_not_none_drop_pad_true_init(c, td, gm, tmpl):
 def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
     """Keys 11 / 111: for each slot r: t = permuteTokenId[r], p = outIndex[r], e = p / capacity:
     permutedTokensGrad[p] = G[t] * probs[t, e]; probsGrad[t, e] = sum_h permutedTokens[p, h] * G[t, h]."""
+    prob_not_none_drop_pad_true_body(c, td, gm, tmpl, False)
+
+
+@aicore
+def prob_not_none_drop_pad_true_body(c, td, gm, tmpl, v_to_mte3_sync):
+    """Process() of keys 11 / 111, shared by the membase and the arch35 kernels: after the Muls the membase header
+    re-queues the product through the VECIN queue, the arch35 one calls VToMTE3Sync() (`v_to_mte3_sync`)."""
     row_start, _ = former_tail_offsets(c, td)
     out_num = td.row_id_map_each_core if c.block_idx < td.former_core_num else td.row_id_map_tail_core
     T = asc.ub_like(c, gm.unpermuted_tokens_grad)      # PermutedTokenT
@@ -189,8 +196,11 @@ def prob_not_none_drop_pad_true_process(c, td, gm, tmpl):
             reduce_sum(c, prob_grad_reduce_sum_local[hidden_loop:], permuted_tokens_local_fp32, n, STRICT)
             asc.sync_pipes(c, asc.V_S)
             asc.muls(c, permuted_tokens_local_fp32, unpermuted_grad_local_fp32, prob, n)
-            asc.en_que(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
-            permuted_tokens_local_fp32 = asc.de_que(c, PERMUTED_TOKENS_TQUE, F32)
+            if v_to_mte3_sync:
+                asc.sync_pipes(c, asc.V_MTE3)   # VToMTE3Sync(): orders the fp32 copy-out below too
+            else:
+                asc.en_que(c, PERMUTED_TOKENS_TQUE, permuted_tokens_local_fp32)
+                permuted_tokens_local_fp32 = asc.de_que(c, PERMUTED_TOKENS_TQUE, F32)
             permuted_tokens_grad_local = asc.alloc_tensor(c, PERMUTED_TOKENS_GRAD_TQUE, T)
             if token_fp32:
                 asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, permuted_tokens_offset),
