@@ -24,7 +24,7 @@ from tiling import get_soc
 from tiling import moe_finalize_routing_v2_grad as tile
 from tiling.status import TilingError
 
-from ...sum_bound import assert_within_sum_bound
+from .finalize_grad_formula import formula_check
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 DT = {"bf16": BF16, "fp16": F16, "fp32": F32}
@@ -92,21 +92,6 @@ def golden(grad_y, idx, expanded_x, scales, dim0, out_rows):
             gex[row] = (g32[j // k] * w[j]).astype(grad_y.dtype)
             gsc[j] = row_sum(g32[j // k] * x32[row])
     return gex, gsc.reshape(n, k).astype(scales.dtype)
-
-
-def formula_check(gsc, grad_y, idx, expanded_x, scales, dim0):
-    """grad_scales against the float64 dot products, sharing no code with the kernel or `row_sum`: H products, each
-    rounded once in fp32, then H - 1 fp32 additions in some order (m = H), then the rounding to S."""
-    k = scales.shape[1]
-    hidden = grad_y.shape[1]
-    x64 = expanded_x.reshape(-1, hidden).astype(np.float64)
-    g64 = grad_y.astype(np.float64)
-    ok = np.flatnonzero((idx >= 0) & (idx < dim0))
-    terms = g64[ok // k] * x64[idx[ok]]
-    got = gsc.reshape(-1)[ok]
-    finite = np.isfinite(got.astype(np.float64)) & np.isfinite(terms).all(axis=1)
-    assert_within_sum_bound(got[finite], terms.sum(axis=1)[finite], np.abs(terms).sum(axis=1)[finite], hidden,
-                            scales.dtype, what="grad_scales vs the exact dot products")
 
 
 # --- running -------------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import ops.l0.moe_finalize_routing_v2_grad as l0
 from tiling import get_soc
 from tiling.moe_finalize_routing_v2_grad import KEY_CUT_H, moe_finalize_routing_v2_grad as tiling
 
-from ...sum_bound import assert_within_sum_bound
+from .finalize_grad_formula import formula_check
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 f32 = np.float32
@@ -130,21 +130,6 @@ def golden(gy, idx, ex, sc, gex0, f, dim0):
                     gex[row, start:start + n] = prod[start:start + n]
             gsc[j] = row_sum(x32[row], g32[j // top_k], f)
     return gex.reshape(gex0.shape), gsc.astype(sc.dtype).reshape(sc.shape)
-
-
-def formula_check(gsc, grad_y, idx, expanded_x, scales, dim0):
-    """grad_scales against the float64 dot products, sharing no code with the kernel or `row_sum` / `_block_sum` / LANE_TREE: H products, each
-    rounded once in fp32, then H - 1 fp32 additions in some order (m = H), then the rounding to S."""
-    k = scales.shape[1]
-    hidden = grad_y.shape[1]
-    x64 = expanded_x.reshape(-1, hidden).astype(np.float64)
-    g64 = grad_y.astype(np.float64)
-    ok = np.flatnonzero((idx >= 0) & (idx < dim0))
-    terms = g64[ok // k] * x64[idx[ok]]
-    got = gsc.reshape(-1)[ok]
-    finite = np.isfinite(got.astype(np.float64)) & np.isfinite(terms).all(axis=1)
-    assert_within_sum_bound(got[finite], terms.sum(axis=1)[finite], np.abs(terms).sum(axis=1)[finite], hidden,
-                            scales.dtype, what="grad_scales vs the exact dot products")
 
 
 # ------------------------------------------------------------------------------------------------------- cases
