@@ -317,39 +317,45 @@ class CrossCore:
         return extra
 
     def _overlaps(self):
+        """(the listed overlaps, their total bytes, the first unwaived one's error or None). One entry per pair of
+        (core, call) that write common bytes, at the first bytes they share, in address order. All pairs of
+        intervals of different cores that meet come from one sweep (_pairs over every write of the launch): a
+        scatter whose elements land in another core's fill meets it thousands of times, and a loop over the
+        doubly covered stretches cost more than the kernel."""
         if not self.writes:
             return [], 0, None
         core, call, s, e, code = (np.concatenate(col) for col in zip(*self.writes))
         _, fs, fe = _fold(core, s, e)
         points = _uniq(np.concatenate([fs, fe]))
         two = _cover(points, fs, fe) >= 2
-        listed, total, first_bad, seen = [], 0, None, set()
-        for lo, hi in _stretches(two, points):
-            m = np.flatnonzero((s < hi) & (e > lo))
-            cm, am, bm = core[m], np.maximum(s[m], lo), np.minimum(e[m], hi)
-            for X, Y in _pairs(cm, am, bm):
-                swap = cm[X] > cm[Y]
-                X, Y = np.where(swap, Y, X), np.where(swap, X, Y)
-                key = ((cm[X] * 64 + call[m][X]) * (int(cm.max()) + 1) + cm[Y]) * 64 + call[m][Y]
-                _, first = np.unique(key, return_index=True)
-                for f in first:
-                    i, j = m[X[f]], m[Y[f]]
-                    pair = (int(core[i]), int(core[j]), int(call[i]), int(call[j]))
-                    if pair in seen:
-                        continue
-                    seen.add(pair)
-                    a, b = max(s[i], s[j], lo), min(e[i], e[j], hi)
-                    waived = any(w.covers(pair[2], pair[3]) for w in self.overlap_waivers)
-                    name, t0, t1 = self._place(int(a), int(b))
-                    entry = dict(tensor=name, bytes=(int(t0), int(t1)), cores=pair[:2],
-                                 calls=(CALL_NAMES.get(pair[2], ""), CALL_NAMES.get(pair[3], "")),
-                                 call_index=(int(code[i] // 64), int(code[j] // 64)), waived=waived)
-                    if len(listed) < MAX_LISTED:
-                        listed.append(entry)
-                    if not waived and first_bad is None:
-                        first_bad = self._overlap_error(entry, int(a), int(b))
-            total += hi - lo
-        return listed, int(total), first_bad
+        total = int(np.diff(points)[two[:-1]].sum())
+        if not total:
+            return [], 0, None
+        found = list(_pairs(core, s, e))
+        I, J = (np.concatenate(col) for col in zip(*found))
+        swap = core[I] > core[J]
+        I, J = np.where(swap, J, I), np.where(swap, I, J)
+        a, b = np.maximum(s[I], s[J]), np.minimum(e[I], e[J])
+        ci, cj, li, lj = core[I], core[J], call[I], call[J]
+        order = np.lexsort((lj, cj, li, ci, a))                 # by first shared byte, then cores and calls
+        key = ((ci * 64 + li) * (int(core.max()) + 1) + cj) * 64 + lj
+        _, first = np.unique(key[order], return_index=True)
+        listed, first_bad = [], None
+        for f in order[np.sort(first)].tolist():
+            i, j = int(I[f]), int(J[f])
+            pair = (int(core[i]), int(core[j]), int(call[i]), int(call[j]))
+            waived = any(w.covers(pair[2], pair[3]) for w in self.overlap_waivers)
+            name, t0, t1 = self._place(int(a[f]), int(b[f]))
+            entry = dict(tensor=name, bytes=(int(t0), int(t1)), cores=pair[:2],
+                         calls=(CALL_NAMES.get(pair[2], ""), CALL_NAMES.get(pair[3], "")),
+                         call_index=(int(code[i] // 64), int(code[j] // 64)), waived=waived)
+            if len(listed) < MAX_LISTED:
+                listed.append(entry)
+            if not waived and first_bad is None:
+                first_bad = self._overlap_error(entry, int(a[f]), int(b[f]))
+            if len(listed) >= MAX_LISTED and first_bad is not None:
+                break
+        return listed, total, first_bad
 
     def _overlap_error(self, entry, lo, hi) -> OverlapError:
         (ca, cb), (na, nb), (ia, ib) = entry["cores"], entry["calls"], entry["call_index"]
