@@ -336,7 +336,7 @@ def _run_demo_case(case: DemoCase, soc, done: dict, quiet: bool = False):
         facts = run_op(OPS[case.op], case.args, case.soc)
         if not quiet:
             print_run(facts, f"  {case.label:<44} {case.shape:<26} ")
-        status = verdict(facts) if facts["exact"] is not None else "MISMATCH vs golden"
+        status = verdict(facts)
         return case, facts["exact"], status, facts["tiling"].tiling_key, _case_json(case, facts, None)
     except (AclnnError, SimulatorError) as e:
         say(f"  {case.label:<44} {case.shape:<26} FAILED: {_case_error(e)}")
