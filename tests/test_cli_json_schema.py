@@ -89,6 +89,10 @@ CASES = [
      lambda d: [(s["name"], s["kind"]) for s in d["steps"]] == [
          ("l0op::MoeTokenUnpermuteWithRoutingMap", "simulated"), ("l0op::ViewCopy", "modelled"),
          ("l0op::ViewCopy", "modelled")]),
+    ("run-950-chain", "run", ["run", "moe_token_unpermute", "--tokens", "40", "--hidden", "300", "--experts", "6",
+                              "--soc", "950", "--no-probs", "--dtype", "fp16", "--json"], 0, None,
+     lambda d: [(s["name"], s["kind"]) for s in d["steps"]] == [("l0op::MoeFinalizeRoutingV2", "simulated"),
+                                                                ("l0op::ViewCopy", "modelled")]),
     ("run-no-check", "run", ["run", *PERMUTE, "--json", "--no-check"], 0, None,
      lambda d: d["exact"] is None and d["check"] == "not checked"),
     ("profile-what-if", "profile", ["profile", *UNPERMUTE, "--json", "--cores", "8"], 0, None,
@@ -134,6 +138,16 @@ def test_profile_json_lists_the_files_it_wrote(capsys, tmp_path):
     assert not list(_validator("profile").iter_errors(doc))
     assert doc["files"]["csv"] == str(table) and doc["files"]["trace"]["path"] == str(trace)
     assert doc["files"]["trace"]["events"] > 0 and doc["files"]["plot"] is None
+
+
+def test_run_and_profile_give_the_same_steps_and_their_estimates_add_up(capsys):
+    ran = _json_of(["run", *COMPOSITE, "--json"], capsys)
+    profiled = _json_of(["profile", *COMPOSITE, "--json"], capsys)
+    fields = ("name", "kind", "kernel", "tiling_key", "block_dim", "gm_bytes", "estimate_us", "cycles", "bound")
+    assert [[s[f] for f in fields] for s in ran["steps"]] == [[s[f] for f in fields] for s in profiled["steps"]]
+    assert sum(s["cycles"] for s in ran["steps"]) == ran["estimate"]["cycles"] == profiled["estimate"]["cycles"]
+    assert sum(s["estimate_us"] for s in ran["steps"]) == pytest.approx(ran["estimate"]["time_us"], rel=1e-12)
+    assert [k["time_us"] for k in profiled["estimate"]["kernels"]] == [s["estimate_us"] for s in profiled["steps"]]
 
 
 def _drop(key):
