@@ -328,7 +328,8 @@ def _command_all(a) -> int:
 
 
 def _run_demo_case(case: DemoCase, soc, done: dict, quiet: bool = False):
-    """Run one case: (case, passed, status in words, tiling key or None, its JSON row); printed unless quiet."""
+    """Run one case: (case, passed, status in words, tiling key or None, its JSON row); printed unless quiet (the
+    JSON row only when quiet, for --json)."""
     say = (lambda *_: None) if quiet else print
     if not any(r[0].op == case.op for r in done.values()):
         say(f"{chr(10) if done else ''}{demo_title(case.op, soc)}")
@@ -337,10 +338,10 @@ def _run_demo_case(case: DemoCase, soc, done: dict, quiet: bool = False):
         if not quiet:
             print_run(facts, f"  {case.label:<44} {case.shape:<26} ")
         status = verdict(facts)
-        return case, facts["exact"], status, facts["tiling"].tiling_key, _case_json(case, facts, None)
+        return case, facts["exact"], status, facts["tiling"].tiling_key, _case_json(case, facts, None) if quiet else None
     except (AclnnError, SimulatorError) as e:
         say(f"  {case.label:<44} {case.shape:<26} FAILED: {_case_error(e)}")
-        return case, False, _case_error(e), None, _case_json(case, None, _case_error(e))
+        return case, False, _case_error(e), None, _case_json(case, None, _case_error(e)) if quiet else None
 
 
 def demo_title(op: str, soc) -> str:

@@ -134,11 +134,29 @@ DEFS = {
 }
 
 
+def _refs(node) -> set[str]:
+    """The $defs names `node` refers to, directly."""
+    if isinstance(node, dict):
+        out = {node["$ref"].rsplit("/", 1)[1]} if isinstance(node.get("$ref"), str) else set()
+        return out.union(*(_refs(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_refs(v) for v in node))
+    return set()
+
+
 def _document(title: str, description: str, properties: dict, required=None) -> dict:
+    """A command's schema: a closed object with `reference` first, and the $defs it uses (directly or through
+    other $defs), so each file stands alone."""
     body = closed({"reference": ref("reference"), **properties},
                   required=None if required is None else ("reference", *required))
+    used, todo = set(), _refs(body)
+    while todo:
+        name = todo.pop()
+        if name not in used:
+            used.add(name)
+            todo |= _refs(DEFS[name])
     return {"$schema": DRAFT, "$id": f"urn:ascend-sim:schema:{title}", "title": f"ascend-sim {title} --json",
-            "description": description, **body, "$defs": DEFS}
+            "description": description, **body, "$defs": {k: v for k, v in DEFS.items() if k in used}}
 
 
 def _tiling() -> dict:
