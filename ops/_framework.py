@@ -250,13 +250,16 @@ class CompositeReport:
     def step_estimates(self) -> list:
         """(step name, Estimate or ModelledEstimate) of every step that has one, in order: a simulated kernel's
         timeline estimate, or a host step's modelled estimate (ascend_sim.host_cost) on `soc`."""
-        out = []
-        for s in self.steps:
-            if s.run is not None and s.run.estimate is not None:
-                out.append((s.name, s.run.estimate))
-            elif s.run is None and s.work is not None and self.soc is not None:
-                out.append((s.name, modelled_estimate(s.work, self.soc.aiv_num, chip_cost(self.soc))))
-        return out
+        return [(s.name, e) for s in self.steps if (e := self.estimate_of(s)) is not None]
+
+    def estimate_of(self, step: StepReport):
+        """One step's estimate: a simulated kernel's timeline Estimate, a host step's ModelledEstimate on `soc`, or
+        None (a kernel that had nothing to launch, a host step that is no chip kernel, or no chip to model it on)."""
+        if step.run is not None:
+            return step.run.estimate
+        if step.work is not None and self.soc is not None:
+            return modelled_estimate(step.work, self.soc.aiv_num, chip_cost(self.soc))
+        return None
 
     @property
     def estimate(self) -> LaunchSequence:

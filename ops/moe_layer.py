@@ -69,6 +69,8 @@ class OpRun:
     wall_ms: float
     kernels: int          # simulated kernel launches (a composite aclnn may run several, or none)
     host_steps: int       # l0 operators of other libraries, run as NumPy host steps
+    # the call's RunReport / CompositeReport, for front ends that list its steps (`ascend-sim moe-layer --json`)
+    report: object = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, executor) -> "OpRun":
@@ -81,7 +83,7 @@ class OpRun:
         return cls(executor.op, None if tiling is None else tiling.tiling_key,
                    0 if tiling is None else tiling.block_dim, t.mte2_bytes, t.mte3_bytes, t.vec_elem_ops,
                    t.scalar_gm_reads + t.scalar_gm_writes + t.scalar_ub_ops, t.events + t.pipe_barriers + t.sync_all,
-                   rep.wall_time_s * 1e3, kernels, host)
+                   rep.wall_time_s * 1e3, kernels, host, rep)
 
 
 @dataclass(frozen=True)

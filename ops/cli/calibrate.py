@@ -70,7 +70,11 @@ def command(a) -> int:
     if a.json:
         print_json(dict(soc=result.soc_name, fitted=result.fitted, cost=figures_out, rows=[
             dict(line=r.row.line, op_type=r.row.op_type, measured_us=r.row.duration_us, before_us=r.before_us,
-                 after_us=r.after_us) for r in result.rows], evaluations=result.result.evaluations,
+                 after_us=r.after_us, before_error=r.before_error, after_error=r.after_error)
+            for r in result.rows], evaluations=result.result.evaluations,
+            rms_log_error=dict(before=result.rms_log_error(False), after=result.rms_log_error(True)),
+            figures=[dict(name=f.name, start=f.start, fitted=result.fitted[f.name], lower=f.lower, upper=f.upper)
+                     for f in result.figures],
             out=a.out))
         return 0
     for line in result.lines():

@@ -252,12 +252,16 @@ def _soc_json(soc) -> dict:
                 npu_arch=soc.npu_arch)
 
 
+def ub_plan_json(plan) -> list[dict]:
+    """A UB plan's buffers: name, bytes per buffer, count, TQue / TBuf, position, queue depth, TPipe."""
+    return [dict(zip(("name", "bytes", "count", "kind", "position", "depth", "pipe"), row)) for row in plan]
+
+
 def tiling_json(op: str, t) -> dict:
     return dict(op=op, soc=_soc_json(t.soc), tiling_key=t.tiling_key, block_dim=t.block_dim,
                 workspace_size=t.workspace_size, schedule_mode=t.schedule_mode, fields=dict(t.fields),
-                ub_plan=[dict(zip(("name", "bytes", "count", "kind", "position", "depth", "pipe"), row))
-                         for row in t.ub_plan],
-                ub_plan_bytes=t.ub_plan_bytes, ub_fits=t.ub_fits)
+                ub_plan=ub_plan_json(t.ub_plan),
+                ub_plan_bytes=t.ub_plan_bytes, ub_pipe_bytes=t.ub_pipe_bytes(), ub_fits=t.ub_fits)
 
 
 def report_json(rep, per_core: bool) -> dict | None:

@@ -6,6 +6,7 @@ list while this one compiles and runs from the front (the same tickets `ascend-s
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -17,8 +18,9 @@ from tiling.status import AclnnError
 
 from .._framework import listening_to_compiles
 from ..common.cli_spec import DemoCase
-from .common import CompileProgress, add_chip_flags, announce_compile, cold_stages, prepare_op, print_run, run_op, \
-    soc_of
+from .common import CompileProgress, add_chip_flags, announce_compile, cold_stages, prepare_op, print_json, print_run, \
+    run_op, soc_of, ub_plan_json
+from .jsonout import call_estimate_json, steps_json, verdict
 from .operators import OPS
 
 COMPILE_WORKER_TIMEOUT_S = 900
@@ -31,6 +33,9 @@ def add_parser(sub) -> None:
                       help="run every mode of every operator on built-in MoE shapes (a cold run compiles about "
                            "a minute and a half on 2 cores)")
     add_chip_flags(demo)
+    demo.add_argument("--json", action="store_true",
+                      help="print one JSON object (every case: its tiling, UB plan, work, steps, estimate, verdict) "
+                           "instead of text")
 
 
 # The quick tour: small shapes that still run the real kernels, cases chosen to share kernel stages (kernel G
@@ -204,8 +209,10 @@ def _command_tour(a) -> int:
     cold = cold_stages(list(executors.values()))
     worker = _start_compile_worker(list(executors.values())) if len(cold) > 2 and _usable_cpus() > 1 else None
     announce_compile(cold, 2 if worker else 1)
-    print(f"ascend-sim quick tour: one small case of every operator on {soc.name}, then the Ascend 950 MX "
-          "quantisation; each run through both aclnn phases and compared with its NumPy golden, bit for bit.")
+    rows = [] if a.json else None
+    if rows is None:
+        print(f"ascend-sim quick tour: one small case of every operator on {soc.name}, then the Ascend 950 MX "
+              "quantisation; each run through both aclnn phases and compared with its NumPy golden, bit for bit.")
     progress = CompileProgress()
     ok = True
     with listening_to_compiles(progress):
@@ -215,8 +222,11 @@ def _command_tour(a) -> int:
             if worker[2].is_alive():    # never seen; its stages then compile here, on first use
                 worker[2].terminate()
         for k, stop in enumerate(stops):
-            ok &= _run_tour_case(k + 1, stop)
+            ok &= _run_tour_case(k + 1, stop, rows)
     took = time.perf_counter() - start
+    if rows is not None:
+        print_json(_demo_json("tour", soc, rows, took, progress))
+        return 0 if ok else 1
     print(f"\n{'every case matches its golden' if ok else 'some cases FAILED'} in {took:.1f} s"
           + (f" ({progress.seconds:.1f} s of it compiling)" if progress.count else "")
           + ". `ascend-sim demo --all` runs every mode on MoE-sized shapes; `ascend-sim run OP --help` one case of "
@@ -224,8 +234,39 @@ def _command_tour(a) -> int:
     return 0 if ok else 1
 
 
-def _run_tour_case(number: int, stop: TourCase) -> bool:
+def _case_json(case: DemoCase, facts: dict | None, error: str | None) -> dict:
+    """One demo case's row: what ran, its verdict (passed; status: the comparison in words, or the error), and
+    for a case that ran its tiling key, block dim, UB plan, total work per pipe, steps and estimate."""
+    row = dict(op=case.op, label=case.label, shape=case.shape, soc=case.soc.name,
+               passed=bool(facts is not None and facts.get("exact")),
+               status=verdict(facts) if facts is not None else error, error=error, tiling_key=None, block_dim=None,
+               ub_plan_bytes=None, ub_plan=[], total=None, steps=[], estimate=None)
+    if facts is not None:
+        t, rep = facts["tiling"], facts["report"]
+        row.update(tiling_key=t.tiling_key, block_dim=t.block_dim, ub_plan_bytes=t.ub_plan_bytes,
+                   ub_plan=ub_plan_json(t.ub_plan), steps=steps_json(rep), estimate=call_estimate_json(rep))
+        if rep is not None:
+            row["total"] = dataclasses.asdict(rep.total)
+            row["total"].pop("block_idx")
+    return row
+
+
+def _demo_json(mode: str, soc, rows: list, seconds: float, progress) -> dict:
+    passed = sum(1 for r in rows if r["passed"])
+    return dict(mode=mode, soc=soc.name, cases=rows, passed=passed, total=len(rows), ok=passed == len(rows),
+                seconds=seconds, compile_seconds=progress.seconds)
+
+
+def _run_tour_case(number: int, stop: TourCase, rows: list | None = None) -> bool:
+    """Run one stop of the tour; print it, or with `rows` (--json) append its row instead."""
     case = stop.case
+    if rows is not None:
+        try:
+            facts, error = run_op(OPS[case.op], case.args, case.soc), None
+        except (AclnnError, SimulatorError) as e:
+            facts, error = None, _case_error(e)
+        rows.append(dict(number=number, what=stop.what, **_case_json(case, facts, error)))
+        return rows[-1]["passed"]
     print(f"\n{number:>2}. {case.op} on {case.soc.name}, {case.shape}")
     try:
         facts = run_op(OPS[case.op], case.args, case.soc)
@@ -266,14 +307,17 @@ def _command_all(a) -> int:
             if worker is not None and worker[2].is_alive() and not _compiled_here(executors.get(k)):
                 deferred.append(k)      # its stages are still being compiled by the other process
                 continue
-            results[k] = _run_demo_case(case, soc, results)
+            results[k] = _run_demo_case(case, soc, results, a.json)
         if worker is not None:
             worker[2].join(timeout=COMPILE_WORKER_TIMEOUT_S)
             if worker[2].is_alive():    # never seen; its stages then compile here, on first use
                 worker[2].terminate()
         for k in deferred:
-            results[k] = _run_demo_case(cases[k], soc, results)
+            results[k] = _run_demo_case(cases[k], soc, results, a.json)
     results = [results[k] for k in range(len(cases))]
+    if a.json:
+        print_json(_demo_json("all", soc, [r[4] for r in results], time.perf_counter() - start, progress))
+        return 0 if all(r[1] for r in results) else 1
     _print_demo_table(results)
     ok = all(r[1] for r in results)
     passed = sum(1 for r in results if r[1])
@@ -283,18 +327,21 @@ def _command_all(a) -> int:
     return 0 if ok else 1
 
 
-def _run_demo_case(case: DemoCase, soc, done: dict):
+def _run_demo_case(case: DemoCase, soc, done: dict, quiet: bool = False):
+    """Run one case: (case, passed, status in words, tiling key or None, its JSON row); printed unless quiet (the
+    JSON row only when quiet, for --json)."""
+    say = (lambda *_: None) if quiet else print
     if not any(r[0].op == case.op for r in done.values()):
-        print(f"{chr(10) if done else ''}{demo_title(case.op, soc)}")
+        say(f"{chr(10) if done else ''}{demo_title(case.op, soc)}")
     try:
         facts = run_op(OPS[case.op], case.args, case.soc)
-        print_run(facts, f"  {case.label:<44} {case.shape:<26} ")
-        status = ("within the index-add bound" if facts.get("within_bound") else "bit-exact") if facts["exact"] \
-            else "MISMATCH vs golden"
-        return case, facts["exact"], status, facts["tiling"].tiling_key
+        if not quiet:
+            print_run(facts, f"  {case.label:<44} {case.shape:<26} ")
+        status = verdict(facts)
+        return case, facts["exact"], status, facts["tiling"].tiling_key, _case_json(case, facts, None) if quiet else None
     except (AclnnError, SimulatorError) as e:
-        print(f"  {case.label:<44} {case.shape:<26} FAILED: {_case_error(e)}")
-        return case, False, _case_error(e), None
+        say(f"  {case.label:<44} {case.shape:<26} FAILED: {_case_error(e)}")
+        return case, False, _case_error(e), None, _case_json(case, None, _case_error(e)) if quiet else None
 
 
 def demo_title(op: str, soc) -> str:
@@ -305,6 +352,6 @@ def demo_title(op: str, soc) -> str:
 def _print_demo_table(results) -> None:
     print()
     print(f"{'operator':<42} {'case':<44} {'key':>4}  result")
-    for case, ok, status, key in results:
+    for case, ok, status, key, _ in results:
         print(f"{case.op:<42} {case.label:<44} {'-' if key is None else key:>4}  {'PASS' if ok else 'FAIL'}  "
               f"{status}")

@@ -84,10 +84,11 @@ def command(a) -> int:
     held = ", ".join(f"{n} {getattr(base, n)}" for n in ("tokens", "hidden", "experts", "topk", "capacity")
                      if n != a.vary and getattr(base, n, None) is not None)
     if a.json:
-        print_json(dict(op=a.op, vary=a.vary, held=held, profiles=[
+        print_json(dict(op=a.op, vary=a.vary, held=held, **{"from": a.low, "to": high}, plot=a.plot, profiles=[
             dict(soc=soc.name, ub_size=soc.ub_size, aiv_num=soc.aiv_num, segments=[
                 dict(first=s.first, last=s.last, tiling_key=s.outcome.key, fits=s.outcome.fits,
-                     status=s.outcome.status, plan_bytes=s.outcome.plan_bytes, error=s.outcome.error)
+                     status=s.outcome.status, plan_bytes=s.outcome.plan_bytes, ub_bytes=s.outcome.ub_bytes,
+                     error=s.outcome.error, label=s.outcome.label)
                 for s in segs]) for soc, segs in results]))
     else:
         print(f"{a.op}: {a.vary} from {a.low:,} to {high:,} ({held})")

@@ -26,7 +26,8 @@ from tiling import get_soc
 
 from .._framework import listening_to_compiles
 from .common import (print_json, CliError, CompileProgress, add_case_parser, announce_compile, check_flags_apply,
-                     check_inputs_fit_memory, cold_stages, output_file, positive, prepare_op)
+                     check_inputs_fit_memory, cold_stages, output_file, positive, prepare_op, ub_plan_json)
+from .jsonout import call_estimate_json, estimate_json, steps_json
 from .operators import op_spec
 
 
@@ -131,8 +132,8 @@ def command(a) -> int:
         stock_t, stock_rep, _ = _run(spec, a, stock, trace=False)
         stock_summary = (stock.name, _summary(stock_t, stock_rep))
     if a.json:
-        print_json(_json(a, soc, tiling_result, rep, stock_summary))
-        _write_files(a, soc, rep, request, quiet=True)
+        files = _write_files(a, soc, rep, request, quiet=True)
+        print_json(_json(a, soc, tiling_result, rep, stock_summary, files))
         return 0
     print(f"{a.op} on {soc.name}: tilingKey {tiling_result.tiling_key}, block_dim {tiling_result.block_dim}, "
           f"UB plan {tiling_result.ub_plan_bytes} of {soc.ub_size} B")
@@ -163,36 +164,48 @@ def breakdown_lines(rep) -> list[str]:
     return out
 
 
-def _write_files(a, soc, rep, request, *, quiet: bool) -> None:
+def _write_files(a, soc, rep, request, *, quiet: bool) -> dict:
+    """Write the --csv / --trace / --plot files; returns what was written ({"csv", "trace", "plot"}: the path or
+    null, the trace with its slice, arrow and left-out call counts)."""
     say = (lambda *_: None) if quiet else print
+    written: dict = dict(csv=None, trace=None, plot=None)
     if rep is None:
-        return
+        return written
     if a.csv:
         rep.to_csv(a.csv)
+        written["csv"] = a.csv
         say(f"  wrote {a.csv} (msprof PipeUtilization columns, one row per block)")
     if a.trace:
         summary = write_json(request.runs, a.trace, note=f"ascend-sim profile {a.op} on {soc.name}")
+        written["trace"] = dict(path=a.trace, events=int(summary["events"]), flows=int(summary["flows"]),
+                                kernels=int(summary["kernels"]), dropped_calls=int(summary["dropped_calls"]))
         left = f"; {summary['dropped_calls']:,d} calls left out (raise --max-events or pick --trace-cores)" \
             if summary["dropped_calls"] else ""
         say(f"  wrote {a.trace}: {summary['events']:,d} slices, {summary['flows']:,d} flow arrows over "
             f"{summary['kernels']} kernel(s){left}; open it in ui.perfetto.dev")
     if a.plot:
         plot_occupancy(request.runs, a.plot)
+        written["plot"] = a.plot
         say(f"  wrote {a.plot}")
+    return written
 
 
-def _json(a, soc, t, rep, stock_summary) -> dict:
-    out = dict(op=a.op, soc=soc.name, tiling_key=t.tiling_key, block_dim=t.block_dim, estimate=None)
+def _json(a, soc, t, rep, stock_summary, files: dict) -> dict:
+    """The profile's document: the tiling and UB plan, the call's estimate with one entry per estimated launch
+    (`kernels`), the steps, the stock chip beside a custom one, the files written."""
+    out = dict(op=a.op, soc=soc.name, tiling_key=t.tiling_key, block_dim=t.block_dim, ub_size=soc.ub_size,
+               ub_plan_bytes=t.ub_plan_bytes,
+               ub_plan=ub_plan_json(t.ub_plan),
+               estimate=None, steps=steps_json(rep), files=files)
     if rep is not None:
         est = rep.estimate
         launches = est.launches if hasattr(est, "launches") else ((rep.kernel, est),)
-        out["estimate"] = dict(time_us=est.time_us, cycles=est.cycles, bound=est.bound, kernels=[
-            dict(kernel=label, modelled=bool(getattr(e, "modelled", False)), time_us=e.time_us, cycles=e.cycles,
-                 bound=e.bound, core_bound_cycles=e.core_bound_cycles,
-                 hbm_bound_cycles=e.hbm_bound_cycles, roofline_us=e.cost.us(e.roofline_cycles),
-                 utilisation=e.utilisation()) for label, e in launches])
+        out["estimate"] = dict(call_estimate_json(rep), kernels=[estimate_json(label, e) for label, e in launches])
     if stock_summary is not None:
-        out["stock"] = dict(soc=stock_summary[0], **stock_summary[1])
+        stock = stock_summary[1]
+        here = _summary(t, rep)
+        out["stock"] = dict(soc=stock_summary[0], **stock,
+                            speedup=stock["us"] / here["us"] if stock["us"] and here["us"] else None)
     return out
 
 

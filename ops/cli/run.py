@@ -5,7 +5,8 @@ from ascend_sim import default_threads
 
 from .._framework import listening_to_compiles
 from .common import (print_json, CompileProgress, add_case_parser, announce_compile, check_flags_apply, check_inputs_fit_memory,
-                     cold_stages, prepare_op, print_per_core, print_run, report_json, run_op, soc_of, tiling_json)
+                     cold_stages, prepare_op, print_per_core, print_run, run_op, soc_of)
+from .jsonout import run_json
 from .operators import op_spec
 
 
@@ -29,8 +30,7 @@ def command(a) -> int:
     with listening_to_compiles(CompileProgress() if not a.json else None):
         facts = run_op(spec, args, soc, check=not a.no_check)
     if a.json:
-        print_json(dict(tiling=tiling_json(a.op, facts["tiling"]), report=report_json(facts["report"], a.per_core),
-                        exact=facts.get("exact")))
+        print_json(dict(op=a.op, **run_json(a.op, facts, a.per_core)))
     else:
         print(f"{a.op} on {soc.name}")
         print_run(facts, "  ")

@@ -17,7 +17,7 @@ from ascend_sim import cache_state, stage_signature
 from ascend_sim._jit import ensure_compiled
 from tiling import get_soc
 
-from .common import CliError, positive
+from .common import CliError, positive, print_json
 from .demo import _compile_tickets, _prepared_executors, demo_cases, tour_cases
 from .operators import OPS, op_spec
 
@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
                    help="a chip to warm up for (repeatable; default: ascend910b and ascend950): ascend910b, "
                         "ascend910_93, ascend950 (or 910b, 910_93, 950)")
     p.add_argument("--jobs", type=positive, default=2, metavar="N", help="compiling processes (default 2)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the closing line")
 
 
 def selected_cases(op_names, soc_names) -> tuple[list, list]:
@@ -198,6 +199,12 @@ def command(a) -> int:
               file=sys.stderr, flush=True)
     _warm_host_steps(tour)
     size, files = cache_bytes(roots)
+    if a.json:
+        print_json(dict(operators=list(dict.fromkeys(op_names)), socs=list(socs), cases=len(cases),
+                        compiled=dict(signatures=signatures, stage_functions=len(tickets),
+                                      processes=min(a.jobs, len(tickets))),
+                        seconds=time.perf_counter() - start, cache=dict(where=where, bytes=size, files=files)))
+        return 0
     print(f"warm in {time.perf_counter() - start:.1f} s: {len(cases)} cases of {len(set(op_names))} operator(s) on "
           f"{', '.join(socs)}; numba's cache: {where} ({size / 2**20:.1f} MiB in {files} files)")
     return 0
