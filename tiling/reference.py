@@ -12,7 +12,7 @@ REFERENCE_BRANCH = "master"
 REFERENCE_COMMIT = "25fb6b92890d33582f2a377aa5f9c975301a73a3"
 """The commit of REFERENCE_REPO's master branch every tiling, kernel, status and chain follows (40 hex digits)."""
 REFERENCE_DATE = "2026-07-24"
-# the short form the modules' source lines and the README use
+# the short form the modules' source lines and the docs use
 REFERENCE_SHORT = REFERENCE_COMMIT[:12]
 
 

@@ -2,9 +2,9 @@
 
 mkdocstrings renders a name without a docstring as nothing (`show_if_no_docstring: false`), which would hide the
 gap; this hook reads each `::: dotted.path` directive of a page (and its `options:` block), loads the object the
-way mkdocstrings does (griffe, static analysis unless the block sets `force_inspection`), and logs a warning for
-the object itself and each member the page renders (the `members` list, else the module's `__all__`, else the names
-it defines) that has none. `mkdocs build --strict` turns the warning into a failed build; tests/test_docs.py runs
+way mkdocstrings does (griffe's static analysis, with the factory_docs.py extension), and logs a warning for the
+object itself and each member the page renders (the `members` list, else the module's `__all__`, else the names it
+defines) that has none, or that a submodule of the same name hides. `mkdocs build --strict` turns the warning into a failed build; tests/test_docs.py runs
 the same check without mkdocs.
 """
 from __future__ import annotations
@@ -90,7 +90,7 @@ def expand_members(markdown: str) -> str:
     return _DIRECTIVE.sub(expand, markdown if markdown.endswith("\n") else markdown + "\n")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _loader(top: str, search_paths: tuple):
     # one static load per package and build, as mkdocstrings does, with the same extension (factory_docs.py)
     import griffe
@@ -105,7 +105,7 @@ def _loader(top: str, search_paths: tuple):
 def missing_docstrings(path: str, options: dict, search_paths=(str(ROOT),)) -> list[str]:
     """Names under `path` that the page would render without a docstring (empty list: all documented)."""
     filters = options.get("filters", ["!^_"])
-    top, _, rest = path.partition(".")
+    top = path.partition(".")[0]
     loader = _loader(top, tuple(search_paths))
     try:
         obj = loader.modules_collection[path]
@@ -136,9 +136,13 @@ def missing_docstrings(path: str, options: dict, search_paths=(str(ROOT),)) -> l
     return missing
 
 
+def on_pre_build(config):
+    _loader.cache_clear()       # `mkdocs serve` rebuilds after an edit: load the packages afresh
+
+
 def on_page_markdown(markdown, page, config, files):
     markdown = expand_members(markdown)
     for path, options in directives(markdown):
         for name in missing_docstrings(path, options):
-            log.warning("%s: %s has no docstring (the API reference would leave it out)", page.file.src_path, name)
+            log.warning("%s: %s would be rendered without a docstring, or not at all", page.file.src_path, name)
     return markdown
