@@ -4,8 +4,8 @@ mkdocstrings renders a name without a docstring as nothing (`show_if_no_docstrin
 gap; this hook reads each `::: dotted.path` directive of a page (and its `options:` block), loads the object the
 way mkdocstrings does (griffe's static analysis, with the factory_docs.py extension), and logs a warning for the
 object itself and each member the page renders (the `members` list, else the module's `__all__`, else the names it
-defines) that has none, or that a submodule of the same name hides. `mkdocs build --strict` turns the warning into a failed build; tests/test_docs.py runs
-the same check without mkdocs.
+defines) that has none, or that a submodule of the same name hides. `mkdocs build --strict` turns the warning
+into a failed build; tests/test_docs.py runs the same check without mkdocs.
 """
 from __future__ import annotations
 
