@@ -124,7 +124,8 @@ def test_mkdocs_build_strict(tmp_path):
 OPDEF_PAGES = {
     "moe-token-permute.md": ("ops.permute", "V1_DTYPE_COLUMNS",
                              ("tokens", "indices", "permute_tokens_out", "sorted_indices_out")),
-    "moe-token-permute-grad.md": ("ops.permute_grad", "DTYPE_COLUMNS", ("permuted_output_grad", "sorted_indices", "out")),
+    "moe-token-permute-grad.md": ("ops.permute_grad", "DTYPE_COLUMNS",
+                                  ("permuted_output_grad", "sorted_indices", "out")),
     "moe-token-unpermute.md": ("ops.unpermute", "DTYPE_COLUMNS", "GM_NAMES"),
     "moe-token-unpermute-grad.md": ("ops.unpermute_grad", "DTYPE_COLUMNS", "NAMES"),
     "moe-token-unpermute-with-routing-map-grad.md": ("ops.unpermute_with_routing_map_grad", "DTYPE_COLUMNS",
