@@ -156,3 +156,31 @@ def opdef_table(page: str) -> str:
 def test_operator_pages_list_the_dtype_columns_the_code_accepts(page):
     text = (DOCS / "operators" / page).read_text(encoding="utf-8")
     assert opdef_table(page) in text, f"regenerate the table of docs/operators/{page} with opdef_table({page!r})"
+
+
+def _griffe_extension():
+    pytest.importorskip("griffe")
+    spec = importlib.util.spec_from_file_location("docs_griffe_docstrings", DOCS / "_hooks" / "griffe_docstrings.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("text, expected", [
+    pytest.param("LocalTensor<float>", "LocalTensor&lt;float>", id="template-in-prose"),
+    pytest.param("`SetFlag<MTE2_V>` then SetFlag<V_S>", "`SetFlag<MTE2_V>` then SetFlag&lt;V_S>", id="code-span-kept"),
+    pytest.param("a\n```\nx<y\n```\nb<c", "a\n```\nx<y\n```\nb&lt;c", id="fenced-block-kept"),
+    pytest.param("    indented<code>", "    indented<code>", id="indented-code-kept"),
+    pytest.param("no brackets", "no brackets", id="unchanged"),
+])
+def test_docstring_angle_brackets_are_escaped_outside_code(text, expected):
+    assert _griffe_extension().escape_angle_brackets(text) == expected
+
+
+def test_every_kernel_api_constant_group_is_on_its_page():
+    # the page filters out the ALL-CAPS constants and lists them in a table instead: each must be named there
+    hook = _hook()
+    page = (DOCS / "api" / "kernel_api.md").read_text(encoding="utf-8")
+    constants = [n for n in hook.public_names("ascend_sim.kernel_api") if re.fullmatch(r"[A-Z][A-Z0-9_]*", n)]
+    assert constants
+    assert [n for n in constants if f"`{n}`" not in page] == []

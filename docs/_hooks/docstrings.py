@@ -2,7 +2,7 @@
 
 mkdocstrings renders a name without a docstring as nothing (`show_if_no_docstring: false`), which would hide the
 gap; this hook reads each `::: dotted.path` directive of a page (and its `options:` block), loads the object the
-way mkdocstrings does (griffe's static analysis, with the factory_docs.py extension), and logs a warning for the
+way mkdocstrings does (griffe's static analysis, with the griffe_docstrings.py extension), and logs a warning for the
 object itself and each member the page renders (the `members` list, else the module's `__all__`, else the names it
 defines) that has none, or that a submodule of the same name hides. `mkdocs build --strict` turns the warning
 into a failed build; tests/test_docs.py runs the same check without mkdocs.
@@ -92,10 +92,10 @@ def expand_members(markdown: str) -> str:
 
 @functools.cache
 def _loader(top: str, search_paths: tuple):
-    # one static load per package and build, as mkdocstrings does, with the same extension (factory_docs.py)
+    # one static load per package and build, as mkdocstrings does, with the same extension (griffe_docstrings.py)
     import griffe
 
-    extensions = griffe.load_extensions(str(Path(__file__).with_name("factory_docs.py")))
+    extensions = griffe.load_extensions(str(Path(__file__).with_name("griffe_docstrings.py")))
     loader = griffe.GriffeLoader(search_paths=list(search_paths), extensions=extensions)
     loader.load(top)
     loader.resolve_aliases(implicit=True, external=False)
