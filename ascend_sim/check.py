@@ -157,7 +157,7 @@ class RaceWaiver:
     """A race a shipped kernel has on purpose because the real kernel has it: the `first` call on `first_pipe`
     and the `second` call on `second_pipe` (AscendC call names as in layout.CALL_NAMES, pipes "S", "V", "MTE2",
     "MTE3"), with the reason. Checked mode lets exactly that pair pass and counts it
-    (RunReport.extra["waived_races"]); the README lists every waiver.
+    (RunReport.extra["waived_races"]); docs/guides/checked-mode.md lists every waiver.
 
     cross_core=True waives a race between two cores on GM instead (the two calls on different cores, in
     either order, in one SyncAll phase): the real kernel hands data from one core to another by other means
@@ -192,7 +192,7 @@ class OverlapWaiver:
     zero-fills an output that other cores then fill or accumulate into after a SyncAll): writes by the `first`
     call on one core and the `second` call on another (AscendC call names as in layout.CALL_NAMES; either order),
     with the reason. Checked mode "all" lets exactly that pair pass; RunReport.extra["overlapping_writes"] still
-    lists it, marked waived. The README lists every waiver."""
+    lists it, marked waived. docs/guides/checked-mode.md lists every waiver."""
 
     def __init__(self, first: str, second: str, reason: str):
         ids = {name: k for k, name in CALL_NAMES.items()}
@@ -220,8 +220,8 @@ class InitWaiver:
     buffer `buffer` (a queue / TBuf name of the kernel's PipePhases) that no call wrote since its TPipe was built;
     or, with buffer "workspace", reads of the workspace whose only unwritten bytes are their last `tail` bytes or
     fewer (an aligned DataCopy running past the data the cores wrote). `reason` names the master source line.
-    Mode "init" lets exactly those reads pass and counts them (RunReport.extra["waived_uninit_reads"]); the README
-    lists every waiver."""
+    Mode "init" lets exactly those reads pass and counts them (RunReport.extra["waived_uninit_reads"]);
+    docs/guides/checked-mode.md lists every waiver."""
 
     def __init__(self, buffer: str, reason: str, tail: int = 0):
         if not isinstance(buffer, str) or not buffer:

@@ -30,6 +30,8 @@ from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, CAP_MAX_BLOCK_COUNT, 
 from ._outline import RESOLVER_ADDRESS, TABLE_ADDRESS
 
 Core = namedtuple("Core", ["ub", "state", "block_idx", "block_num"])   # state layout: layout.py
+"""One simulated vector core, the `c` every kernel call takes first: `ub` its Unified Buffer (uint8, ub_size bytes),
+`state` its int64 state array (layout.py), `block_idx` / `block_num` GetBlockIdx() / GetBlockNum()."""
 
 
 @njit(cache=True, nogil=True)

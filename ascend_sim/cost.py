@@ -3,7 +3,7 @@
 Every number is a field of `CostModel` so a user can replace it with a measured one
 (`tiling.get_soc(name, cost={"hbm_bytes_per_cycle": 900})`, or `ascend-sim profile --cost k=v`).
 Where the platform files give a figure it is used; every other figure is an assumption whose
-reasoning the README's parameter table states. Durations are integers in AIV clock cycles.
+reasoning the parameter table of docs/machine-model/cost-model.md states. Durations are integers in AIV clock cycles.
 
 How a call turns into cycles (see timeline.py for how the cycles are placed on the pipes):
 
@@ -43,7 +43,7 @@ from .layout import DCACHE_MAX_LINES, RATE_SCALE
 
 @dataclass(frozen=True)
 class CostModel:
-    """Cycle costs of one chip (see the module docstring and the README's table for each figure's source).
+    """Cycle costs of one chip (see the module docstring and docs/machine-model/cost-model.md for each figure's source).
 
     Attributes (cycles are AIV clock cycles; rates are bytes per cycle per core unless named otherwise):
         clock_mhz: AIV clock, converts cycles to microseconds.
@@ -248,7 +248,7 @@ def parse_override(text: str) -> tuple[str, object]:
         raise ConfigError(f"--cost {name}: cannot read {raw!r} as {kind.__name__}") from None
 
 
-# Sources (README, "Where the NPU's time goes"; the project's measured_references.md; asc-devkit's
+# Sources (docs/machine-model/cost-model.md; the project's measured_references.md; asc-devkit's
 # examples/01_simd_cpp_api/05_best_practices/04_memory_access/data_copy README, "the copy benchmark"):
 # * clocks: A2 / A3 1.8 GHz, 950 1.65 GHz (ops-transformer's cross-platform migration guide; the copy benchmark's
 #   cycles over its times give 1.79-1.82 and about 1.63 GHz).

@@ -63,7 +63,7 @@ _POISON_ODD = int(POISON[1])
 
 @aicore
 def gm_at(g, offset_elems):
-    """GlobalTensor::operator[](offset): the same tensor shifted by offset elements."""
+    """`GlobalTensor::operator[](offset)`: the same tensor shifted by offset elements."""
     return GlobalTensor(g.data, g.id, g.offset + offset_elems)
 
 

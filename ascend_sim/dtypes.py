@@ -131,11 +131,14 @@ def leading_zeros64(typingctx, x):
 # --- widening (exact) ---------------------------------------------------------------------
 @aicore
 def bf16_bits_to_f32_bits(h):
+    """bf16 bits (uint16) -> float32 bits (uint32) of the same value: exact, the bits shifted up 16."""
     return np.uint32(np.uint32(h) << np.uint32(16))     # kept 32-bit: a loop of it vectorises 8 lanes wide
 
 
 @aicore
 def f16_bits_to_f32_bits(h):
+    """fp16 bits (uint16) -> float32 bits (uint32) of the same value: exact; subnormals normalised, Inf / NaN
+    keep sign and payload."""
     h = np.uint32(h)
     sign = (h & np.uint32(0x8000)) << np.uint32(16)
     exp = (h >> np.uint32(10)) & np.uint32(0x1F)
@@ -171,6 +174,9 @@ def _round_increment(mode, negative, lsb, rem, half):
 
 @aicore
 def f32_bits_to_bf16_bits(x, mode):
+    """float32 bits (uint32) -> bf16 bits (uint16), rounded by `mode` (CAST_RINT / NONE half to even, ROUND half
+    away from zero, FLOOR, CEIL, TRUNC, ODD); NaN stays a quiet NaN, the directed modes that round towards zero
+    stop at the largest finite bf16."""
     x = np.uint32(x)
     sign = np.uint32((x >> np.uint32(16)) & np.uint32(0x8000))
     mag = x & np.uint32(0x7FFFFFFF)

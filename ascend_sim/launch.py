@@ -128,7 +128,7 @@ class PipePhase:
             `block_idx` builds, given the plan's rows for this TPipe (kernels whose Init sizes buffers from
             the core's own share, e.g. the last core of a sort). Default: every core builds the plan's rows.
         waived_queues: queues whose buffers the real kernel uses after FreeTensor on purpose; checked mode
-            does not report that (README lists them).
+            does not report that (docs/guides/checked-mode.md lists them).
     """
     pipe: str
     buffers: tuple[str, ...]

@@ -55,31 +55,37 @@ def view_as(c, t, like):
 
 @aicore
 def ub_i8(c):
+    """The whole UB as int8: the `T` of LocalTensor<int8_t>."""
     return ub_view(c.ub, np.int8, 0, c.ub.size // 1)
 
 
 @aicore
 def ub_u8(c):
+    """The whole UB as uint8: the `T` of LocalTensor<uint8_t>."""
     return c.ub
 
 
 @aicore
 def ub_u16(c):
+    """The whole UB as uint16: the `T` of LocalTensor<uint16_t, or the bits of half / bfloat16_t>."""
     return ub_view(c.ub, np.uint16, 0, c.ub.size // 2)
 
 
 @aicore
 def ub_i16(c):
+    """The whole UB as int16: the `T` of LocalTensor<int16_t>."""
     return ub_view(c.ub, np.int16, 0, c.ub.size // 2)
 
 
 @aicore
 def ub_i32(c):
+    """The whole UB as int32: the `T` of LocalTensor<int32_t>."""
     return ub_view(c.ub, np.int32, 0, c.ub.size // 4)
 
 
 @aicore
 def ub_u32(c):
+    """The whole UB as uint32: the `T` of LocalTensor<uint32_t>."""
     return ub_view(c.ub, np.uint32, 0, c.ub.size // 4)
 
 
@@ -91,6 +97,7 @@ def ub_f32(c):
 
 @aicore
 def ub_i64(c):
+    """The whole UB as int64: the `T` of LocalTensor<int64_t>."""
     return ub_view(c.ub, np.int64, 0, c.ub.size // 8)
 
 

@@ -89,6 +89,8 @@ PROFILES = {
     "ascend950": SocProfile("ascend950", aiv_num=64, ub_size=253952, npu_arch=3510, max_block_count=65535,
                             cost=STOCK_COSTS["ascend950"], simt_reserved_ub_bytes=SIMT_RESERVED_UB_BYTES),
 }
+"""The stock chip profiles by name: vector cores, UB bytes per core, NPU arch, cost model (get_soc also takes the
+short names "910b", "910_93", "950")."""
 _ALIASES = {"910b": "ascend910b", "910_93": "ascend910_93", "950": "ascend950"}
 
 

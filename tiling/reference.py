@@ -7,10 +7,12 @@ tree; read them with `git -C <mirror> show 25fb6b92890d:<path>` (the mirror's HE
 from __future__ import annotations
 
 REFERENCE_REPO = "cannmirror/ops-transformer"
+"""The upstream repository every operator follows (owner/name)."""
 REFERENCE_BRANCH = "master"
 REFERENCE_COMMIT = "25fb6b92890d33582f2a377aa5f9c975301a73a3"
+"""The commit of REFERENCE_REPO's master branch every tiling, kernel, status and chain follows (40 hex digits)."""
 REFERENCE_DATE = "2026-07-24"
-# the short form the modules' source lines and the README use
+# the short form the modules' source lines and the docs use
 REFERENCE_SHORT = REFERENCE_COMMIT[:12]
 
 

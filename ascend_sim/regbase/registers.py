@@ -78,21 +78,25 @@ def _vreg_words(c, r):
 # RegTensor<T> views of register r (0..31); r is taken modulo 32, so a view never leaves the register file.
 @aicore
 def vreg_f32(c, r):
+    """RegTensor<float32> view of vector register r (0..31, taken modulo 32): 64 lanes, 256 bytes."""
     return _vreg_words(c, r).view(np.float32)
 
 
 @aicore
 def vreg_i32(c, r):
+    """RegTensor<int32> view of vector register r (0..31, taken modulo 32): 64 lanes, 256 bytes."""
     return _vreg_words(c, r).view(np.int32)
 
 
 @aicore
 def vreg_u32(c, r):
+    """RegTensor<uint32> view of vector register r (0..31, taken modulo 32): 64 lanes, 256 bytes."""
     return _vreg_words(c, r).view(np.uint32)
 
 
 @aicore
 def vreg_i16(c, r):
+    """RegTensor<int16> view of vector register r (0..31, taken modulo 32): 128 lanes, 256 bytes."""
     return _vreg_words(c, r).view(np.int16)
 
 
@@ -104,11 +108,13 @@ def vreg_u16(c, r):
 
 @aicore
 def vreg_u8(c, r):
+    """RegTensor<uint8> view of vector register r (0..31, taken modulo 32): 256 lanes, 256 bytes."""
     return _vreg_words(c, r).view(np.uint8)
 
 
 @aicore
 def vreg_i8(c, r):
+    """RegTensor<int8> view of vector register r (0..31, taken modulo 32): 256 lanes, 256 bytes."""
     return _vreg_words(c, r).view(np.int8)
 
 

@@ -14,8 +14,8 @@ the kernel is nothing but MTE2 work:
 
 Every launch here moves the benchmark's real bytes (288 MiB to 1.1 GiB of reads: the input is np.zeros, whose
 untouched pages the OS maps to one zero page, so a run costs CPU time but almost no memory); nothing is scaled.
-`table()` gives estimate / measured per row; `python -m ops.bench.data_copy` prints it (README's calibration
-table).
+`table()` gives estimate / measured per row; `python -m ops.bench.data_copy` prints it (the calibration table
+of docs/guides/profile-and-calibrate.md).
 """
 from __future__ import annotations
 

@@ -57,11 +57,11 @@ ONE_CORE_OUT_QUEUE = 2     # sortDataCopyOutQueue
 ONE_CORE_SORTED_BUFFER = 3  # sortedBuffer
 ONE_CORE_BUFFERS = ("sortDataCopyInQueue", "indexBuffer", "sortDataCopyOutQueue", "sortedBuffer")
 # the real InitMoeMrgSort / InitMoeMrgSortOut hand the sorter an out buffer and FreeTensor it before the merge
-# writes it (SetOutput then FreeTensor): checked mode lets that use after FreeTensor pass (README, checked mode)
+# writes it (SetOutput then FreeTensor): checked mode lets that use after FreeTensor pass (docs/guides/checked-mode.md)
 SORT_WAIVED_QUEUES = ("sortDataCopyOutQueue",)
 # MoeMrgsort::CopyIn / MoeMrgsortOut::CopyIn copy each list window with DataCopy of Align(GetSortLen(length),
 # sizeof(float)) floats: up to 24 bytes past a list's end, past the last list into workspace no core wrote (the
-# merge uses only `length` pairs); checked mode "init" lets such reads pass (README, checked mode)
+# merge uses only `length` pairs); checked mode "init" lets such reads pass (docs/guides/checked-mode.md)
 MRGSORT_ALIGNED_READ = InitWaiver(
     "workspace", "moe/moe_token_permute/op_kernel/moe_mrgsort.h:117 and moe_mrgsort_out.h:145 (the routing-map "
     "copies: moe_token_permute_with_routing_map/op_kernel/moe_mrgsort.h:116, moe_mrgsort_out.h:146) @ 25fb6b92890d: "

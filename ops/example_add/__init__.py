@@ -3,7 +3,7 @@
 It has what every operator of this package has, in a few lines each: a host tiling sized against
 the chip profile's UB (`tiling`), the two-phase aclnn call (`get_workspace_size`, then `run`
 with the executor), a friendly call (`add`), a golden (`golden`), and a kernel (kernel.py). See
-the README's "Write your own kernel" and tests/ops/test_example_add.py.
+docs/guides/write-your-own-kernel.md and tests/ops/test_example_add.py.
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ real order: numExperts / tokensNum <= 0 -> 161002; Gp, sortedIndices or tokensGr
 without a routing map -> 161001; dtypes (Gp bf16 / fp16 / fp32 equal to tokensGradOut; gp of that list, equal to
 probsGradOut, equal to Gp unless gp is fp32 with fp32 / bf16 Gp; routing map int8 / bool; sortedIndices int32)
 -> 161002; Gp 2-D, routing map 2-D, gp 1-D -> 161002. Empty Gp or tokensGradOut: success, workspace 0, nothing
-runs. An l0 op that fails (the kernel's tiling: topK > 512 without dropAndPad) -> 561103.
+runs. The kernel's tiling failing (topK > 512 without dropAndPad) -> 161002: the source leaves that status to
+the framework and the op's documentation lists 161002 for shapes outside the supported range (_l0_tiling).
 
 The real aclnn does not compare the other shapes; the simulator refuses, with 161002 (the documentation's
 "shape not supported"), shapes for which a kernel would address memory outside a tensor: tokensGradOut

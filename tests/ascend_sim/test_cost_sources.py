@@ -1,4 +1,4 @@
-"""The stock cost models against the public figures they come from (README, "Where the NPU's time goes").
+"""The stock cost models against the public figures they come from (docs/machine-model/cost-model.md).
 
 Expectations are computed from the sources' own numbers, not copied from cost.py:
 * clocks: the spec table of ops-transformer's cross-platform migration guide (Atlas A2 1.8 GHz, Ascend 950

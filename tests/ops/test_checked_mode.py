@@ -45,8 +45,8 @@ def _finding(case):
 
 
 # Races checked mode reports in the shipped kernels: none. The ones the real kernels have are waived in the
-# kernels (RaceWaiver, PipePhase.waived_queues) and listed in the README; this table is where a new finding would
-# go while it is traced against the original.
+# kernels (RaceWaiver, PipePhase.waived_queues) and listed in docs/guides/checked-mode.md; this table is where a
+# new finding would go while it is traced against the original.
 EXPECTED: dict = {}
 
 

@@ -1,4 +1,4 @@
-"""The example operator of the README's "Write your own kernel": results, tiling, checked mode, profile."""
+"""The example operator of docs/guides/write-your-own-kernel.md: results, tiling, checked mode, profile."""
 from __future__ import annotations
 
 import json

@@ -112,7 +112,7 @@ def test_skipped_first_slot_then_negative_zeros_sum_to_positive_zero():
     assert not np.signbit(outs[0][0]).any()
 
 
-# --- rows routed to fewer than topK experts (README "A whole routing-map round trip") ---------------------------
+# --- rows routed to fewer than topK experts (docs/calling.md, "A routing-map round trip") --------------------------
 # 3 tokens, E 4, topK 2. Token 0 is routed to expert 1 only; token 1 to experts 0, 2; token 2 to experts 1, 3.
 # The forward numbers its rows expert-major: (e0, t1) -> 0, (e1, t0) -> 1, (e1, t2) -> 2, (e2, t1) -> 3,
 # (e3, t2) -> 4, so S (token-major slots, -1 for token 0's unused slot) is [1, -1, 0, 3, 2, 4].
@@ -344,7 +344,8 @@ def test_statuses(case):
 
 
 def test_uint8_routing_map_is_refused():
-    # the real aclnn accepts uint8 without a word, but the l0 op's OpDef has bool / int8 only (README)
+    # the real aclnn accepts uint8 without a word, but the l0 op's OpDef has bool / int8 only
+    # (docs/operators/moe-token-unpermute-with-routing-map.md)
     with pytest.raises(ParamInvalidError, match="uint8") as e:
         _run(_args(routing_map=_args()["routing_map"].astype(np.uint8)))
     assert e.value.status == 161002
