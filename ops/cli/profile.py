@@ -25,7 +25,7 @@ from ascend_sim.trace import DEFAULT_MAX_EVENTS, plot_occupancy, tracing, write_
 from tiling import get_soc
 
 from .._framework import listening_to_compiles
-from .common import (print_json, CliError, CompileProgress, add_case_parser, announce_compile, check_flags_apply,
+from .common import (print_json, CliError, CompileProgress, add_case_parser, add_routing_flag, announce_compile, check_flags_apply,
                      check_inputs_fit_memory, cold_stages, output_file, positive, prepare_op)
 from .operators import op_spec
 
@@ -49,6 +49,7 @@ def add_parser(sub) -> None:
     p.add_argument("--cost-file", metavar="FILE.json",
                    help="what-if: cost-model figures from a JSON file (as `ascend-sim calibrate --out` writes); "
                         "--cost figures apply on top")
+    add_routing_flag(p)
 
 
 def _core_list(text: str) -> tuple[int, ...]:

@@ -26,6 +26,12 @@ class CliError(Exception):
     """A bad flag or value: printed as one line, exit status 2."""
 
 
+def zipf_of(a: argparse.Namespace) -> float | None:
+    """The routing skew of the flags (--routing): the Zipf exponent, None for uniform routing (also when the
+    namespace has no such flag, e.g. one built by hand)."""
+    return getattr(a, "routing", None)
+
+
 @dataclass(frozen=True)
 class DemoCase:
     """One case of `ascend-sim demo`: the operator's inputs (an aclnn argument dict) on `soc`; `label` and
@@ -133,7 +139,8 @@ def routing_inputs(examples, a: argparse.Namespace, op: str, **extra) -> dict:
         raise CliError(f"--capacity must be in [1, --tokens={a.tokens}] to build a routing, got {a.capacity}")
     return examples.make_inputs(a.tokens, a.hidden, a.experts, topk=a.topk, capacity=a.capacity, dtype=a.dtype,
                                 probs_dtype=a.probs_dtype, drop_and_pad=a.drop_and_pad, with_probs=not a.no_probs,
-                                routing_map_dtype=a.routing_map_dtype or "bool", seed=a.seed, **extra)
+                                routing_map_dtype=a.routing_map_dtype or "bool", seed=a.seed, zipf=zipf_of(a),
+                                **extra)
 
 
 def map_desc(a: argparse.Namespace) -> TensorDesc:

@@ -9,7 +9,7 @@ from tiling import moe_init_routing_v2_grad as l0_tiling_op
 from tiling import moe_token_permute_grad as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
-from ..common.cli_spec import INDEX_DEMO_SHAPE, OpSpec, index_demo, index_topk, kept_rows
+from ..common.cli_spec import INDEX_DEMO_SHAPE, OpSpec, index_demo, index_topk, kept_rows, zipf_of
 from . import allocate_outputs, arch35_k_chunk, get_workspace_size, run
 from . import examples, golden
 
@@ -35,7 +35,7 @@ def _tiling(args: dict, soc):
 def _inputs(a: argparse.Namespace) -> dict:
     k = index_topk(a, NAME)
     return examples.make_inputs(a.tokens, a.hidden, k, experts=a.experts, dtype=a.dtype,
-                                num_out_tokens=kept_rows(a, a.tokens * k), seed=a.seed)
+                                num_out_tokens=kept_rows(a, a.tokens * k), seed=a.seed, zipf=zipf_of(a))
 
 
 def _golden(args: dict, tiling) -> tuple:
