@@ -380,17 +380,17 @@ def _read_csv(path: str) -> tuple[list[str], list[dict]]:
 
 def _read_done(out: str, cols: list[str]) -> list[dict]:
     """Rows already written for this sweep (the output file, the Parquet file's journal): as text, as in CSV."""
-    rows: list[dict] = []
     sources = []
     if out.lower().endswith(".parquet") and os.path.exists(out):
-        pd = _pandas("resume from a Parquet table")
-        frame = pd.read_parquet(out)
-        sources.append((list(frame.columns), [{k: _cell(None if _isnan(v) else v) for k, v in r.items()}
-                                              for r in frame.to_dict("records")], out))
+        _, pq = _pyarrow("resume from a Parquet table")
+        table = pq.read_table(out)
+        sources.append((list(table.column_names), read_table(out), out))
     journal = _journal_path(out)
+    _drop_torn_line(journal)
     if os.path.exists(journal) and os.path.getsize(journal) > 0:
         header, found = _read_csv(journal)
         sources.append((header, found, journal))
+    rows: list[dict] = []
     for header, found, path in sources:
         if header != cols:
             raise SweepError(f"{path} holds another sweep's table (columns {', '.join(header)}); choose another "
@@ -399,16 +399,13 @@ def _read_done(out: str, cols: list[str]) -> list[dict]:
     return rows
 
 
-def _isnan(v) -> bool:
-    return isinstance(v, float) and math.isnan(v)
-
-
-def _pandas(why: str):
+def _pyarrow(why: str):
     try:
-        import pandas as pd
+        import pyarrow as pa
+        import pyarrow.parquet as pq
     except ImportError:
-        raise SweepError(f"to {why} install pandas and pyarrow: pip install 'ascend-sim[sweep]'") from None
-    return pd
+        raise SweepError(f"to {why} install pyarrow: pip install 'ascend-sim[sweep]'") from None
+    return pa, pq
 
 
 class Progress:
@@ -551,7 +548,7 @@ def sweep(command: str, op: str, grid: Mapping[str, object], socs: Sequence[str]
     if out is not None and not out.lower().endswith((".csv", ".parquet")):
         raise SweepError(f"--out {out}: the table is a .csv or .parquet file")
     if out is not None and out.lower().endswith(".parquet"):
-        _pandas("write Parquet")
+        _pyarrow("write Parquet")
     from .cli.operators import op_spec
     try:
         spec = op_spec(op)
@@ -603,11 +600,23 @@ def _check_point(command: str, op: str, spec, point: dict, options: dict) -> Non
         raise SweepError(f"{given}: {e}") from None
 
 
+def _drop_torn_line(path: str) -> None:
+    """A sweep killed while writing a row leaves a line without its newline: cut it off, so the next row starts
+    on a line of its own (the point is run again)."""
+    if not os.path.exists(path):
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+
+
 class _Journal:
     """Rows appended to a CSV as they come (flushed each), so an interrupted sweep keeps what it finished."""
 
     def __init__(self, out: str, cols: list[str]):
         self.path = _journal_path(out)
+        _drop_torn_line(self.path)
         new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
         self.file = open(self.path, "a", newline="")  # noqa: SIM115 - closed in close()
         self.writer = csv.DictWriter(self.file, fieldnames=cols, extrasaction="ignore")
@@ -634,36 +643,45 @@ def _write_table(out: str, cols: list[str], rows: list[dict]) -> None:
                 w.writerow({k: _cell(row.get(k)) for k in cols})
         os.replace(tmp, out)
         return
-    pd = _pandas("write Parquet")
-    text = [{k: _cell(row.get(k)) for k in cols} for row in rows]
-    frame = pd.DataFrame(text, columns=cols)
-    for col in cols:      # typed columns where every value is a number (empty cells are missing values)
-        frame[col] = _typed(pd, frame[col])
-    frame.to_parquet(tmp, index=False)
+    pa, pq = _pyarrow("write Parquet")
+    text = {k: [_cell(row.get(k)) for row in rows] for k in cols}
+    table = pa.table({k: _typed(pa, values, _KINDS.get(k)) for k, values in text.items()})
+    pq.write_table(table, tmp)
     os.replace(tmp, out)
     journal = _journal_path(out)
     if os.path.exists(journal):
         os.remove(journal)
 
 
-def _typed(pd, column):
-    values = column.replace("", None)
-    if set(values.dropna()) <= {"True", "False"} and values.notna().any():
-        return values.map({"True": True, "False": False, None: None}).astype("boolean")
-    numeric = pd.to_numeric(values, errors="coerce")
-    if numeric.notna().sum() != values.notna().sum():
-        return values
-    if (numeric.dropna() % 1 == 0).all() and not column.str.contains(r"[.eE]", regex=True).any():
-        return numeric.astype("Int64")
-    return numeric
+_KINDS = {"op": "string", "soc": "string", "status": "string", "error": "string", "bound": "string",
+          "inputs_hash": "string", "vary": "string", "next_outcome": "string", "estimate_us": "float64",
+          "fits": "bool", "routing": "string"}
+"""Parquet types of the columns whose type does not follow from their values (an empty column, a hash of digits)."""
+
+
+def _typed(pa, values: list[str], kind: str | None = None):
+    """A Parquet column from the table's text: `kind` when given, else bool, int64 or float64 where every present
+    value is one (an empty cell is a missing value), else string."""
+    if kind == "string":
+        return pa.array([None if v == "" else v for v in values], pa.string())
+    if kind == "float64":
+        return pa.array([None if v == "" else float(v) for v in values], pa.float64())
+    present = [v for v in values if v != ""]
+    if present and set(present) <= {"True", "False"}:
+        return pa.array([None if v == "" else v == "True" for v in values], pa.bool_())
+    for kind, convert in ((pa.int64(), int), (pa.float64(), float)):
+        try:
+            return pa.array([None if v == "" else convert(v) for v in values], kind)
+        except ValueError:
+            continue
+    return pa.array([None if v == "" else v for v in values], pa.string())
 
 
 def read_table(path: str) -> list[dict]:
-    """A sweep's table as text rows (CSV), or as pandas records (Parquet)."""
+    """A sweep's table as rows of text (as the CSV holds them), from its .csv or .parquet file."""
     if path.lower().endswith(".parquet"):
-        pd = _pandas("read Parquet")
-        return [{k: _cell(None if _isnan(v) or v is pd.NA else v) for k, v in r.items()}
-                for r in pd.read_parquet(path).to_dict("records")]
+        _, pq = _pyarrow("read Parquet")
+        return [{k: _cell(v) for k, v in r.items()} for r in pq.read_table(path).to_pylist()]
     return _read_csv(path)[1]
 
 

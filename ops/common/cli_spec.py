@@ -66,8 +66,9 @@ class OpSpec:
     demo_title: Callable[[object], str]
     """The heading of the operator's demo group on a chip profile."""
     demo_cases: Callable[..., list]
-    """demo_cases(soc, ub_size, aiv_num, values) -> [DemoCase]; values=False leaves the large float tensors
-    zero (enough to tile and compile). ub_size / aiv_num: the custom profile, for cases pinned to another chip."""
+    """demo_cases(soc, ub_size, aiv_num, values, zipf) -> [DemoCase]; values=False leaves the large float tensors
+    zero (enough to tile and compile); zipf: the routing skew's exponent (None: uniform; ops.common.routing).
+    ub_size / aiv_num: the custom profile, for cases pinned to another chip."""
     check: Callable[[tuple, tuple, dict], bool] | None = None
     """Compares outputs with the golden (default: every output the golden defines, bit for bit)."""
     check_flags: Callable[[argparse.Namespace, object], None] | None = None
@@ -156,7 +157,7 @@ def routing_title(op: str, soc) -> str:
     return f"{name} on {soc.name}: bf16, tokens x hidden, E experts (a composite aclnn: kernels + host l0 steps)"
 
 
-def routing_demo(op: str, examples, table, soc, values: bool) -> list:
+def routing_demo(op: str, examples, table, soc, values: bool, zipf: float | None = None) -> list:
     """Demo cases of a routing-map op: (label, make_inputs keywords) rows at tokens 512, hidden 4096, experts 64,
     bf16 (seed 3); a label may be a (910B / 910_93 label, 950 label) pair where the kernels differ."""
     tokens, hidden, experts = 512, 4096, 64
@@ -164,7 +165,7 @@ def routing_demo(op: str, examples, table, soc, values: bool) -> list:
     for label, case in table:
         if isinstance(label, tuple):
             label = label[1] if soc.is_regbase else label[0]
-        args = examples.make_inputs(tokens, hidden, experts, dtype="bf16", seed=3, values=values, **case)
+        args = examples.make_inputs(tokens, hidden, experts, dtype="bf16", seed=3, values=values, zipf=zipf, **case)
         shape = f"{tokens}x{hidden} E{experts} " + (f"cap {case['capacity']}" if "capacity" in case
                                                       else f"topK {case['topk']}")
         cases.append(DemoCase(op, label, soc, args, shape))

@@ -84,12 +84,12 @@ DEMO = [
 ]
 
 
-def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
+def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True, zipf: float | None = None) -> list:
     """The quantising cases run on the 950 profile whatever the demo's chip, with its custom UB / cores."""
     cases = []
     for label, where, n, h, top_k, num_out, quant in DEMO:
         case_soc = soc if where is None else get_soc(where, ub_size=ub_size, aiv_num=aiv_num)
-        x, idx = examples.make_inputs(n, h, 64, topk=top_k, seed=2)
+        x, idx = examples.make_inputs(n, h, 64, topk=top_k, seed=2, zipf=zipf)
         args = dict(tokens=x, indices=idx, num_out_tokens=num_out, padded_mode=False, quant_mode=quant)
         shape = f"{n}x{h} topK {top_k}" + (f" keep {num_out}" if num_out else "") + \
             (f" [{case_soc.name}]" if where else "")

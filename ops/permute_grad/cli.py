@@ -54,10 +54,10 @@ DEMO = [
 ]
 
 
-def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
+def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True, zipf: float | None = None) -> list:
     tokens, hidden, experts, top_k = INDEX_DEMO_SHAPE
     return index_demo(NAME, lambda case: examples.make_inputs(tokens, hidden, top_k, experts=experts, dtype="bf16",
-                                                              seed=4, **case), DEMO, soc)
+                                                              seed=4, zipf=zipf, **case), DEMO, soc)
 
 
 SPEC = OpSpec(

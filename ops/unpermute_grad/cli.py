@@ -54,10 +54,11 @@ DEMO = [
 ]
 
 
-def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
-    tokens, hidden, _, top_k = INDEX_DEMO_SHAPE
+def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True, zipf: float | None = None) -> list:
+    tokens, hidden, experts, top_k = INDEX_DEMO_SHAPE
     return index_demo(NAME, lambda case: examples.make_inputs(tokens, hidden, topk=top_k, dtype="bf16", seed=4,
-                                                              values=values, **case), DEMO, soc)
+                                                              values=values, experts=experts, zipf=zipf, **case),
+                      DEMO, soc)
 
 
 SPEC = OpSpec(
