@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from ..sweep import COMMANDS, SweepError, parse_grid_flag, plot, sweep
+from .sweep_grid import COMMANDS, SweepError, parse_grid_flag, plot, sweep
 from .common import CliError, output_file, positive
 
 
@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("sweep", help="run profile, tiling or limits of one operator over a grid of shapes and "
                                      "settings, locally or on a Dask cluster; a resumable CSV / Parquet table")
     p.add_argument("what", choices=COMMANDS, metavar="{" + ",".join(COMMANDS) + "}",
-                   help="the command each point runs")
+                   help="the command each point runs: profile, tiling or limits")
     p.add_argument("op", metavar="OP", help="operator (as `ascend-sim run`)")
     p.add_argument("--grid", action="append", default=[], metavar="AXIS=V1,V2,...",
                    help="an axis and its values, repeatable; axes are run's flags: tokens, hidden, experts, topk, "
@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
 
 def _grid(a) -> tuple[dict, list[str] | None, dict]:
     """The grid, the chips and limits' options from the file and the flags (flags win)."""
-    from ..sweep import load_grid_file
+    from .sweep_grid import load_grid_file
     grid: dict = {}
     socs = None
     limits: dict = {}
