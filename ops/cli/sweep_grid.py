@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import hashlib
 import itertools
 import math
@@ -208,11 +209,17 @@ def _cell(value) -> str:
 
 
 # --- one point ----------------------------------------------------------------------------------------------
-def _namespace(command: str, op: str, point: Mapping[str, object], extra: Sequence[str] = ()) -> argparse.Namespace:
+@functools.lru_cache(maxsize=1)
+def _parser():
+    """The command line's parser, built once per process (argparse parsers can parse any number of times)."""
     from . import build_parser
+    return build_parser()
+
+
+def _namespace(command: str, op: str, point: Mapping[str, object], extra: Sequence[str] = ()) -> argparse.Namespace:
     from .common import CliError
     try:
-        return build_parser().parse_args(point_argv(op, command, point) + list(extra))
+        return _parser().parse_args(point_argv(op, command, point) + list(extra))
     except CliError as e:
         given = ", ".join(f"{k}={v}" for k, v in point.items())
         raise SweepError(f"{given}: {str(e).replace(' (see `ascend-sim ' + command + ' --help`)', '')}") from None
@@ -720,9 +727,17 @@ def plot(rows: Sequence[Mapping[str, object]], path: str, x: str, line: str | No
     if not lines:
         raise SweepError(f"nothing to plot: no row has a {y} value")
     fig, ax = plt.subplots(figsize=(8, 5))
+    # one colour per value of the line axis, one line style per combination of the other varying axes
+    by_line = line in varying
+    colours = {v: f"C{i % 10}" for i, v in enumerate(dict.fromkeys(k[0] for k in sorted(lines)))} if by_line else {}
+    rests = {r: i for i, r in enumerate(dict.fromkeys(k[1 if by_line else 0:] for k in sorted(lines)))}
+    styles = ("-", "--", ":", "-.")
+    markers = ("o", "s", "^", "D", "v", "x")
     for label, pts in sorted(lines.items()):
         pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+        rest = rests[label[1 if by_line else 0:]]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colours.get(label[0]) if by_line else f"C{rest % 10}",
+                linestyle=styles[rest % len(styles)] if by_line else "-", marker=markers[rest % len(markers)],
                 label=", ".join(f"{n}={v}" for n, v in zip(grouping, label)) or y)
     ax.set_xlabel(x)
     ax.set_ylabel({"estimate_us": "estimate (us)", "ub_plan_bytes": "UB plan (bytes)"}.get(y, y))
