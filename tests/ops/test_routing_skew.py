@@ -130,3 +130,18 @@ def test_a_skewed_case_runs_and_matches_its_golden(extra, capsys):
     rc = main(["run", "moe_token_unpermute_with_routing_map_grad", "--tokens", "64", "--hidden", "256", "--experts",
                "16", *extra, "--routing", "zipf:1.5"])
     assert rc == 0 and "vs golden" in capsys.readouterr().out
+
+
+def test_the_demo_draws_its_cases_with_the_skew():
+    from ops.cli.demo import demo_cases, tour_cases
+    from tiling import get_soc
+    soc = get_soc("910b")
+    for build in (lambda z: [t.case for t in tour_cases(soc, zipf=z)], lambda z: demo_cases(soc, values=False, zipf=z)):
+        uniform, skewed = build(None), build(1.2)
+        assert [c.label for c in uniform] == [c.label for c in skewed]
+        assert all(c.shape.endswith(", routing zipf:1.2") for c in skewed)
+        assert not any("routing" in c.shape for c in uniform)
+        differs = [any(np.asarray(u).tobytes() != np.asarray(s).tobytes() for u, s in zip(a.args.values(),
+                                                                                          b.args.values()))
+                   for a, b in zip(uniform, skewed)]
+        assert all(differs)
