@@ -195,3 +195,37 @@ def test_the_plot_draws_one_line_per_value_of_the_line_axis(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(SweepError, match="the table's axes are"):
         plot(read_table(str(tmp_path / "t.csv")), str(png), "experts_per_token", y="ub_plan_bytes")
+
+
+def test_a_sweep_killed_by_a_signal_resumes_where_it_stopped(tmp_path):
+    """SIGKILL (no clean-up at all) once a few rows are on disk; the rerun writes the table of an uninterrupted
+    sweep and runs only the points that were missing."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    grid = {"tokens": [64, 128, 256, 512, 1024], "hidden": [256, 1024, 4096, 7168], "topk": [2, 8],
+            "experts": [64, 256]}
+    out = tmp_path / "k.csv"
+    argv = [sys.executable, "-m", "ops.cli", "sweep", "tiling", OP, "--out", str(out), "--quiet",
+            *(f"--grid={k}={','.join(map(str, v))}" for k, v in grid.items())]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if out.exists() and out.read_text().count("\n") >= 6:       # the header and five rows
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the sweep finished before it could be killed"
+    written = len(_csv(out))
+    assert 5 <= written < 80
+    ran = []
+    rows = sweep("tiling", OP, grid, out=str(out), on_row=ran.append)
+    assert len(ran) == 80 - written and len(rows) == 80
+    sweep("tiling", OP, grid, out=str(tmp_path / "whole.csv"))
+    assert _csv(out) == _csv(tmp_path / "whole.csv")

@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
                    help="run the points on a Dask cluster: a scheduler address (tcp://host:8786) or `local` for a "
                         "LocalCluster of --jobs processes (needs the [dask] extra)")
     p.add_argument("--out", required=True, type=output_file, metavar="FILE.csv|FILE.parquet",
-                   help="the table (Parquet needs pandas and pyarrow, the [sweep] extra); an existing file of the "
+                   help="the table (Parquet needs pyarrow, the [sweep] extra); an existing file of the "
                         "same sweep is resumed")
     p.add_argument("--vary", metavar="DIM", help="limits: the dimension each point explores (hidden, tokens, topk, "
                                                  "experts)")
