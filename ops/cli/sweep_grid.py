@@ -269,6 +269,8 @@ def _refused(row: dict, e: Exception) -> dict:
         row.update(status="invalid", error=str(e).splitlines()[0], fits=False)
     elif isinstance(e, SimulatorError):
         row.update(status="simulator", error=f"{type(e).__name__}: {e.summary}", fits=False)
+    elif isinstance(e, MemoryError):        # outputs beyond the inputs the memory check counts
+        row.update(status="memory", error="out of memory while allocating the case's tensors", fits=False)
     else:
         raise e
     return row
