@@ -137,7 +137,7 @@ def _subparsers():
     return sub.choices
 
 
-@pytest.mark.parametrize("command", ["demo", "warmup", "tiling", "run", "profile", "moe-layer"])
+@pytest.mark.parametrize("command", ["demo", "warmup", "tiling", "run", "profile", "moe-layer", "sweep"])
 def test_every_flag_has_help_listing_its_values(command):
     for action in _subparsers()[command]._actions:
         if action.help == "==SUPPRESS==" or action.dest == "help":

@@ -1,5 +1,5 @@
 """ascend-sim command line: `demo`, `warmup`, `tiling OP ...`, `run OP ...`, `profile OP ...`, `limits OP ...`,
-`moe-layer`.
+`sweep {profile|tiling|limits} OP ...`, `moe-layer`.
 
     ascend-sim demo [--all] [--soc ascend910b] [--ub-size B] [--cores N]
     ascend-sim warmup [--op OP ...] [--soc S ...] [--jobs N]
@@ -8,6 +8,8 @@
     ascend-sim tiling moe_token_unpermute_with_routing_map_grad --tokens 4096 --hidden 7168 --experts 256 --topk 8
     ascend-sim run moe_token_unpermute_with_routing_map_grad --tokens 512 --hidden 4096 --experts 64 --capacity 64 \\
         --drop-and-pad --probs-dtype fp32 --per-core --json
+    ascend-sim sweep tiling moe_token_permute --grid tokens=1024,4096 --grid hidden=4096,7168 --grid topk=8 \\
+        --grid experts=256 --soc 910b,950 --jobs 2 --out permute.csv
 
 Every error is one line on stderr and a non-zero exit (2: a bad flag; 1: the operator or the
 simulator refused the case, or the result did not match the golden), never a traceback.
@@ -26,7 +28,7 @@ from ascend_sim import ConfigError, SimulatorError
 from tiling.reference import reference_line
 from tiling.status import AclnnError
 
-from . import calibrate, demo, limits, moe_layer, profile, run, tiling, warmup
+from . import calibrate, demo, limits, moe_layer, profile, run, sweep, tiling, warmup
 from .common import CliError, Parser, prepare_op, run_op
 from .demo import demo_cases
 from .operators import OPS
@@ -34,7 +36,7 @@ from .operators import OPS
 __all__ = ["CliError", "OPS", "build_parser", "demo_cases", "main", "prepare_op", "run_op"]
 
 COMMANDS = {"demo": demo, "warmup": warmup, "tiling": tiling, "run": run, "profile": profile, "limits": limits,
-            "moe-layer": moe_layer, "calibrate": calibrate}
+            "sweep": sweep, "moe-layer": moe_layer, "calibrate": calibrate}
 """Sub-command name: its module, in the order of the help."""
 
 

@@ -17,6 +17,7 @@ from tiling.common import TensorDesc
 from tiling.reference import reference
 
 from ..common.cli_spec import CliError, OpSpec, same_bits
+from ..common.routing import parse_routing
 from .operators import OP_SPECIFIC_FLAGS, OPS
 
 
@@ -68,6 +69,20 @@ def add_chip_flags(p) -> None:
                    help="custom profile: UB bytes per vector core (288 .. 16777216; stock 196608 / 253952)")
     p.add_argument("--cores", type=positive, metavar="N",
                    help="custom profile: vector cores, the largest block dim (1 .. 4096; stock 48 / 64)")
+
+
+def routing_arg(text: str) -> float | None:
+    """--routing: 'uniform' -> None, 'zipf:S' -> S (ops.common.routing)."""
+    try:
+        return parse_routing(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_routing_flag(p) -> None:
+    p.add_argument("--routing", type=routing_arg, default=None, metavar="uniform|zipf:S",
+                   help="how tokens go to experts: uniform (default) or zipf:S, expert popularity following a Zipf "
+                        "law of exponent S >= 0 (e.g. zipf:1.2; topK stays distinct, drawn from --seed)")
 
 
 def add_case_parser(sub, name: str, helptext: str, *, shape_needed: bool = True):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ascend_sim import SimulatorError, UBOverflowError, stage_signature
 from ascend_sim._jit import ensure_compiled
@@ -18,8 +18,9 @@ from tiling.status import AclnnError
 
 from .._framework import listening_to_compiles
 from ..common.cli_spec import DemoCase
-from .common import CompileProgress, add_chip_flags, announce_compile, cold_stages, prepare_op, print_json, print_run, \
-    run_op, soc_of, ub_plan_json
+from ..common.routing import routing_name
+from .common import CompileProgress, add_chip_flags, add_routing_flag, announce_compile, cold_stages, prepare_op, \
+    print_json, print_run, run_op, soc_of, ub_plan_json
 from .jsonout import call_estimate_json, steps_json, verdict
 from .operators import OPS
 
@@ -36,6 +37,7 @@ def add_parser(sub) -> None:
     demo.add_argument("--json", action="store_true",
                       help="print one JSON object (every case: its tiling, UB plan, work, steps, estimate, verdict) "
                            "instead of text")
+    add_routing_flag(demo)
 
 
 # The quick tour: small shapes that still run the real kernels, cases chosen to share kernel stages (kernel G
@@ -66,11 +68,16 @@ TOUR = [
 ]
 
 
-def demo_cases(soc, ub_size: int | None = None, aiv_num: int | None = None, values: bool = True) -> list[DemoCase]:
+def demo_cases(soc, ub_size: int | None = None, aiv_num: int | None = None, values: bool = True,
+               zipf: float | None = None) -> list[DemoCase]:
     """Every operator's demo cases with their inputs, in the operators' order (built-in shapes; the chip profile
     from the flags unless marked, and the custom UB size / core count applied to the marked profiles too).
-    values=False: the large float tensors stay zero (enough to tile and compile the cases, at no cost)."""
-    return [case for spec in OPS.values() for case in spec.demo_cases(soc, ub_size, aiv_num, values)]
+    values=False: the large float tensors stay zero (enough to tile and compile the cases, at no cost). zipf: the
+    routing skew (`--routing zipf:S`; None: uniform, the cases as always)."""
+    if zipf is None:
+        return [case for spec in OPS.values() for case in spec.demo_cases(soc, ub_size, aiv_num, values)]
+    return [replace(case, shape=f"{case.shape}, routing {routing_name(zipf)}")
+            for spec in OPS.values() for case in spec.demo_cases(soc, ub_size, aiv_num, values, zipf=zipf)]
 
 
 def _case_error(e: Exception) -> str:
@@ -175,16 +182,19 @@ class TourCase:
     what: str
 
 
-def tour_cases(soc, ub_size: int | None = None, aiv_num: int | None = None) -> list[TourCase]:
+def tour_cases(soc, ub_size: int | None = None, aiv_num: int | None = None,
+               zipf: float | None = None) -> list[TourCase]:
     """The quick tour's cases with their inputs (small; drawn as `ascend-sim run` draws them). A case pinned to
     another chip gets that chip's profile with the custom UB size / core count applied."""
     from . import build_parser      # the `run` parser reads the flags; ops.cli imports this module
     parser = build_parser()
     out = []
     for op, what, flags in TOUR:
-        a = parser.parse_args(["run", op, *TOUR_SHAPE, *flags])
+        routing = [] if zipf is None else ["--routing", routing_name(zipf)]
+        a = parser.parse_args(["run", op, *TOUR_SHAPE, *flags, *routing])
         case_soc = soc if "--soc" not in flags else get_soc(a.soc, ub_size=ub_size, aiv_num=aiv_num)
-        shape = f"{a.tokens}x{a.hidden}, {a.experts} experts, topK {a.topk}"
+        shape = f"{a.tokens}x{a.hidden}, {a.experts} experts, topK {a.topk}" + \
+            (f", routing {routing_name(zipf)}" if zipf is not None else "")
         label = what.split(",")[0]
         out.append(TourCase(DemoCase(op, label, case_soc, OPS[op].make_inputs(a), shape), what))
     return out
@@ -203,7 +213,7 @@ def _estimate_us(rep) -> float | None:
 def _command_tour(a) -> int:
     soc = soc_of(a)
     start = time.perf_counter()
-    stops = tour_cases(soc, a.ub_size, a.cores)
+    stops = tour_cases(soc, a.ub_size, a.cores, a.routing)
     cases = [t.case for t in stops]
     executors = _prepared_executors(cases)
     cold = cold_stages(list(executors.values()))
@@ -289,11 +299,11 @@ def _command_all(a) -> int:
     start = time.perf_counter()
     # shapes first: what to compile is known before the large inputs are drawn, so a cold run's second
     # compiling process starts at once
-    shapes = list(_prepared_executors(demo_cases(soc, a.ub_size, a.cores, values=False)).values())
+    shapes = list(_prepared_executors(demo_cases(soc, a.ub_size, a.cores, values=False, zipf=a.routing)).values())
     cold = cold_stages(shapes)
     worker = _start_compile_worker(shapes) if len(cold) > 2 and _usable_cpus() > 1 else None
     announce_compile(cold, 2 if worker else 1)
-    cases = demo_cases(soc, a.ub_size, a.cores)
+    cases = demo_cases(soc, a.ub_size, a.cores, zipf=a.routing)
     executors = _prepared_executors(cases)
     progress = CompileProgress()
     if worker is not None:

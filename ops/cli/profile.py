@@ -25,8 +25,9 @@ from ascend_sim.trace import DEFAULT_MAX_EVENTS, plot_occupancy, tracing, write_
 from tiling import get_soc
 
 from .._framework import listening_to_compiles
-from .common import (print_json, CliError, CompileProgress, add_case_parser, announce_compile, check_flags_apply,
-                     check_inputs_fit_memory, cold_stages, output_file, positive, prepare_op, ub_plan_json)
+from .common import (print_json, CliError, CompileProgress, add_case_parser, add_routing_flag, announce_compile,
+                     check_flags_apply, check_inputs_fit_memory, cold_stages, output_file, positive, prepare_op,
+                     ub_plan_json)
 from .jsonout import call_estimate_json, estimate_json, steps_json
 from .operators import op_spec
 
@@ -50,6 +51,7 @@ def add_parser(sub) -> None:
     p.add_argument("--cost-file", metavar="FILE.json",
                    help="what-if: cost-model figures from a JSON file (as `ascend-sim calibrate --out` writes); "
                         "--cost figures apply on top")
+    add_routing_flag(p)
 
 
 def _core_list(text: str) -> tuple[int, ...]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 from ascend_sim import default_threads
 
 from .._framework import listening_to_compiles
-from .common import (print_json, CompileProgress, add_case_parser, announce_compile, check_flags_apply, check_inputs_fit_memory,
-                     cold_stages, prepare_op, print_per_core, print_run, run_op, soc_of)
+from .common import (CompileProgress, add_case_parser, add_routing_flag, announce_compile, check_flags_apply,
+                     check_inputs_fit_memory, cold_stages, prepare_op, print_json, print_per_core, print_run, run_op,
+                     soc_of)
 from .jsonout import run_json
 from .operators import op_spec
 
@@ -14,6 +15,7 @@ def add_parser(sub) -> None:
     p = add_case_parser(sub, "run", "run one case, check it against the golden, report the per-pipe work")
     p.add_argument("--no-check", action="store_true", help="skip the golden comparison")
     p.add_argument("--per-core", action="store_true", help="also show every core's counters")
+    add_routing_flag(p)
 
 
 def command(a) -> int:

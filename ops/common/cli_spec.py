@@ -26,6 +26,12 @@ class CliError(Exception):
     """A bad flag or value: printed as one line, exit status 2."""
 
 
+def zipf_of(a: argparse.Namespace) -> float | None:
+    """The routing skew of the flags (--routing): the Zipf exponent, None for uniform routing (also when the
+    namespace has no such flag, e.g. one built by hand)."""
+    return getattr(a, "routing", None)
+
+
 @dataclass(frozen=True)
 class DemoCase:
     """One case of `ascend-sim demo`: the operator's inputs (an aclnn argument dict) on `soc`; `label` and
@@ -60,8 +66,9 @@ class OpSpec:
     demo_title: Callable[[object], str]
     """The heading of the operator's demo group on a chip profile."""
     demo_cases: Callable[..., list]
-    """demo_cases(soc, ub_size, aiv_num, values) -> [DemoCase]; values=False leaves the large float tensors
-    zero (enough to tile and compile). ub_size / aiv_num: the custom profile, for cases pinned to another chip."""
+    """demo_cases(soc, ub_size, aiv_num, values, zipf) -> [DemoCase]; values=False leaves the large float tensors
+    zero (enough to tile and compile); zipf: the routing skew's exponent (None: uniform; ops.common.routing).
+    ub_size / aiv_num: the custom profile, for cases pinned to another chip."""
     check: Callable[[tuple, tuple, dict], bool] | None = None
     """Compares outputs with the golden (default: every output the golden defines, bit for bit)."""
     check_flags: Callable[[argparse.Namespace, object], None] | None = None
@@ -133,7 +140,8 @@ def routing_inputs(examples, a: argparse.Namespace, op: str, **extra) -> dict:
         raise CliError(f"--capacity must be in [1, --tokens={a.tokens}] to build a routing, got {a.capacity}")
     return examples.make_inputs(a.tokens, a.hidden, a.experts, topk=a.topk, capacity=a.capacity, dtype=a.dtype,
                                 probs_dtype=a.probs_dtype, drop_and_pad=a.drop_and_pad, with_probs=not a.no_probs,
-                                routing_map_dtype=a.routing_map_dtype or "bool", seed=a.seed, **extra)
+                                routing_map_dtype=a.routing_map_dtype or "bool", seed=a.seed, zipf=zipf_of(a),
+                                **extra)
 
 
 def map_desc(a: argparse.Namespace) -> TensorDesc:
@@ -149,7 +157,7 @@ def routing_title(op: str, soc) -> str:
     return f"{name} on {soc.name}: bf16, tokens x hidden, E experts (a composite aclnn: kernels + host l0 steps)"
 
 
-def routing_demo(op: str, examples, table, soc, values: bool) -> list:
+def routing_demo(op: str, examples, table, soc, values: bool, zipf: float | None = None) -> list:
     """Demo cases of a routing-map op: (label, make_inputs keywords) rows at tokens 512, hidden 4096, experts 64,
     bf16 (seed 3); a label may be a (910B / 910_93 label, 950 label) pair where the kernels differ."""
     tokens, hidden, experts = 512, 4096, 64
@@ -157,7 +165,7 @@ def routing_demo(op: str, examples, table, soc, values: bool) -> list:
     for label, case in table:
         if isinstance(label, tuple):
             label = label[1] if soc.is_regbase else label[0]
-        args = examples.make_inputs(tokens, hidden, experts, dtype="bf16", seed=3, values=values, **case)
+        args = examples.make_inputs(tokens, hidden, experts, dtype="bf16", seed=3, values=values, zipf=zipf, **case)
         shape = f"{tokens}x{hidden} E{experts} " + (f"cap {case['capacity']}" if "capacity" in case
                                                       else f"topK {case['topk']}")
         cases.append(DemoCase(op, label, soc, args, shape))

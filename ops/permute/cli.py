@@ -9,7 +9,7 @@ from tiling import get_soc
 from tiling import moe_token_permute as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
-from ..common.cli_spec import CliError, DemoCase, OpSpec
+from ..common.cli_spec import CliError, DemoCase, OpSpec, zipf_of
 from . import allocate_outputs, get_workspace_size_v2, run_v2
 from . import examples, golden
 
@@ -36,7 +36,7 @@ def _descs(a: argparse.Namespace) -> dict:
 def _inputs(a: argparse.Namespace) -> dict:
     _need_topk(a)
     tokens, indices = examples.make_inputs(a.tokens, a.hidden, a.experts, topk=a.topk, dtype=a.dtype,
-                                           indices_dtype=a.indices_dtype or "int32", seed=a.seed)
+                                           indices_dtype=a.indices_dtype or "int32", seed=a.seed, zipf=zipf_of(a))
     return dict(tokens=tokens, indices=indices, num_out_tokens=a.num_out_tokens or 0, padded_mode=False,
                 quant_mode=quant_mode(a), mx_scale_rule=a.mx_scale_rule)
 
@@ -84,12 +84,12 @@ DEMO = [
 ]
 
 
-def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
+def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True, zipf: float | None = None) -> list:
     """The quantising cases run on the 950 profile whatever the demo's chip, with its custom UB / cores."""
     cases = []
     for label, where, n, h, top_k, num_out, quant in DEMO:
         case_soc = soc if where is None else get_soc(where, ub_size=ub_size, aiv_num=aiv_num)
-        x, idx = examples.make_inputs(n, h, 64, topk=top_k, seed=2)
+        x, idx = examples.make_inputs(n, h, 64, topk=top_k, seed=2, zipf=zipf)
         args = dict(tokens=x, indices=idx, num_out_tokens=num_out, padded_mode=False, quant_mode=quant)
         shape = f"{n}x{h} topK {top_k}" + (f" keep {num_out}" if num_out else "") + \
             (f" [{case_soc.name}]" if where else "")

@@ -6,18 +6,25 @@ import numpy as np
 from tiling.common import as_dtype
 
 from ..common.half_cast import cast
+from ..common.routing import expert_weights, skewed_scores, top_experts
 
 
 def make_inputs(tokens: int, hidden: int, experts: int, *, topk: int = 2, dtype="bf16", indices_dtype="int32",
-                distinct: bool = True, one_dim: bool = False, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens (N, H), indices (N, topK) or (N,)): each token picks topK experts (distinct unless asked)."""
+                distinct: bool = True, one_dim: bool = False, seed: int = 0,
+                zipf: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens (N, H), indices (N, topK) or (N,)): each token picks topK experts (distinct unless asked);
+    uniformly, or with Zipf-skewed expert popularity of exponent `zipf` (ops.common.routing)."""
     rng = np.random.default_rng(seed)
     dtype = as_dtype(dtype)
     if np.issubdtype(dtype, np.integer):
         x = rng.integers(-100, 100, (tokens, hidden)).astype(dtype)
     else:
         x = cast(rng.uniform(-5, 5, (tokens, hidden)), dtype)
-    if distinct and topk <= experts:
+    if zipf is not None and distinct and topk <= experts:
+        idx = top_experts(skewed_scores(rng, tokens, experts, zipf), topk)
+    elif zipf is not None:
+        idx = rng.choice(experts, size=(tokens, topk), p=expert_weights(rng, experts, zipf))
+    elif distinct and topk <= experts:
         idx = np.argsort(rng.random((tokens, experts)), axis=1)[:, :topk]
     else:
         idx = rng.integers(0, experts, (tokens, topk))

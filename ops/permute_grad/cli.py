@@ -9,7 +9,7 @@ from tiling import moe_init_routing_v2_grad as l0_tiling_op
 from tiling import moe_token_permute_grad as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
-from ..common.cli_spec import INDEX_DEMO_SHAPE, OpSpec, index_demo, index_topk, kept_rows
+from ..common.cli_spec import INDEX_DEMO_SHAPE, OpSpec, index_demo, index_topk, kept_rows, zipf_of
 from . import allocate_outputs, arch35_k_chunk, get_workspace_size, run
 from . import examples, golden
 
@@ -35,7 +35,7 @@ def _tiling(args: dict, soc):
 def _inputs(a: argparse.Namespace) -> dict:
     k = index_topk(a, NAME)
     return examples.make_inputs(a.tokens, a.hidden, k, experts=a.experts, dtype=a.dtype,
-                                num_out_tokens=kept_rows(a, a.tokens * k), seed=a.seed)
+                                num_out_tokens=kept_rows(a, a.tokens * k), seed=a.seed, zipf=zipf_of(a))
 
 
 def _golden(args: dict, tiling) -> tuple:
@@ -54,10 +54,10 @@ DEMO = [
 ]
 
 
-def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
+def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True, zipf: float | None = None) -> list:
     tokens, hidden, experts, top_k = INDEX_DEMO_SHAPE
     return index_demo(NAME, lambda case: examples.make_inputs(tokens, hidden, top_k, experts=experts, dtype="bf16",
-                                                              seed=4, **case), DEMO, soc)
+                                                              seed=4, zipf=zipf, **case), DEMO, soc)
 
 
 SPEC = OpSpec(

@@ -49,5 +49,6 @@ SPEC = OpSpec(
     flags=ROUTING_FLAGS | {"num_out_tokens", "non_topk"},
     demo_title=lambda soc: routing_title(NAME, soc),
     check_flags=lambda a, soc: routing_layout(a, NAME),
-    demo_cases=lambda soc, ub_size=None, aiv_num=None, values=True: routing_demo(NAME, examples, DEMO, soc, values),
+    demo_cases=lambda soc, ub_size=None, aiv_num=None, values=True, zipf=None: routing_demo(NAME, examples, DEMO, soc,
+                                                                                           values, zipf),
 )

@@ -9,18 +9,22 @@ import numpy as np
 from tiling.common import as_dtype
 
 from ..common.half_cast import cast
+from ..common.routing import skewed_scores
 
 
 def make_inputs(tokens: int, hidden: int, experts: int, topk: int | None = None, capacity: int | None = None,
                 dtype="bf16", probs_dtype=None, drop_and_pad: bool = False, with_probs: bool = True,
-                routing_map_dtype="bool", seed: int = 0, values: bool = True, *, full_topk: bool = True) -> dict:
+                routing_map_dtype="bool", seed: int = 0, values: bool = True, *, full_topk: bool = True,
+                zipf: float | None = None) -> dict:
     """Arrays in aclnn argument order: tokens (N, H), routing_map (N, E), probs (N, E) or None, num_out_tokens,
-    drop_and_pad. `values=False` gives zero tokens / probs with the same routing (to tile or compile a case)."""
+    drop_and_pad. `values=False` gives zero tokens / probs with the same routing (to tile or compile a case).
+    `zipf`: the router's logits are Zipf-skewed (ops.common.routing); None: standard normal."""
     rng = np.random.default_rng(seed)
     dtype = as_dtype(dtype)
     probs_dtype = as_dtype(probs_dtype) if probs_dtype is not None else dtype
     topk = int(topk if topk is not None else min(2, experts))
-    logits = rng.standard_normal((tokens, experts), dtype=np.float32)
+    logits = rng.standard_normal((tokens, experts), dtype=np.float32) if zipf is None \
+        else skewed_scores(rng, tokens, experts, zipf)
     soft = np.exp(logits - logits.max(axis=1, keepdims=True))
     soft /= soft.sum(axis=1, keepdims=True)
     counts = np.full(tokens, topk) if full_topk else rng.integers(1, max(topk, 1) + 1, size=tokens)

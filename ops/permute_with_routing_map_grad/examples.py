@@ -18,6 +18,7 @@ import numpy as np
 from tiling.common import as_dtype
 
 from ..common.half_cast import cast
+from ..common.routing import skewed_scores
 
 
 def _uniform(rng, low: float, high: float, shape, dtype, values: bool) -> np.ndarray:
@@ -29,9 +30,10 @@ def _uniform(rng, low: float, high: float, shape, dtype, values: bool) -> np.nda
     return cast(out, dtype)
 
 
-def _router_rank(rng, tokens: int, experts: int) -> np.ndarray:
-    """rank[t, e] = position of expert e in token t's descending softmax scores (0 = best)."""
-    logits = rng.standard_normal((tokens, experts))
+def _router_rank(rng, tokens: int, experts: int, zipf: float | None = None) -> np.ndarray:
+    """rank[t, e] = position of expert e in token t's descending softmax scores (0 = best); Zipf-skewed logits
+    for a `zipf` exponent (ops.common.routing)."""
+    logits = rng.standard_normal((tokens, experts)) if zipf is None else skewed_scores(rng, tokens, experts, zipf)
     scores = np.exp(logits - logits.max(axis=1, keepdims=True))
     scores /= scores.sum(axis=1, keepdims=True)
     order = np.argsort(-scores, axis=1, kind="stable")
@@ -40,15 +42,17 @@ def _router_rank(rng, tokens: int, experts: int) -> np.ndarray:
 
 def make_inputs(tokens: int, hidden: int, experts: int, topk: int | None = None, capacity: int | None = None,
                 dtype="bf16", probs_dtype=None, drop_and_pad: bool = False, with_probs: bool = True,
-                routing_map_dtype="bool", seed: int = 0, values: bool = True, full_topk: bool = True) -> dict:
+                routing_map_dtype="bool", seed: int = 0, values: bool = True, full_topk: bool = True,
+                zipf: float | None = None) -> dict:
     """Arrays in aclnn argument order: permuted_token_output_grad (M, H), permuted_probs_output_grad (M,) or
     None, sorted_indices (M,) int32, routing_map (N, E) or None (None only without probs), num_experts,
-    tokens_num, drop_and_pad. `values=False` leaves the floating-point tensors zero."""
+    tokens_num, drop_and_pad. `values=False` leaves the floating-point tensors zero. `zipf`: the routing skew's
+    exponent (None: uniform)."""
     rng = np.random.default_rng(seed)
     dtype = as_dtype(dtype)
     probs_dtype = as_dtype(probs_dtype) if probs_dtype is not None else dtype
     topk = int(topk if topk is not None else min(2, experts))
-    rank, scores = _router_rank(rng, tokens, experts)
+    rank, scores = _router_rank(rng, tokens, experts, zipf)
     counts = np.full(tokens, topk) if full_topk else rng.integers(1, topk + 1, size=tokens)
     routing = rank < counts[:, None]
     if drop_and_pad:

@@ -11,7 +11,7 @@ import numpy as np
 from tiling import moe_token_unpermute as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
-from ..common.cli_spec import INDEX_DEMO_SHAPE, INDEX_FLAGS, OpSpec, index_demo, kept_rows, slots_per_token
+from ..common.cli_spec import INDEX_DEMO_SHAPE, INDEX_FLAGS, OpSpec, index_demo, kept_rows, slots_per_token, zipf_of
 from . import allocate_outputs, get_workspace_size, run
 from . import examples, golden
 
@@ -29,7 +29,8 @@ def _descs(a: argparse.Namespace) -> dict:
 def _inputs(a: argparse.Namespace) -> dict:
     k = slots_per_token(a, NAME)
     return examples.make_inputs(a.tokens, a.hidden, a.experts, k, dtype=a.dtype, probs_dtype=a.probs_dtype,
-                                with_probs=not a.no_probs, num_out_tokens=kept_rows(a, a.tokens * k), seed=a.seed)
+                                with_probs=not a.no_probs, num_out_tokens=kept_rows(a, a.tokens * k), seed=a.seed,
+                                zipf=zipf_of(a))
 
 
 DEMO = [
@@ -41,10 +42,10 @@ DEMO = [
 ]
 
 
-def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
+def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True, zipf: float | None = None) -> list:
     tokens, hidden, experts, top_k = INDEX_DEMO_SHAPE
     return index_demo(NAME, lambda case: examples.make_inputs(tokens, hidden, experts, top_k, dtype="bf16", seed=4,
-                                                              values=values, **case), DEMO, soc)
+                                                              values=values, zipf=zipf, **case), DEMO, soc)
 
 
 SPEC = OpSpec(

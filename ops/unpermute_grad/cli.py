@@ -12,7 +12,7 @@ from tiling import moe_finalize_routing_v2_grad as l0_tiling_op
 from tiling import moe_token_unpermute_grad as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
-from ..common.cli_spec import INDEX_DEMO_SHAPE, OpSpec, index_demo, slots_per_token
+from ..common.cli_spec import INDEX_DEMO_SHAPE, OpSpec, index_demo, slots_per_token, zipf_of
 from . import allocate_outputs, get_workspace_size, run
 from . import examples, golden
 
@@ -43,7 +43,7 @@ def _tiling(args: dict, soc):
 def _inputs(a: argparse.Namespace) -> dict:
     k = slots_per_token(a, NAME)
     return examples.make_inputs(a.tokens, a.hidden, topk=k, dtype=a.dtype, probs_dtype=a.probs_dtype,
-                                with_probs=not a.no_probs, seed=a.seed)
+                                with_probs=not a.no_probs, seed=a.seed, experts=a.experts, zipf=zipf_of(a))
 
 
 DEMO = [
@@ -54,10 +54,11 @@ DEMO = [
 ]
 
 
-def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
-    tokens, hidden, _, top_k = INDEX_DEMO_SHAPE
+def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True, zipf: float | None = None) -> list:
+    tokens, hidden, experts, top_k = INDEX_DEMO_SHAPE
     return index_demo(NAME, lambda case: examples.make_inputs(tokens, hidden, topk=top_k, dtype="bf16", seed=4,
-                                                              values=values, **case), DEMO, soc)
+                                                              values=values, experts=experts, zipf=zipf, **case),
+                      DEMO, soc)
 
 
 SPEC = OpSpec(

@@ -16,6 +16,7 @@ import numpy as np
 from tiling.common import as_dtype
 
 from ..common.half_cast import cast
+from ..common.routing import padded_columns, skewed_scores, softmax
 
 
 def _router(rng, tokens: int, experts: int) -> np.ndarray:
@@ -38,17 +39,28 @@ def _uniform(rng, shape, dtype, values: bool) -> np.ndarray:
 
 def make_inputs(tokens: int, hidden: int, experts: int, topk: int | None = None, capacity: int | None = None,
                 dtype="bf16", probs_dtype=None, drop_and_pad: bool = False, with_probs: bool = True,
-                routing_map_dtype="bool", seed: int = 0, values: bool = True) -> dict:
+                routing_map_dtype="bool", seed: int = 0, values: bool = True, zipf: float | None = None) -> dict:
     """Arrays in aclnn argument order: permuted_tokens, sorted_indices, routing_map, probs, padded_mode,
     restore_shape. routing_map and probs are None without probs; restore_shape is always (tokens, hidden).
 
     `values=False` leaves permuted_tokens zero (the routing is real): enough to tile a case and compile its
-    kernel cheaply for large shapes."""
+    kernel cheaply for large shapes.
+
+    `zipf`: the router's logits are Zipf-skewed (ops.common.routing); probs are their softmax. Padded and
+    skewed, each token routes to its `topk` (default 2) best experts and each expert's block is the forward's
+    drop-and-pad column (its best `capacity` routed tokens, then padding tokens), marked in routing_map."""
     rng = np.random.default_rng(seed)
     dtype = as_dtype(dtype)
     probs_dtype = as_dtype(probs_dtype) if probs_dtype is not None else dtype
-    scores = _router(rng, tokens, experts)
-    if drop_and_pad:
+    scores = _router(rng, tokens, experts) if zipf is None else skewed_scores(rng, tokens, experts, zipf)
+    if drop_and_pad and zipf is not None:
+        capacity = int(capacity if capacity is not None else max(1, tokens // 2))
+        _, columns = padded_columns(scores, int(topk if topk is not None else min(2, experts)), capacity)
+        routing = np.zeros((tokens, experts), dtype=bool)
+        routing[columns.reshape(-1), np.repeat(np.arange(experts), capacity)] = True
+        sorted_indices = columns.reshape(-1).astype(np.int32)
+        rows = experts * capacity
+    elif drop_and_pad:
         capacity = int(capacity if capacity is not None else max(1, tokens // 2))
         # each expert's `capacity` best tokens, in ascending token order
         best = np.argsort(-scores, axis=0, kind="stable")[:capacity].T          # (experts, capacity)
@@ -70,5 +82,5 @@ def make_inputs(tokens: int, hidden: int, experts: int, topk: int | None = None,
                 routing_map=None, probs=None, padded_mode=drop_and_pad, restore_shape=(tokens, hidden))
     if with_probs:
         args["routing_map"] = routing.astype(as_dtype(routing_map_dtype))
-        args["probs"] = cast(scores, probs_dtype)
+        args["probs"] = cast(scores if zipf is None else softmax(scores), probs_dtype)
     return args

@@ -47,10 +47,10 @@ DEMO = [
 ]
 
 
-def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True) -> list:
+def _demo_cases(soc, ub_size=None, aiv_num=None, values: bool = True, zipf: float | None = None) -> list:
     tokens, hidden, experts = 512, 4096, 64
     return [DemoCase(NAME, label, soc,
-                     examples.make_inputs(tokens, hidden, experts, dtype="bf16", seed=1, values=values,
+                     examples.make_inputs(tokens, hidden, experts, dtype="bf16", seed=1, values=values, zipf=zipf,
                                           **{"with_probs": False, **case}),
                      f"{tokens}x{hidden} E{experts}") for label, case in DEMO]
 

@@ -14,6 +14,7 @@ import numpy as np
 from tiling.common import as_dtype
 
 from ..common.half_cast import cast
+from ..common.routing import padded_columns, skewed_scores
 
 
 def _uniform(rng, low: float, high: float, shape, dtype, values: bool = True) -> np.ndarray:
@@ -29,21 +30,30 @@ def _uniform(rng, low: float, high: float, shape, dtype, values: bool = True) ->
 
 def make_inputs(tokens: int, hidden: int, experts: int, *, topk: int | None = None, capacity: int | None = None,
                 dtype="bf16", probs_dtype=None, drop_and_pad: bool = False, with_probs: bool = True,
-                routing_map_dtype="bool", full_topk: bool = True, seed: int = 0, values: bool = True) -> dict:
+                routing_map_dtype="bool", full_topk: bool = True, seed: int = 0, values: bool = True,
+                zipf: float | None = None) -> dict:
     """Arrays in aclnn argument order: unpermuted_tokens_grad, out_index, permute_token_id, routing_map,
     permuted_tokens, probs, drop_and_pad (probs / routing_map / permuted_tokens None without probs).
 
     `values=False` leaves the floating-point tensors zero (the routing is real): enough to tile a case and
-    compile its kernel, at no cost for large shapes."""
+    compile its kernel, at no cost for large shapes.
+
+    `zipf`: Zipf-skewed routing (ops.common.routing): each token's experts are its best by skewed scores, and
+    with dropAndPad each expert's token list is the forward's drop-and-pad column for tokens routed to their
+    `topk` (default 2) best experts (best `capacity` routed tokens, then padding tokens)."""
     rng = np.random.default_rng(seed)
     dtype = as_dtype(dtype)
     probs_dtype = as_dtype(probs_dtype) if probs_dtype is not None else dtype
     routing = np.zeros((tokens, experts), dtype=bool)
     if drop_and_pad:
         capacity = int(capacity if capacity is not None else max(1, tokens // 2))
-        # each expert's tokens: the first `capacity` of a random permutation, ascending
-        picks = np.argsort(rng.random((experts, tokens)), axis=1)[:, :capacity]
-        picks.sort(axis=1)
+        if zipf is None:
+            # each expert's tokens: the first `capacity` of a random permutation, ascending
+            picks = np.argsort(rng.random((experts, tokens)), axis=1)[:, :capacity]
+            picks.sort(axis=1)
+        else:
+            picks = padded_columns(skewed_scores(rng, tokens, experts, zipf),
+                                   int(topk if topk is not None else min(2, experts)), capacity)[1]
         expert_major = picks.reshape(-1)
         routing[expert_major, np.repeat(np.arange(experts), capacity)] = True
         order = np.argsort(expert_major, kind="stable")
@@ -53,8 +63,11 @@ def make_inputs(tokens: int, hidden: int, experts: int, *, topk: int | None = No
     else:
         topk = int(topk if topk is not None else min(2, experts))
         counts = np.full(tokens, topk) if full_topk else rng.integers(1, topk + 1, size=tokens)
-        chosen = np.argsort(rng.random((tokens, experts)), axis=1)
-        rank = np.argsort(chosen, axis=1)           # rank of each expert in the token's random order
+        if zipf is None:
+            chosen = np.argsort(rng.random((tokens, experts)), axis=1)
+        else:
+            chosen = np.argsort(-skewed_scores(rng, tokens, experts, zipf), axis=1, kind="stable")
+        rank = np.argsort(chosen, axis=1)           # rank of each expert in the token's (skewed) random order
         routing = rank < counts[:, None]
         # permuted row of every routed (token, expert) pair, numbered expert-major
         row_of = np.cumsum(routing.T.reshape(-1)).reshape(experts, tokens).T - 1
