@@ -3,7 +3,10 @@ tour (`ascend-sim demo`), compiling what it needs, then the same with the cache 
 doing only `import numpy` (the floor of any Python start), all in this run. Subprocesses, so nothing this process
 compiled counts. extra_info also holds the functions the cold run compiled (numba cache index files written) and
 the import times of numpy, ml_dtypes, numba and `ops, tiling`. No timing assertions: the numbers are the result.
-The summary prints seconds and the ratios to the numpy-only start."""
+The summary prints seconds and the ratios to the numpy-only start.
+
+Marked slow: three cold compilations in subprocesses take about four minutes of a 2-core machine, which CI's
+10-minute budget has no room for; `pytest tests/benchmarks -o addopts= --benchmark-only -m slow` runs them."""
 from __future__ import annotations
 
 import os
@@ -65,6 +68,7 @@ def _import_seconds(module: str, cache: str) -> float:
     return sorted(runs)[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [*CASES, TOUR])
 def test_cold_then_warm_start(case, benchmark):
     cache = tempfile.mkdtemp(prefix="ascend-sim-cold-")
