@@ -26,8 +26,10 @@ Two properties of the disk cache are ours to keep:
 from __future__ import annotations
 
 import ast
+import atexit
 import hashlib
 import inspect
+import json
 import os
 import sys
 import time
@@ -162,13 +164,60 @@ def _imported_modules(module, path: str) -> list[str]:
 
 
 _IMPORT_NAMES: dict[tuple, tuple[str, ...]] = {}
+_IMPORT_NAMES_FILE_VERSION = 1
+_import_names_loaded = False
+_import_names_added = False
+
+
+def _import_names_file() -> Path:
+    """Where the parsed import statements persist between processes: beside numba's cache (NUMBA_CACHE_DIR, else
+    ascend_sim's __pycache__), so a fresh process parses no source file it parsed before."""
+    root = Path(numba_config.CACHE_DIR) if numba_config.CACHE_DIR else Path(__file__).parent / "__pycache__"
+    return root / f"ascend_sim_import_names.v{_IMPORT_NAMES_FILE_VERSION}.json"
+
+
+def _load_import_names() -> None:
+    global _import_names_loaded
+    _import_names_loaded = True
+    try:
+        rows = json.loads(_import_names_file().read_text(encoding="utf-8"))
+        for path, package, mtime_ns, size, names in rows:
+            _IMPORT_NAMES.setdefault((path, package, mtime_ns, size), tuple(names))
+    except (OSError, ValueError, TypeError):
+        pass            # no file yet, or one from another layout: parse and write it again
+
+
+def save_import_names() -> None:
+    """Write the memo of _import_statement_names for the next process (after the stamps of a process's first
+    kernels; atomic, so concurrent processes leave one complete file). Keys of files that changed stay until
+    the memo is rewritten with only what this process saw."""
+    global _import_names_added
+    if not _import_names_added:
+        return
+    _import_names_added = False
+    target = _import_names_file()
+    rows = [[*key, list(names)] for key, names in _IMPORT_NAMES.items()]
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rows), encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError:
+        pass            # a read-only install: parse again next time
+
+
+atexit.register(save_import_names)
 
 
 def _import_statement_names(path: str, package: str) -> tuple[str, ...]:
     """Every module name the import statements of the source file `path` name, parsed once per version of
     the file: each stamped module reaches most of ascend_sim, so without the memo `import ops` parsed the
     same files about 750 times (7 of its 9 s). The key holds the file's mtime and size, so an edited file
-    is parsed again."""
+    is parsed again; the memo persists on disk (save_import_names), since parsing the 250 files a first
+    kernel reaches costs a fresh process about 0.4 s."""
+    global _import_names_added
+    if not _import_names_loaded:
+        _load_import_names()
     try:
         st = os.stat(path)
     except OSError:
@@ -176,6 +225,7 @@ def _import_statement_names(path: str, package: str) -> tuple[str, ...]:
     key = (path, package, st.st_mtime_ns, st.st_size)
     if key not in _IMPORT_NAMES:
         _IMPORT_NAMES[key] = _parse_import_names(path, package)
+        _import_names_added = True
     return _IMPORT_NAMES[key]
 
 

@@ -56,3 +56,22 @@ def test_a_kernel_stamp_does_not_depend_on_what_was_imported_before():
     for first in ("moe_token_permute_with_routing_map", "moe_token_unpermute_grad", "aclnn"):
         alone = stamps(first)
         assert alone and {k: everything.get(k) for k in alone} == alone, first
+
+
+def test_import_names_persist_across_processes(tmp_path):
+    """The parsed import statements behind the stamps are written for the next process, which then parses no
+    file it parsed before; the stamp it computes from the memo is the one a fresh parse gives."""
+    import json
+    import os
+    import subprocess
+    import sys
+    code = ("import ascend_sim._jit as j, ascend_sim.vector as v; "
+            "print(j.source_stamp('ascend_sim.vector'), j._import_names_added)")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    first, second = (subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                    check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+                     .stdout.split() for _ in range(2))
+    memo = json.loads(next(tmp_path.glob("ascend_sim_import_names.*.json")).read_text())
+    assert any(row[0].endswith(os.path.join("ascend_sim", "vector.py")) for row in memo)
+    assert first[0] == second[0]                   # the same stamp, parsed or read back
+    assert first[1] == "True" and second[1] == "False", (first, second)
