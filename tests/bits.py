@@ -60,17 +60,24 @@ def assert_bits_equal(got, want, where: str = "", *, nan_equal: bool = False, ma
     """Assert that got and want hold the same bits in every element.
 
     got, want: numpy arrays (or scalars) of one dtype and one shape; a dtype or shape mismatch fails on its own
-    before any element is compared. where: the case, in the caller's words (operand, shape, dtype, mode, profile;
-    the running pytest id is added by itself). nan_equal: any NaN equals any NaN (sign and payload ignored), for
-    outputs whose NaN payload the real operator leaves unspecified; a NaN never equals a number. mask: bool array
-    broadcastable to the shape; only elements where it is True are compared (indices reported are still those of
-    the whole array).
+    before any element is compared; None (an optional output not produced) equals None only.
+    where: the case, in the caller's words (operand, shape, dtype, mode, profile); the running pytest id, with its
+    parametrisation, is added by itself.
+    nan_equal: any NaN equals any NaN (sign and payload ignored), for outputs whose NaN payload the real operator
+    leaves unspecified; a NaN never equals a number.
+    mask: bool array broadcastable to the shape; only elements where it is True are compared (the indices reported
+    are still those of the whole array).
 
     Raises AssertionError naming the case, the number of differing elements out of those compared, the first
     differing index (one per axis) with both values in hex and decoded, and the next few differing indices.
     """
-    g, w = np.asarray(got), np.asarray(want)
     case = _case(where)
+    if got is None or want is None:          # an optional output: absent on both sides or on neither
+        if got is None and want is None:
+            return
+        raise AssertionError(f"{case}: got {'None' if got is None else 'an array'}, "
+                             f"want {'None' if want is None else 'an array'}")
+    g, w = np.asarray(got), np.asarray(want)
     if g.dtype != w.dtype:
         raise AssertionError(f"{case}: dtype differs: got {g.dtype}, want {w.dtype} (shapes {g.shape}, {w.shape})")
     if g.shape != w.shape:

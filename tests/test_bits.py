@@ -166,3 +166,11 @@ def test_wider_items_compare_bytewise():
     got[1] = 3 + 4j
     with pytest.raises(AssertionError, match=r"(?s)1 of 2 elements .*got 0x0+8\w+ \(\(3\+4j\)\), want \w+ \(\(3-4j"):
         assert_bits_equal(got, want)
+
+
+def test_none_equals_none_only():
+    assert_bits_equal(None, None, "no probs")
+    with pytest.raises(AssertionError, match="no probs: got None, want an array"):
+        assert_bits_equal(None, np.zeros(2, np.float32), "no probs")
+    with pytest.raises(AssertionError, match="got an array, want None"):
+        assert_bits_equal(np.zeros(2, np.float32), None)
