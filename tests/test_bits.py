@@ -1,6 +1,9 @@
 """tests/bits.py's assert_bits_equal: what it accepts, what it rejects, and what a failure says."""
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -174,3 +177,51 @@ def test_none_equals_none_only():
         assert_bits_equal(None, np.zeros(2, np.float32), "no probs")
     with pytest.raises(AssertionError, match="got an array, want None"):
         assert_bits_equal(np.zeros(2, np.float32), None)
+
+
+# --- no test compares bits by hand any more ---------------------------------------------------------------------
+TESTS = Path(__file__).resolve().parent
+OWN = {TESTS / "bits.py", TESTS / "test_bits.py"}
+
+
+def _is_bit_view(node) -> bool:
+    """x.view(...) or x.view(...)[...]: an array reinterpreted to compare its bits."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "view"
+
+
+def _hand_made_bit_compares(tree):
+    """(line, what) of each equality test between two bit views: np.array_equal / np.testing.assert_array_equal
+    of two views (unless negated: `not np.array_equal(...)` checks that a case tells two orders apart), and
+    `view == view` / `view != view` fed to np.all / np.any / np.flatnonzero / np.nonzero / np.argwhere."""
+    negated = {id(n.operand) for n in ast.walk(tree) if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        name = node.func.attr
+        if name in ("array_equal", "assert_array_equal") and len(node.args) == 2 and \
+                all(_is_bit_view(a) for a in node.args) and id(node) not in negated:
+            yield node.lineno, name
+        if name in ("all", "any", "flatnonzero", "nonzero", "argwhere") and node.args:
+            c = node.args[0]
+            if isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], (ast.Eq, ast.NotEq)) and \
+                    _is_bit_view(c.left) and _is_bit_view(c.comparators[0]):
+                yield node.lineno, f"{name}(view {'==' if isinstance(c.ops[0], ast.Eq) else '!='} view)"
+
+
+def test_the_scan_finds_hand_made_compares():
+    found = list(_hand_made_bit_compares(ast.parse(
+        "assert np.array_equal(a.view(np.uint8), b.view(np.uint8))\n"
+        "np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16)[0])\n"
+        "bad = np.flatnonzero(a.view(np.uint8) != b.view(np.uint8))\n"
+        "assert not np.array_equal(a.view(np.uint8), b.view(np.uint8))\n"          # a precondition: allowed
+        "assert np.all(a.view(np.uint8) == 0x5A)\n")))                              # a fill pattern: allowed
+    assert found == [(1, "array_equal"), (2, "assert_array_equal"), (3, "flatnonzero(view != view)")]
+
+
+def test_every_test_file_uses_the_shared_bit_compare():
+    found = [f"{path.relative_to(TESTS.parent)}:{line}: {what}"
+             for path in sorted(TESTS.rglob("*.py")) if path not in OWN
+             for line, what in _hand_made_bit_compares(ast.parse(path.read_text(), str(path)))]
+    assert not found, "compare bits with tests.bits.assert_bits_equal:\n" + "\n".join(found)
