@@ -16,6 +16,7 @@ from ascend_sim import ElementTypeError, OutOfBoundsError
 from ascend_sim._jit import global_aicore
 from ascend_sim.atomic import ATOMIC_STRIPE_BYTES
 from ascend_sim.dtypes import DT_INT16, dt_of, gm_view
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 
 from .harness import run, tbuf
@@ -113,12 +114,8 @@ def test_atomic_add_adds_as_the_element_type(dtype, chip, rng):
         dst[len(specials):2 * len(specials)] = specials
     want = _expected_sum(dst, src)
     _launch(src, dst, dt=dt_of(dtype), rows=1, cols=cols, chip=get_soc(chip))
-    if dtype.kind == "f" or dtype == np.dtype(ml_dtypes.bfloat16):
-        nan = np.isnan(want.astype(np.float64))
-        assert np.array_equal(np.isnan(dst.astype(np.float64)), nan)   # NaN payloads are not specified
-        dst, want = dst[~nan], want[~nan]
-    bits = np.dtype(f"u{dtype.itemsize}")
-    assert np.array_equal(dst.view(bits), want.view(bits))             # bit-exact, the sign of zero included
+    # bit-exact, the sign of zero included; NaN payloads are not specified (a NaN must still meet a NaN)
+    assert_bits_equal(dst, want, nan_equal=True)
 
 
 @pytest.mark.parametrize("mode", [MODE_PAD, MODE_DATA_COPY, MODE_PAD_STRIDED], ids=["DataCopyPad", "DataCopy",
@@ -226,7 +223,7 @@ def test_atomic_max_keeps_the_larger_value(dtype, rng):
         src[21], dst[21] = 0.0, -0.0          # equal: GM keeps -0
     want = _expected_max(dst, src)
     _launch(src, dst, dt=dt_of(dtype), rows=1, cols=cols, atomic=2, chip=get_soc("ascend950"))
-    assert np.array_equal(dst.view(np.uint8), want.view(np.uint8))
+    assert_bits_equal(dst, want)
 
 
 def test_concurrent_atomic_max_to_one_row_is_the_column_max():

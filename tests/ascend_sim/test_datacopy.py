@@ -12,6 +12,7 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import AlignmentError, OutOfBoundsError, ParamRangeError
 from ascend_sim._jit import global_aicore
 from ascend_sim.layout import POISON
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 
 from .harness import run, tbuf
@@ -97,9 +98,7 @@ def test_gm_to_ub_layout(case, rng):
     dump = np.zeros(UB_BYTES // np.dtype(dtype).itemsize, dtype=dtype)
     run([pad_in_kernel], [tbuf("buf", UB_BYTES)], p, asc.GlobalTensor(src, 0, 0), asc.GlobalTensor(dump, 1, 0))
     want = expected_ub(src, p)
-    got = dump.view(np.uint8)
-    bad = np.nonzero(got != want)[0]
-    assert bad.size == 0, f"{case}: first differing UB byte {bad[0]}: got {got[bad[0]]}, want {want[bad[0]]}"
+    assert_bits_equal(dump.view(np.uint8), want, f"{case}: UB bytes")
 
 
 OUT_CASES = {
@@ -125,8 +124,7 @@ def test_ub_to_gm_layout(case, rng):
         u = ub_off * isz + r * (_align32(blen) + sstride * 32)
         g = gm_off * isz + r * (blen + dstride)
         want[g: g + blen] = image_bytes[u: u + blen]
-    bad = np.nonzero(dst.view(np.uint8) != want)[0]
-    assert bad.size == 0, f"{case}: first differing GM byte {bad[0]}"
+    assert_bits_equal(dst.view(np.uint8), want, f"{case}: GM bytes")
 
 
 ERROR_CASES = {

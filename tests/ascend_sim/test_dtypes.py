@@ -13,6 +13,7 @@ from ascend_sim.dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_
                                DT_FLOAT4_E2M1, DT_FLOAT8_E4M3FN, DT_FLOAT8_E5M2, ROUND_MODE_NAMES,
                                f32_array_to_half_bits, f32_array_to_mini_float_bits, half_bits_array_to_f32_bits,
                                f32_bits_to_bf16_bits, f32_bits_to_bf16_bits_rint, int_array_to_f32_bits)
+from tests.bits import assert_bits_equal
 
 ALL_CODES = np.arange(65536, dtype=np.uint32).astype(np.uint16)
 FORMATS = {"bf16": (True, ml_dtypes.bfloat16), "fp16": (False, np.float16)}
@@ -25,9 +26,7 @@ def test_widening_is_exact_for_every_code(fmt):
     values = ALL_CODES.view(np_type)
     with np.errstate(invalid="ignore"):
         ref = values.astype(np.float32)
-        nan = np.isnan(values)
-    assert np.array_equal(got[~nan], ref.view(np.uint32)[~nan])
-    assert np.isnan(got.view(np.float32)[nan]).all()
+    assert_bits_equal(got.view(np.float32), ref, fmt, nan_equal=True)      # a NaN code widens to some NaN
 
 
 def _inputs(rng):
@@ -109,10 +108,8 @@ def test_rint_equals_numpy_and_ml_dtypes(fmt, rng):
     xf = x.view(np.float32)
     got = f32_array_to_half_bits(x, is_bf16, CAST_RINT)
     with np.errstate(over="ignore", invalid="ignore"):
-        ref = xf.astype(np_type).view(np.uint16)
-    nan = np.isnan(xf)
-    assert np.array_equal(got[~nan], ref[~nan])
-    assert np.isnan(got.view(np_type)[nan]).all()
+        ref = xf.astype(np_type)
+    assert_bits_equal(got.view(np_type), ref, fmt, nan_equal=True)         # a NaN input narrows to some NaN
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -164,8 +161,7 @@ def test_int_to_fp32_matches_exact_reference(mode):
                                   -1, 2**24, 2**31 - 1, -2**31])]).astype(np.int64)
     got = int_array_to_f32_bits(x, mode).view(np.float32)
     want = np.array([_int_to_f32_reference(v, mode) for v in x.tolist()], dtype=np.float32)
-    bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
-    assert bad.size == 0, f"first mismatch: {x[bad[0]]} -> {got[bad[0]]}, want {want[bad[0]]}"
+    assert_bits_equal(got, want, f"int64 x -> fp32, mode {mode} (the index is into x)")
 
 
 # --- fp32 -> FP8 / FP4 (Cast CAST_RINT + SAT of the MX kernels) --------------------------------------------

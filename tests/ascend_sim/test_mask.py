@@ -7,6 +7,7 @@ import pytest
 import ascend_sim.kernel_api as asc
 from ascend_sim import AlignmentError, ElementTypeError, OutOfBoundsError, ParamRangeError
 from ascend_sim._jit import global_aicore
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 
 from .harness import run, tbuf
@@ -195,7 +196,7 @@ def test_casts_u8_to_half_and_f32_to_i32(mode, rounding):
     run([cast_kernel], [tbuf("u8", 256), tbuf("h", 512), tbuf("f", 1024), tbuf("i", 1024)], 256,
         getattr(asc, mode), asc.GlobalTensor(src, 0, 0), asc.GlobalTensor(dst_half, 1, 0),
         asc.GlobalTensor(dst_int, 2, 0))
-    assert np.array_equal(dst_half, src.astype(np.float16).view(np.uint16))
+    assert_bits_equal(dst_half.view(np.float16), src.astype(np.float16))
     assert np.array_equal(dst_int, rounding(src.astype(np.float64) * -1.25).astype(np.int32))
 
 

@@ -9,6 +9,7 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import AlignmentError, ElementTypeError, Kernel, OutOfBoundsError, ParamRangeError, PipeRaceError
 from ascend_sim import launch as sim_launch
 from ascend_sim._jit import global_aicore
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 
 from .harness import CHIP950, run, run_vf, tbuf
@@ -234,7 +235,7 @@ def test_arange_and_binary_ops(kind):
     a = np.arange(64, dtype=np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
         want = ARITH[kind](a, src[:64]).astype(np.float32)
-    assert np.array_equal(got[:64].view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(got[:64], want)
 
 
 @pytest.mark.parametrize("p,error,fields", [

@@ -12,6 +12,7 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import AlignmentError, OutOfBoundsError, ParamRangeError, SimulatorError
 from ascend_sim import regbase as rb
 from ascend_sim._jit import global_aicore
+from tests.bits import assert_bits_equal
 
 from .harness import run_vf
 
@@ -286,7 +287,7 @@ def test_cast_b16_to_f32_layouts(layout, bf16):
     got = launch([8, layout, bf16], x).view(np.float32)[:64]
     src = x[layout:128:2]
     want = (src.view(ml_dtypes.bfloat16) if bf16 else src.view(np.float16)).astype(np.float32)
-    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(got, want)
 
 
 FP8_IN = np.array([1.0, -1.0, 0.0, -0.0, 448.0, 464.0, 480.0, 1e6, -1e6, np.inf, -np.inf, np.nan, 2.0 ** -9,
@@ -364,7 +365,7 @@ def test_truncate_to_integral_keeps_sign_of_zero(rnd, want):
     x[:7] = vals
     x[7:10] = [np.inf, -np.inf, np.nan]
     got = launch([14, rnd], x).view(np.float32)
-    assert np.array_equal(got[:7].view(np.uint32), np.array(want, dtype=np.float32).view(np.uint32))
+    assert_bits_equal(got[:7], np.array(want, dtype=np.float32))
     assert got[7] == np.inf and got[8] == -np.inf and np.isnan(got[9])
 
 

@@ -8,6 +8,7 @@ import pytest
 import ascend_sim.kernel_api as asc
 from ascend_sim import AlignmentError, OutOfBoundsError, ParamRangeError, SyncError
 from ascend_sim._jit import global_aicore
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 
 from .harness import run, tbuf
@@ -50,7 +51,7 @@ def test_reductions_follow_the_pairwise_tree(kind, repeat, mask, rng):
     else:
         want = np.array([tree(lanes[r]) for r in range(repeat)])
         got = dst[:repeat]
-    assert np.array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32))
+    assert_bits_equal(got, want.astype(np.float32))
 
 
 @global_aicore
@@ -80,7 +81,7 @@ def test_arithmetic_and_casts_are_fp32_exact(rng):
     x = x + x * np.float32(0.1)
     x = x + np.float32(-1.5)
     want = x.astype(ml_dtypes.bfloat16).astype(np.float32)
-    assert np.array_equal(out[:n].view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(out[:n], want)
     assert report.total.vec_instr == 6 and report.total.vec_elem_ops == 6 * n
 
 

@@ -24,6 +24,7 @@ from ascend_sim import Kernel, UbBuffer, launch
 from ascend_sim._jit import global_aicore
 from ops.permute.examples import make_inputs as permute_inputs
 from ops.unpermute.examples import make_inputs as unpermute_inputs
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 
 TOKENS, HIDDEN, EXPERTS, TOPK = 8, 64, 8, 2
@@ -57,7 +58,7 @@ def permute_case():
     tokens, indices = permute_inputs(TOKENS, HIDDEN, EXPERTS, topk=TOPK, dtype="bf16", seed=0)
     got = ops.moe_token_permute(tokens, indices)                   # compile / warm up
     want = numpy_permute(tokens, indices)
-    assert np.array_equal(got[0].view(np.uint16), want[0].view(np.uint16))
+    assert_bits_equal(got[0], want[0])
     assert np.array_equal(got[1], want[1])
     return f"friendly permute ({TOKENS}x{HIDDEN}, K{TOPK}, bf16)", tokens, indices
 
@@ -68,7 +69,7 @@ def unpermute_case():
     args = (a["permuted_tokens"], a["sorted_indices"], a["probs"])
     got = ops.moe_token_unpermute(*args)                              # compile / warm up
     want = numpy_unpermute(*args)
-    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+    assert_bits_equal(got, want)
     return f"friendly unpermute ({TOKENS * TOPK}x{HIDDEN}, K{TOPK}, bf16)", args
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from ops._host import (gather_rows, index_add_rows_step, masked_scatter_rows, mul_rows, nonzero_mask, round_to_half,
                        sort_ids_as_fp32_step, transpose_step, view_copy_step, zeros_like_step)
+from tests.bits import assert_bits_equal
 
 from .conftest import record
 
@@ -45,10 +46,6 @@ def _nbytes(*arrays) -> int:
     return sum(a.nbytes for a in arrays)
 
 
-def _same_bits(a, b) -> None:
-    assert np.array_equal(a.view(f"u{a.dtype.itemsize}"), b.view(f"u{b.dtype.itemsize}")), "step differs"
-
-
 def _probs(dtype):
     return _rng().random((TOKENS, EXPERTS), dtype=np.float32).astype(dtype)
 
@@ -67,7 +64,7 @@ def _gather() -> Case:
     idx = rng.integers(0, TOKENS, ROWS).astype(np.int32)
     out, out32 = np.empty((ROWS, HIDDEN), BF16), np.empty((ROWS, HIDDEN), F32)
     gather_rows(x, idx, out)
-    _same_bits(out, np.take(x, idx, axis=0))
+    assert_bits_equal(out, np.take(x, idx, axis=0))
     return Case(f"GatherV2 ({TOKENS}, {HIDDEN}) -> ({ROWS}, {HIDDEN}) bf16", lambda: gather_rows(x, idx, out),
                 lambda: np.take(x32, idx, axis=0, out=out32), _nbytes(out, out, idx))
 
@@ -81,7 +78,7 @@ def _mul(tokens_dtype, probs_dtype) -> Case:
     out = np.empty(a.shape, dtype=tokens_dtype if probs_dtype == tokens_dtype else F32)
     out32 = np.empty(a.shape, F32)
     mul_rows(a, w, out)
-    _same_bits(out, (a.astype(F32) * w.astype(F32)[:, None]).astype(out.dtype))
+    assert_bits_equal(out, (a.astype(F32) * w.astype(F32)[:, None]).astype(out.dtype))
     return Case(f"Mul ({ROWS}, {HIDDEN}) {tokens_dtype} x ({ROWS}, 1) {probs_dtype} -> {out.dtype}",
                 lambda: mul_rows(a, w, out), lambda: np.multiply(a32, w32[:, None], out=out32), _nbytes(a, w, out))
 
@@ -117,7 +114,7 @@ def _index_add(dtype) -> Case:
     step.run()
     acc = np.zeros((TOKENS, HIDDEN), F32)
     np.add.at(acc, ids.astype(np.int64), source.astype(F32))
-    _same_bits(var, acc.astype(dtype))
+    assert_bits_equal(var, acc.astype(dtype))
     slots = ids.astype(np.int64)
     return Case(f"index add ({ROWS}, {HIDDEN}) -> ({TOKENS}, {HIDDEN}) {dtype}", step.run,
                 lambda: np.add.at(var32, slots, source32), _nbytes(source, var, var, ids))
@@ -127,7 +124,7 @@ def _cast() -> Case:
     var = _rng().standard_normal((TOKENS, HIDDEN), dtype=np.float32)
     out, out32 = np.empty(var.shape, BF16), np.empty(var.shape, F32)
     round_to_half(var, out)
-    _same_bits(out, var.astype(BF16))
+    assert_bits_equal(out, var.astype(BF16))
     # an fp32 -> fp32 Cast is a copy: that is the NumPy fp32 form of this step
     return Case(f"Cast ({TOKENS}, {HIDDEN}) fp32 -> bf16", lambda: round_to_half(var, out),
                 lambda: np.copyto(out32, var), _nbytes(var, out))

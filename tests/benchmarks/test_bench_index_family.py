@@ -20,6 +20,7 @@ from ops.unpermute.examples import make_inputs as unpermute_inputs
 from ops.unpermute.golden import golden as unpermute_golden
 from ops.unpermute_grad.examples import make_inputs as unpermute_grad_inputs
 from ops.unpermute_grad.golden import golden as unpermute_grad_golden
+from tests.bits import assert_bits_equal
 
 from .conftest import RESULTS, copyto_same_bytes, record
 
@@ -67,10 +68,6 @@ class Case:
         self.run_fn(self.workspace, self.size, self.executor)
 
 
-def _same_bits(a, b) -> bool:
-    return a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
-
-
 @pytest.fixture(scope="module")
 def unpermute():
     a = unpermute_inputs(TOKENS, HIDDEN, EXPERTS, TOPK, dtype="bf16", seed=0)
@@ -78,7 +75,7 @@ def unpermute():
     out = np.ones((TOKENS, HIDDEN), dtype=BF16)                                # pages touched up front
     case = Case(f"unpermute key1 probs ({SHAPE})", ops.aclnn.moe_token_unpermute_get_workspace_size,
                 ops.aclnn.moe_token_unpermute, (*inputs, False, None), (out,))
-    assert _same_bits(out, unpermute_golden(*inputs)), "simulator differs from the golden"
+    assert_bits_equal(out, unpermute_golden(*inputs), case.name)
     case.inputs = inputs
     return case
 
@@ -90,7 +87,7 @@ def permute_grad():
     out = np.ones((TOKENS, HIDDEN), dtype=BF16)
     case = Case(f"permute_grad key0 ({SHAPE})", ops.aclnn.moe_token_permute_grad_get_workspace_size,
                 ops.aclnn.moe_token_permute_grad, (*inputs, TOPK, False), (out,))
-    assert _same_bits(out, permute_grad_golden(*inputs, TOPK)), "simulator differs from the golden"
+    assert_bits_equal(out, permute_grad_golden(*inputs, TOPK), case.name)
     case.inputs = inputs
     return case
 
@@ -104,7 +101,8 @@ def unpermute_grad():
                 ops.aclnn.moe_token_unpermute_grad, (*inputs, False, None), outs)
     piece = case.executor.tiling.fields["hidden_size_align"]
     want = unpermute_grad_golden(*inputs, hidden_piece=piece)
-    assert _same_bits(outs[0], want[0]) and _same_bits(outs[1], want[1]), "simulator differs from the golden"
+    for i in range(2):
+        assert_bits_equal(outs[i], want[i], f"{case.name} output {i}")
     case.inputs, case.piece = inputs, piece
     return case
 

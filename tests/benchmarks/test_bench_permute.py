@@ -14,6 +14,7 @@ import ops
 from ops.permute import allocate_outputs
 from ops.permute.examples import make_inputs
 from ops.permute.golden import golden_v2
+from tests.bits import assert_bits_equal
 
 TOKENS, HIDDEN, EXPERTS, TOPK = 4096, 7168, 256, 8
 CASES = {"no-quant-910b": ("ascend910b", -1), "no-quant-950": ("ascend950", -1), "mxfp8-e4m3fn-950": ("ascend950", 3)}
@@ -33,7 +34,7 @@ def prepared(request):
     total = executor.report.total
     want = golden_v2(tokens, indices, 0, quant)
     for got, w in zip(outs, want):
-        assert np.array_equal(got.view(np.uint8), w.view(np.uint8)), "simulator differs from the golden"
+        assert_bits_equal(got, w, "simulator vs golden")
     case = f"permute {request.param} ({TOKENS}x{HIDDEN}, E{EXPERTS}, K{TOPK}, bf16)"
     return dict(case=case, args=(tokens, indices, 0, quant), executor=executor, workspace=workspace, size=size,
                 gm_bytes=total.mte2_bytes + total.mte3_bytes)

@@ -14,6 +14,7 @@ import pytest
 import ops.unpermute_with_routing_map as uwrm
 from ops.unpermute_with_routing_map.examples import make_inputs
 from ops.unpermute_with_routing_map.golden import golden
+from tests.bits import assert_bits_equal
 
 from .conftest import RESULTS, record
 
@@ -38,7 +39,7 @@ def prepared():
     uwrm.run(workspace, size, executor)                                 # compile / warm up
     total = executor.report.total
     want = golden(*args.values())
-    assert np.array_equal(outs[0].view(np.uint16), want[0].view(np.uint16)), "simulator differs from the golden"
+    assert_bits_equal(outs[0], want[0], "simulator vs golden")
     return dict(args=args, executor=executor, workspace=workspace, size=size,
                 gm_bytes=total.mte2_bytes + total.mte3_bytes)
 

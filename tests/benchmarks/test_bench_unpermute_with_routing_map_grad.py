@@ -12,6 +12,7 @@ import pytest
 import ops
 from ops.unpermute_with_routing_map_grad.examples import make_inputs
 from ops.unpermute_with_routing_map_grad.golden import golden
+from tests.bits import assert_bits_equal
 
 TOKENS, HIDDEN, EXPERTS, TOPK = 4096, 7168, 256, 8
 CASES = {"key0-no-probs": False, "key1-probs": True}
@@ -32,7 +33,7 @@ def prepared(request):
     gm_bytes = total.mte2_bytes + total.mte3_bytes
     case = f"unpermute_with_routing_map_grad {request.param} ({TOKENS}x{HIDDEN}, E{EXPERTS}, K{TOPK}, bf16)"
     want = golden(*args.values(), hidden_piece=executor.tiling.fields["hidden_size_align"])
-    assert np.array_equal(out.view(np.uint16), want[0].view(np.uint16)), "simulator differs from the golden"
+    assert_bits_equal(out, want[0], "simulator vs golden")
     return dict(case=case, args=args, executor=executor, workspace=workspace, size=size, gm_bytes=gm_bytes)
 
 

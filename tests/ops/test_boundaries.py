@@ -32,6 +32,7 @@ import pytest
 import ops
 from ops.unpermute_with_routing_map_grad.examples import make_inputs
 from ops.unpermute_with_routing_map_grad.golden import golden
+from tests.bits import assert_bits_equal
 from tiling import get_soc, moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
 
 aclnn = ops.aclnn
@@ -45,10 +46,6 @@ MODES = {  # id: drop_and_pad (keys 1 / 101 without, 11 / 111 with)
 DTYPES = {"bf16": (BF16, BF16), "bf16-fp32probs": (BF16, F32), "fp32": (F32, F32)}
 PROFILES = ("ascend910b", "ascend950")
 TOKENS, EXPERTS, TOPK, CAPACITY = 16, 4, 2, 4   # 32 slots without dropAndPad, 16 with
-
-
-def _bits(a):
-    return a.view(np.uint8)
 
 
 def _inputs(length, mode, dt, seed):
@@ -68,11 +65,8 @@ def _one_piece(args, soc, length):
 def _run_and_compare(args, soc, piece, where):
     grad, probs_grad = ops.moe_token_unpermute_with_routing_map_grad(*args.values(), soc=soc)
     want_grad, want_probs_grad = golden(*args.values(), hidden_piece=piece)
-    bad = np.nonzero(_bits(grad) != _bits(want_grad))[0]
-    assert grad.dtype == want_grad.dtype and bad.size == 0, f"{where}: permuted_tokens_grad differs at byte {bad[:1]}"
-    bad = np.nonzero(_bits(probs_grad) != _bits(want_probs_grad))[0]
-    assert probs_grad.dtype == want_probs_grad.dtype and bad.size == 0, \
-        f"{where}: probs_grad differs at byte {bad[:1]}"
+    assert_bits_equal(grad, want_grad, f"{where}: permuted_tokens_grad")
+    assert_bits_equal(probs_grad, want_probs_grad, f"{where}: probs_grad")
     return grad, probs_grad
 
 
@@ -132,8 +126,7 @@ def test_reduce_sum_thresholds_pick_the_tree_order(length, mode, dt, profile):
     piece = _one_piece(args, soc, length)
     _, probs_grad = _run_and_compare(args, soc, piece, f"H {length} {mode} {dt} {profile}")
     want = _expected_probs_grad(args, value)
-    assert np.array_equal(_bits(probs_grad), _bits(want)), \
-        f"H {length}: probs gradient {np.unique(probs_grad.astype(np.float64))}, want {value} on routed pairs"
+    assert_bits_equal(probs_grad, want, f"H {length}: probs gradient, want {value} on routed pairs")
 
 
 # --- the piece-count reduction of keys 11 / 111: ReduceSumFunc over hiddenSizeLoopTimes partial sums ------------
@@ -189,8 +182,7 @@ def test_piece_count_thresholds_pick_the_tree_order(pieces, dt, profile):
     soc = get_soc(profile, **PIECE_SOC)
     _check_pieces(args, soc, pieces, piece_len)
     _, probs_grad = _run_and_compare(args, soc, piece_len, f"{pieces} pieces {dt} {profile}")
-    assert np.array_equal(_bits(probs_grad), _bits(_expected_probs_grad(args, value))), \
-        f"{pieces} pieces: probs gradient {np.unique(probs_grad.astype(np.float64))}, want {value}"
+    assert_bits_equal(probs_grad, _expected_probs_grad(args, value), f"{pieces} pieces: probs gradient, want {value}")
 
 
 # --- the instruction stream: vector instructions one ReduceSumFunc call issues, by length -------------------------

@@ -9,6 +9,7 @@ import pytest
 from ascend_sim import PipeRaceError
 from ascend_sim.trace import tracing, write_json
 from ops import example_add
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 
 
@@ -20,7 +21,7 @@ def test_add_matches_the_golden_bit_for_bit(n, soc):
     x = rng.standard_normal(n).astype(np.float32)
     y = rng.standard_normal(n).astype(np.float32)
     z = example_add.add(x, y, soc=soc, check="race")
-    assert np.array_equal(z.view(np.uint32), example_add.golden(x, y).view(np.uint32))
+    assert_bits_equal(z, example_add.golden(x, y))
 
 
 @pytest.mark.parametrize("n,block_dim,tile", [(8, 1, 8), (1000, 42, 24), (3_000_000, 48, 8192)])

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from ops.common.half_cast import cast, to_f32
+from tests.bits import assert_bits_equal
 
 HALF = [pytest.param(np.dtype(ml_dtypes.bfloat16), id="bf16"), pytest.param(np.dtype(np.float16), id="fp16")]
 
@@ -39,7 +40,7 @@ def test_cast_matches_astype(name, dtype):
     x = SOURCES[name]
     got = cast(x, dtype)
     assert got.dtype == dtype and got.shape == x.shape
-    np.testing.assert_array_equal(got.view(np.uint16), x.astype(dtype).view(np.uint16))
+    assert_bits_equal(got, x.astype(dtype), name)
 
 
 @pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
@@ -48,7 +49,7 @@ def test_to_f32_matches_astype_for_every_pattern(dtype, strided):
     h = np.arange(2 ** 16, dtype=np.uint16).view(dtype).reshape(256, 256)
     if strided:
         h = h[:, ::3]
-    np.testing.assert_array_equal(to_f32(h).view(np.uint32), h.astype(np.float32).view(np.uint32))
+    assert_bits_equal(to_f32(h), h.astype(np.float32))
 
 
 @pytest.mark.parametrize("src, dtype", [(np.float32, np.int32), (np.int64, np.float32), (np.float32, np.float64)],

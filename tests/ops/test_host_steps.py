@@ -15,6 +15,7 @@ import pytest
 
 from ops._host import (gather_rows, index_add_rows_step, masked_scatter_rows, mul_rows, nonzero_mask, round_to_half,
                        sort_ids_as_fp32_step, transpose_2d, widen_half, zeros_like_step)
+from tests.bits import assert_bits_equal
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 MANTISSA_BITS = {BF16: 7, F16: 10}
@@ -66,13 +67,6 @@ def host_add(a_values: np.ndarray, b_values: np.ndarray) -> np.ndarray:
     return var
 
 
-def same_bits(got: np.ndarray, want: np.ndarray) -> None:
-    g, w = got.view(np.uint16), want.view(np.uint16)
-    bad = np.flatnonzero(g.reshape(-1) != w.reshape(-1))
-    assert bad.size == 0, f"{bad.size} differ, first at {bad[0]}: {g.reshape(-1)[bad[0]]:#06x} != " \
-                          f"{w.reshape(-1)[bad[0]]:#06x}"
-
-
 # biased exponents: the products / sums of the first stay normal, the second's overflow to infinity (or
 # round to max finite), the third's fall in (or are) the subnormal range
 MUL_BINADES = {BF16: [127, 192, 64], F16: [15, 23, 5]}
@@ -86,10 +80,10 @@ def test_mul_of_every_pair_of_one_binade_is_the_exact_product_rounded_once(dtype
     v = binade(dtype, MUL_BINADES[dtype][which])
     got = host_mul(v, v)
     v64 = v.astype(np.float64)
-    same_bits(got, exact_then_round(v64[:, None] * v64[None, :], dtype))
+    assert_bits_equal(got, exact_then_round(v64[:, None] * v64[None, :], dtype))
     if dtype == BF16:       # and ml_dtypes' own bf16 multiply
         with np.errstate(over="ignore"):
-            same_bits(got, v[:, None] * v[None, :])
+            assert_bits_equal(got, v[:, None] * v[None, :])
 
 
 @pytest.mark.parametrize("dtype", HALVES)
@@ -98,10 +92,10 @@ def test_add_of_every_pair_of_one_binade_is_the_exact_sum_rounded_once(dtype, wh
     v = binade(dtype, ADD_BINADES[dtype][which])
     got = host_add(v, v)
     v64 = v.astype(np.float64)
-    same_bits(got, exact_then_round(v64[:, None] + v64[None, :], dtype))
+    assert_bits_equal(got, exact_then_round(v64[:, None] + v64[None, :], dtype))
     if dtype == BF16:
         with np.errstate(over="ignore"):
-            same_bits(got, v[:, None] + v[None, :])
+            assert_bits_equal(got, v[:, None] + v[None, :])
 
 
 @pytest.mark.parametrize("dtype", HALVES)
@@ -113,15 +107,15 @@ def test_mul_and_add_of_special_values_keep_the_bits_of_the_fp32_computation(dty
     with np.errstate(over="ignore", invalid="ignore"):
         want_mul = (w32[None, :] * w32[:, None]).astype(dtype)
         want_add = (w32[:, None] + w32[None, :]).astype(dtype)
-        same_bits(host_mul(v, v), want_mul)
-        same_bits(host_add(v, v), want_add)
+        assert_bits_equal(host_mul(v, v), want_mul)
+        assert_bits_equal(host_add(v, v), want_add)
     # and, NaNs aside, the exact results rounded once
     with np.errstate(invalid="ignore"):
         v64 = v.astype(np.float64)
         exact_results = (v64[:, None] * v64[None, :], v64[:, None] + v64[None, :])
     for got, exact in zip((want_mul, want_add), exact_results):
         keep = ~np.isnan(exact)
-        same_bits(got[keep], exact_then_round(exact, dtype)[keep])
+        assert_bits_equal(got, exact_then_round(exact, dtype), mask=keep)
 
 
 @pytest.mark.parametrize("dtype", HALVES)
@@ -131,7 +125,7 @@ def test_widening_every_half_pattern_is_exact(dtype):
     widen_half(h, out)
     with np.errstate(invalid="ignore"):
         want = h.astype(F32)
-    assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(out, want)
 
 
 def fp32_patterns() -> np.ndarray:
@@ -156,7 +150,7 @@ def test_rounding_fp32_to_half_gives_the_bits_of_astype(dtype):
     out = np.empty(f.shape, dtype=dtype)
     round_to_half(f, out)
     with np.errstate(over="ignore", invalid="ignore"):
-        same_bits(out, f.astype(dtype))
+        assert_bits_equal(out, f.astype(dtype))
 
 
 @pytest.mark.parametrize("dtype", HALVES + [pytest.param(F32, id="fp32")])
@@ -171,7 +165,7 @@ def test_index_add_matches_np_add_at_with_repeated_ids_in_slot_order(dtype):
     with np.errstate(over="ignore"):
         want = acc.astype(dtype)
     index_add_rows_step(var, ids, source, lambda k, v: AssertionError((k, v))).run()
-    assert np.array_equal(var.view(f"u{dtype.itemsize}"), want.view(f"u{dtype.itemsize}"))
+    assert_bits_equal(var, want)
 
 
 def test_index_add_of_a_bad_id_raises_before_writing():
@@ -197,7 +191,7 @@ def test_mixed_mul_widens_bf16_and_keeps_the_fp32_product(values):
     mul_rows(a, w, out)
     with np.errstate(invalid="ignore", over="ignore"):
         want = np.multiply(a.astype(F32), w[:, None])
-    assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(out, want)
 
 
 @pytest.mark.parametrize("dtype", HALVES + [pytest.param(F32, id="fp32")])
@@ -208,8 +202,7 @@ def test_gather_moves_bits_and_counts_negative_indices_from_the_end(dtype):
     idx = np.array([4, 0, -1, 2, -5, 2], dtype=np.int32)
     out = np.empty((6, 6), dtype=dtype)
     gather_rows(x, idx, out)
-    bits = x.view(f"u{dtype.itemsize}")
-    assert np.array_equal(out.view(bits.dtype), np.take(bits, idx, axis=0))
+    assert_bits_equal(out, np.take(x, idx, axis=0))        # np.take copies the stored bits
 
 
 @pytest.mark.parametrize("bad", [5, -6], ids=["past-the-end", "before-the-start"])
@@ -231,10 +224,10 @@ def test_masked_scatter_and_transposes_move_half_bits_unchanged():
     dst[mask] = values
     got = np.zeros((6, 10), dtype=BF16)
     masked_scatter_rows(got, mask, values.view(BF16))
-    assert np.array_equal(got.view(np.uint16), dst)
+    assert_bits_equal(got, dst.view(BF16))
     back = np.empty((10, 6), dtype=BF16)
     transpose_2d(got, back)
-    assert np.array_equal(back.view(np.uint16), dst.T)
+    assert_bits_equal(back, dst.T.view(BF16))
 
 
 @pytest.mark.parametrize("dtype", HALVES + [pytest.param(F32, id="fp32"), pytest.param(np.dtype(bool), id="bool")])
@@ -257,7 +250,7 @@ def test_transpose_moves_bits_at_every_size(shape):
     src = np.random.default_rng(2).integers(0, 1 << 16, shape, dtype=np.uint64).astype(np.uint16).view(BF16)
     dst = np.empty(shape[::-1], dtype=BF16)
     transpose_2d(src, dst)
-    assert np.array_equal(dst.view(np.uint16), src.view(np.uint16).T)
+    assert_bits_equal(dst, src.T)
 
 
 def test_masked_scatter_of_another_dtype_converts_as_numpy_does():

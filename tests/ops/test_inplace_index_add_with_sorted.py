@@ -18,6 +18,7 @@ import pytest
 from ascend_sim import OutOfBoundsError
 from ops import InnerNullptrError, ParamInvalidError
 from ops.common.inplace_index_add_with_sorted import index_add_with_sorted_executor
+from tests.bits import assert_bits_equal
 from tiling import TensorDesc, TilingError, get_soc
 from tiling.moe_inplace_index_add_with_sorted import moe_inplace_index_add_with_sorted as tiling_fn
 
@@ -127,7 +128,7 @@ def test_exact_against_the_golden(case, rng):
         want = golden_exact(before, sv, pos, upd, alpha)
     else:
         want = golden_fixed_order(before, sv, pos, upd, alpha)
-    assert np.array_equal(var.view(np.uint8), want.view(np.uint8))
+    assert_bits_equal(var, want)
     assert ex.report.block_dim == ex.tiling.block_dim
 
 

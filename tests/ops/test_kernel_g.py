@@ -16,6 +16,7 @@ from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import dt_of, gm_view
 from ops.common.unpermute_gather import (GatherTilingData, gather_buffers, gather_gm, gather_phase, gather_template,
                                          gather_tiling_data)
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.common import length_by_type
 from tiling.unpermute_gather import gather_tiling, gather_ub_plan
@@ -152,10 +153,7 @@ def test_matches_golden_bit_for_bit(scenario, token_dtype, prob_dtype):
         f = tg.fields
         assert 0 < f["tokens_splited_length"] < f["tokens_core_length"], f"{scenario}: no token chunks: {f}"
     want = golden(tokens, indices, probs, spec["k"], tokens.shape[0], minus_one)
-    bad = np.flatnonzero(out.view(np.uint8) != want.view(np.uint8))
-    if bad.size:
-        token = bad[0] // out.itemsize // out.shape[1]
-        pytest.fail(f"{scenario}: first differing byte {bad[0]} (output token {token}); tiling {tg.fields}")
+    assert_bits_equal(out, want, f"{scenario}; tiling {tg.fields}")
 
 
 def test_idle_cores_beyond_used_core_num():
@@ -165,7 +163,7 @@ def test_idle_cores_beyond_used_core_num():
     out, tg = run_gather(tokens, indices, probs, top_k=2, soc=soc, skip_negative=True, block_dim=16,
                          td_type=UwrmLikeTilingData)
     assert tg.used_core_num == 6
-    assert np.array_equal(out.view(np.uint16), golden(tokens, indices, probs, 2, 12, True).view(np.uint16))
+    assert_bits_equal(out, golden(tokens, indices, probs, 2, 12, True))
 
 
 def test_tiny_ub_hidden_length_zero_writes_nothing():
@@ -198,7 +196,7 @@ def test_skipped_bad_indices_are_harmless():
     tokens, indices, _ = make_case(8, 5, 24, 0, BF16, None)
     indices[[1, 7, 22]] = [-1, 40, 2 ** 31 - 1]
     out, _ = run_gather(tokens, indices, None, top_k=5, soc=get_soc("ascend910b", aiv_num=3), skip_negative=True)
-    assert np.array_equal(out.view(np.uint16), golden(tokens, indices, None, 5, 40, True).view(np.uint16))
+    assert_bits_equal(out, golden(tokens, indices, None, 5, 40, True))
 
 
 # the operators whose kernel G skips negative slots: PWRM-grad key 0 (no probs, its struct is GatherTilingData's
@@ -221,7 +219,7 @@ def test_every_negative_index_is_skipped_like_minus_one(op, token_dtype, negativ
     out, _ = run_gather(tokens, indices, probs, top_k=3, soc=get_soc("ascend910b", aiv_num=4), skip_negative=True,
                         td_type=td_type)
     want = golden(tokens, indices, probs, 3, tokens.shape[0], True)
-    assert np.array_equal(out.view(np.uint8), want.view(np.uint8))
+    assert_bits_equal(out, want)
 
 
 def test_every_operator_struct_shares_one_stage_type():

@@ -17,6 +17,7 @@ from ascend_sim._jit import global_aicore
 from ascend_sim.dtypes import dt_of, gm_view
 from ops.common.masked_select import (M_ACTUAL_OUT_TOKENS, masked_select_gm, masked_select_phase, masked_select_td,
                                       pwrm_template, uwrm_template)
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.masked_select import masked_select_tiling, masked_select_ub_plan
 
@@ -111,7 +112,7 @@ def test_pwrm_full_selects_probs_and_token_ids(tokens, experts, top_k, soc, valu
     assert np.array_equal(out_indices[:n], np.flatnonzero(selected) % tokens)
     assert np.all(out_indices[n:] == -7)
     if probs is not None:
-        assert np.array_equal(out_values[:n].view(np.uint8), probs_t.reshape(-1)[selected].view(np.uint8))
+        assert_bits_equal(out_values[:n], probs_t.reshape(-1)[selected])
     assert np.all(members == n)
     assert all(core.vec_instr > 0 for core in report.cores[: fields["need_core_num"]])
 
@@ -130,7 +131,7 @@ def test_pwrm_non_topk_skips_full_pass_then_gathers_external_index():
     n = int(selected.sum())
     assert n < tokens * top_k and np.all(members == n)
     assert np.array_equal(out_indices[:n], external[selected])
-    assert np.array_equal(out_values[:n].view(np.uint16), probs_t.reshape(-1)[selected].view(np.uint16))
+    assert_bits_equal(out_values[:n], probs_t.reshape(-1)[selected])
     assert np.all(out_indices[n:] == -7)
 
 
@@ -150,7 +151,7 @@ def test_uwrm_selects_values_token_major(tokens, experts, soc, value_dtype, map_
                                                pwrm=False, soc=soc)
     selected = routing_map.reshape(-1) != 0
     n = int(selected.sum())
-    assert np.array_equal(out_values[:n].view(np.uint8), probs.reshape(-1)[selected].view(np.uint8))
+    assert_bits_equal(out_values[:n], probs.reshape(-1)[selected])
     assert np.all(out_values[n:].view(np.uint8) == SENTINEL)
 
 

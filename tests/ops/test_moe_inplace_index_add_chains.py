@@ -18,6 +18,7 @@ from ops.permute_with_routing_map_grad.examples import make_inputs as grad_input
 from ops.permute_with_routing_map_grad.golden import golden as grad_golden
 from ops.unpermute_with_routing_map.examples import make_inputs as unpermute_inputs
 from ops.unpermute_with_routing_map.golden import golden as unpermute_golden
+from tests.bits import assert_bits_equal
 
 STEP = "l0op::MoeInplaceIndexAddAiCore"
 
@@ -67,10 +68,10 @@ def test_permute_grad_fp32_on_950_runs_the_kernel(case):
     assert step.kind == "kernel" and step.run.tiling_key == key
     want = grad_golden(**a)
     if key == 400000:
-        assert np.array_equal(outs[0].view(np.uint32), want[0].view(np.uint32))
+        assert_bits_equal(outs[0], want[0])
     else:
         _within_order_bound(outs[0], want[0], _grad_terms(a, tokens))
-    assert np.array_equal(outs[1].view(np.uint32), want[1].view(np.uint32))
+    assert_bits_equal(outs[1], want[1])
 
 
 def test_permute_grad_on_950_checked_mode_is_clean():
@@ -81,7 +82,7 @@ def test_permute_grad_on_950_checked_mode_is_clean():
 def test_permute_grad_host_step_on_910b():
     a, outs, ex = _grad(8, 64, 3, 4, "ascend910b")       # InplaceIndexAdd of another library
     assert _index_add(ex.report).kind == "host"
-    assert np.array_equal(outs[0].view(np.uint32), grad_golden(**a)[0].view(np.uint32))
+    assert_bits_equal(outs[0], grad_golden(**a)[0])
 
 
 # tokens, hidden, experts, capacity: ids repeating 5 times or more, rows under 128 bytes: the SIMT-sort template
@@ -117,7 +118,7 @@ def test_permute_grad_on_950_runs_the_sort_kernels(template, case, key, kernel, 
     assert step.kind == "kernel" and step.run.tiling_key == key and step.run.kernel == kernel
     want = grad_golden(**a)
     _within_order_bound(outs[0], want[0], _grad_terms(a, tokens))   # ids split over cores: atomics meet
-    assert np.array_equal(outs[1].view(np.uint32), want[1].view(np.uint32))
+    assert_bits_equal(outs[1], want[1])
 
 
 def _simd_sort_split(composite):
@@ -137,7 +138,7 @@ def test_permute_grad_on_950_runs_the_simd_sort_column_split():
     assert step.kind == "kernel" and step.run.tiling_key == 200000 and step.run.kernel == "MoeInplaceIndexAddSimdSort"
     want = grad_golden(**a)
     _within_order_bound(outs[0], want[0], _grad_terms(a, tokens))   # run sums against the golden's slot order
-    assert np.array_equal(outs[1].view(np.uint32), want[1].view(np.uint32))
+    assert_bits_equal(outs[1], want[1])
 
 
 # --- UnpermuteWithRoutingMap, padded ---------------------------------------------------------------------------
@@ -160,7 +161,7 @@ def test_unpermute_padded_fp32_accumulator_on_950_runs_the_kernel(tokens, hidden
     assert step.kind == "kernel" and step.run.tiling_key == key
     want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
     # one core adds in slot order here (SIMT: 35 * 40 elements fit one core's 2048 threads)
-    assert np.array_equal(outs[0].view(np.uint8), want[0].view(np.uint8))
+    assert_bits_equal(outs[0], want[0])
     assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])
 
 
@@ -216,7 +217,7 @@ def test_unpermute_host_step_on_910b():
     a, outs, ex = _unpermute(23, 40, 5, 7, "fp32", "fp32", "ascend910b")
     assert _index_add(ex.report).kind == "host"
     want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
-    assert np.array_equal(outs[0].view(np.uint8), want[0].view(np.uint8))
+    assert_bits_equal(outs[0], want[0])
 
 
 def test_unpermute_deterministic_id_split_on_950_adds_nothing():
@@ -243,7 +244,7 @@ def test_unpermute_padded_deterministic_on_950_runs_the_deterministic_kernel(tok
     assert step.kind == "kernel" and step.run.tiling_key == 300000
     assert step.run.kernel == "MoeInplaceIndexAddDeterminsticNotQuant"
     want = unpermute_golden(*a.values(), out_shape=outs[0].shape)
-    assert np.array_equal(outs[0].view(np.uint8), want[0].view(np.uint8))
+    assert_bits_equal(outs[0], want[0])
     assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])
 
 

@@ -14,15 +14,12 @@ from ops._framework import KernelStep
 from ops.permute_grad import arch35_k_chunk, get_workspace_size, moe_token_permute_grad as permute_grad, run
 from ops.permute_grad.examples import make_inputs
 from ops.permute_grad.golden import atk_golden, golden, golden_950
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.moe_token_permute_grad import moe_token_permute_grad as tile
 from tiling.status import AclnnError
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
-
-
-def _bits_equal(a, b) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
 # id: make_inputs arguments, chip (name, overrides), tiling figures the case must reach
@@ -52,13 +49,13 @@ def test_910_matches_golden_bit_for_bit(case):
     fields = tile(g, s, k, soc=soc).fields
     for name, value in expect.items():
         assert fields[name] == value, f"{case}: the tiling no longer reaches {name} = {value}: {fields}"
-    assert _bits_equal(permute_grad(g, s, k, soc=soc), golden(g, s, k))
+    assert_bits_equal(permute_grad(g, s, k, soc=soc), golden(g, s, k))
 
 
 def test_num_topk_minus_one_is_topk_1_on_910b():
     a = make_inputs(tokens=20, hidden=24, topk=1, num_out_tokens=17)
     g, s = a["permuted_output_grad"], a["sorted_indices"]
-    assert _bits_equal(permute_grad(g, s, -1), golden(g, s, 1))
+    assert_bits_equal(permute_grad(g, s, -1), golden(g, s, 1))
 
 
 # id: make_inputs arguments, chip overrides of ascend950, the k chunk MoeInitRoutingV2Grad's tiling chooses
@@ -81,7 +78,7 @@ def test_950_matches_moe_init_routing_v2_grad_golden(case):
     assert arch35_k_chunk(g.shape[1], k, s.size // k, g.dtype, soc) == chunk
     s = s.copy()
     s[::7] = -1                  # negative slots count as zero rows on 950
-    assert _bits_equal(permute_grad(g, s, k, soc=soc), golden_950(g, s, k, chunk))
+    assert_bits_equal(permute_grad(g, s, k, soc=soc), golden_950(g, s, k, chunk))
 
 
 def _cancellation_case(dtype):
@@ -95,7 +92,8 @@ def _cancellation_case(dtype):
 def test_the_chips_sum_in_different_orders(dtype):
     g, s = _cancellation_case(dtype)
     on_910, on_950 = permute_grad(g, s, 4), permute_grad(g, s, 4, soc="950")
-    assert _bits_equal(on_910, golden(g, s, 4)) and _bits_equal(on_950, golden_950(g, s, 4))
+    assert_bits_equal(on_910, golden(g, s, 4), "910b")
+    assert_bits_equal(on_950, golden_950(g, s, 4), "950")
     assert (on_910[0, 0], on_950[0, 0]) == (1, 0)
     assert np.signbit(on_910[1, 0]) and not np.signbit(on_950[1, 0])     # -0.0 rows: kept vs. summed from +0.0
 
@@ -110,7 +108,7 @@ def test_atk_golden_through_the_forward_permute(soc):
     permuted, sorted_indices, _ = ops.moe_token_permute(x, indices, keep)
     ones = np.ones(permuted.shape, dtype=BF16)
     grad = permute_grad(ones, sorted_indices, topk, soc=soc)
-    assert _bits_equal(grad, atk_golden(sorted_indices, topk, keep, hidden, BF16))
+    assert_bits_equal(grad, atk_golden(sorted_indices, topk, keep, hidden, BF16))
     assert grad.sum(dtype=np.float32) == keep * hidden
 
 
@@ -121,13 +119,13 @@ def test_two_phase_api_and_950_steps():
     size, ex = get_workspace_size(g, s, 2, False, out)
     assert size == 16 * 1024 * 1024 and ex.tiling.tiling_key == 0 and ex.tiling.block_dim == 6
     run(np.empty(size, np.uint8), size, ex)
-    assert _bits_equal(out, golden(g, s, 2))
+    assert_bits_equal(out, golden(g, s, 2))
     out950 = np.zeros_like(out)
     size, ex = get_workspace_size(g, s, 2, False, out950, soc="950")
     assert [st.name for st in ex.steps] == ["l0op::MoeInitRoutingV2Grad", "l0op::ViewCopy"]
     assert isinstance(ex.steps[0], KernelStep)
     run(np.empty(size, np.uint8), size, ex)
-    assert _bits_equal(out950, golden_950(g, s, 2))
+    assert_bits_equal(out950, golden_950(g, s, 2))
 
 
 def _args(**change):
@@ -214,7 +212,7 @@ def test_friendly_call_applies_each_chips_num_topk_rule(rule, soc):
     out = permute_grad(g, s, k, soc=soc)
     assert out.shape == (want, 16)
     expected = golden_950(g, s, k) if soc == "ascend950" else golden(g, s, k)
-    assert _bits_equal(out, expected.reshape(want, 16))
+    assert_bits_equal(out, expected.reshape(want, 16))
 
 
 def test_empty_out_on_950_launches_nothing():
@@ -235,8 +233,8 @@ def test_fuzzed_bad_indices_never_crash(seed):
             permute_grad(g, s, 2)
         assert isinstance(e.value, SimulatorError) and "sorted_indices" in str(e.value)
     else:
-        assert _bits_equal(permute_grad(g, s, 2), golden(g, s, 2))
-    assert _bits_equal(permute_grad(g, s, 2, soc="950"), golden_950(g, s, 2))
+        assert_bits_equal(permute_grad(g, s, 2), golden(g, s, 2))
+    assert_bits_equal(permute_grad(g, s, 2, soc="950"), golden_950(g, s, 2))
 
 
 def _ut_grad(dtype):

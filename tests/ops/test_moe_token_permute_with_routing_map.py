@@ -16,6 +16,7 @@ from ops.permute_with_routing_map import allocate_outputs, get_workspace_size, m
     run
 from ops.permute_with_routing_map.examples import make_inputs
 from ops.permute_with_routing_map.golden import permute_with_routing_map_golden
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.status import AclnnError, InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError
 from ascend_sim import SimulatorError
@@ -26,10 +27,6 @@ SMALL_SORT = get_soc("ascend910b", ub_size=131072 + 256, aiv_num=4)
 # a 4096-float row does not fit: key 3; 20 KiB is about the least the non-aligned path's scatter (256-row
 # blocks of 32 bytes in and out) fits in
 SPLIT_D = get_soc("ascend910b", ub_size=20480 + 256, aiv_num=3)
-
-
-def _bits(a):
-    return a.view(np.uint8)
 
 
 CASES = {
@@ -64,9 +61,11 @@ def test_matches_golden(case):
     gt, gp, gs, rows = permute_with_routing_map_golden(a["tokens"], a["routing_map"], a["probs"], a["num_out_tokens"])
     pt, pp, si = outs
     assert np.array_equal(si, gs)
-    assert np.array_equal(_bits(pt[:rows]), _bits(gt[:rows])) and np.all(_bits(pt[rows:]) == 0x5A)
+    assert_bits_equal(pt[:rows], gt[:rows])
+    assert np.all(pt[rows:].view(np.uint8) == 0x5A)
     if gp is not None:
-        assert np.array_equal(_bits(pp[:rows]), _bits(gp[:rows])) and np.all(_bits(pp[rows:]) == 0x5A)
+        assert_bits_equal(pp[:rows], gp[:rows])
+        assert np.all(pp[rows:].view(np.uint8) == 0x5A)
     assert full == (rows == n * k)
     vc = ["l0op::ViewCopy"] * (2 + (a["probs"] is not None))
     assert [s.name for s in ex.report.steps][-1 - len(vc):] == ["l0op::MoeTokenPermuteWithRoutingMap"] + vc
@@ -76,7 +75,9 @@ def test_friendly_defaults_to_every_routed_slot():
     a = make_inputs(4, 8, 3, topk=2, dtype="fp16", seed=3)
     pt, pp, si = moe_token_permute_with_routing_map(a["tokens"], a["routing_map"], a["probs"])
     gt, gp, gs, _ = permute_with_routing_map_golden(a["tokens"], a["routing_map"], a["probs"], 8)
-    assert np.array_equal(si, gs) and np.array_equal(_bits(pt), _bits(gt)) and np.array_equal(_bits(pp), _bits(gp))
+    assert np.array_equal(si, gs)
+    assert_bits_equal(pt, gt)
+    assert_bits_equal(pp, gp)
 
 
 def _args(**over):
@@ -203,9 +204,9 @@ def test_pad_matches_golden(case):
     gt, gp, gs, rows = permute_with_routing_map_golden(a["tokens"], a["routing_map"], a["probs"], num_out, True)
     pt, pp, si = outs
     assert rows == e * cap and np.array_equal(si, gs)
-    assert np.array_equal(_bits(pt), _bits(gt))
+    assert_bits_equal(pt, gt)
     if gp is not None:
-        assert np.array_equal(_bits(pp), _bits(gp))
+        assert_bits_equal(pp, gp)
     # on ascend950 the kernel gathers the tokens itself; elsewhere the aclnn's GatherV2 does
     # (then the ViewCopy steps of master's aclnn: sortedIndices, permuteProbs, [GatherV2], permuteTokens)
     tail = (["l0op::MoeTokenPermuteWithRoutingMap", "l0op::ViewCopy"] + ["l0op::ViewCopy"] * (gp is not None)
@@ -281,4 +282,4 @@ def test_round_trip_with_unpermute(dt, k):
     pt, _, si = moe_token_permute_with_routing_map(a["tokens"], a["routing_map"], None)
     out = unpermute.moe_token_unpermute_with_routing_map(pt, si, a["routing_map"], None, False, (6, 16))[0]
     want = (a["tokens"].astype(np.float64) * k).astype(a["tokens"].dtype)      # exact: K x a small-mantissa value
-    assert np.array_equal(_bits(out), _bits(want))
+    assert_bits_equal(out, want)

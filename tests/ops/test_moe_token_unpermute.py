@@ -13,6 +13,7 @@ from ascend_sim import OutOfBoundsError, SimulatorError
 from ops.unpermute import allocate_outputs, get_workspace_size, moe_token_unpermute, run
 from ops.unpermute.examples import make_inputs
 from ops.unpermute.golden import golden
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.status import AclnnError
 
@@ -21,10 +22,6 @@ BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np
 KEY = {("bf16", None): 0, ("bf16", "bf16"): 1, ("bf16", "fp16"): 17, ("bf16", "fp32"): 25,
        ("fp16", None): 2, ("fp16", "fp16"): 3, ("fp16", "bf16"): 11, ("fp16", "fp32"): 27,
        ("fp32", None): 4, ("fp32", "fp32"): 5, ("fp32", "bf16"): 13, ("fp32", "fp16"): 21}
-
-
-def _bits_equal(a, b) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
 def _case(tokens, probs, *, n=13, k=3, h=40, drop=0, experts=6, seed=0, hide_nan=True):
@@ -61,8 +58,7 @@ def _run(a, soc="ascend910b"):
 def _check(a, soc="ascend910b"):
     out, executor = _run(a, soc)
     want = golden(a["permuted_tokens"], a["sorted_indices"], a["probs"], arch35=get_soc(soc).is_regbase)
-    bad = np.flatnonzero(out.view(np.uint8) != want.view(np.uint8))
-    assert not bad.size, f"first differing byte {bad[0]} of {out.nbytes}; tiling {executor.tiling.fields}"
+    assert_bits_equal(out, want, f"tiling {executor.tiling.fields}")
     return out, executor
 
 
@@ -125,7 +121,7 @@ def _differences_case():
 def test_950_sums_from_zero_and_multiplies_zero_probs():
     p, s, probs = _differences_case()
     got = moe_token_unpermute(p, s, probs, soc="950")
-    assert np.array_equal(got.view(np.uint32), golden(p, s, probs, arch35=True).view(np.uint32))
+    assert_bits_equal(got, golden(p, s, probs, arch35=True))
     assert np.all(np.signbit(got[0]) == False) and np.all(np.isnan(got[1]))      # noqa: E712
     a2 = moe_token_unpermute(p, s, probs, soc="910b")
     assert np.all(np.signbit(a2[0])) and np.all(a2[1] == 2.0)
@@ -136,7 +132,7 @@ def test_minus_one_slot_is_skipped_on_950_and_read_on_a2():
     s = s.copy()
     s[4] = -1
     got = moe_token_unpermute(p, s, probs, soc="950")
-    assert np.array_equal(got.view(np.uint32), golden(p, s, probs, arch35=True).view(np.uint32))
+    assert_bits_equal(got, golden(p, s, probs, arch35=True))
     with pytest.raises(OutOfBoundsError) as info:
         moe_token_unpermute(p, s, probs, soc="910b")
     assert info.value.index_tensor == "sorted_indices" and info.value.index_value == -1
@@ -166,7 +162,7 @@ def test_padded_mode_and_restore_shape_are_ignored_on_a2():
     want, _ = _run(a)
     a.update(padded_mode=True, restore_shape=(99, 2))
     got, _ = _run(a)
-    assert _bits_equal(got, want)
+    assert_bits_equal(got, want)
 
 
 @pytest.mark.parametrize("soc,workspace", [("ascend910b", 16 * 1024 * 1024), ("ascend950", 0)])
@@ -268,7 +264,7 @@ def test_fuzzed_indices_end_in_an_error_or_the_skip_rule(soc, seed):
         assert isinstance(e, OutOfBoundsError) and s.min() < lowest
         return
     assert s.min() >= lowest
-    assert _bits_equal(out, golden(a["permuted_tokens"], s, a["probs"], arch35=lowest == -1))
+    assert_bits_equal(out, golden(a["permuted_tokens"], s, a["probs"], arch35=lowest == -1))
 
 
 # --- round trip through the forward permute --------------------------------------------------------------------
@@ -284,7 +280,7 @@ def test_round_trip_permute_then_unpermute_gives_k_times_the_tokens():
     permuted, sorted_indices, _ = permute.moe_token_permute(x, experts)
     assert not np.array_equal(sorted_indices.reshape(-1), np.arange(n * k))      # a real permutation
     out = moe_token_unpermute(permuted, sorted_indices.reshape(-1), np.ones((n, k), BF16))
-    assert _bits_equal(out, (x.astype(F32) * 4).astype(BF16))
+    assert_bits_equal(out, (x.astype(F32) * 4).astype(BF16))
 
 
 def test_friendly_call_and_registration_names():

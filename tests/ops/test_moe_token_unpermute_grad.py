@@ -14,6 +14,7 @@ from ops.unpermute_grad import allocate_outputs, moe_token_unpermute_grad
 from ops.unpermute_grad import get_workspace_size, run
 from ops.unpermute_grad.examples import make_inputs
 from ops.unpermute_grad.golden import golden, reduce_sum_rows_arch35
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.moe_token_unpermute_grad import moe_token_unpermute_grad as tiling_ug
 from tiling.status import ParamInvalidError
@@ -23,10 +24,6 @@ DTYPES = ("bf16", "fp16", "fp32")
 PROFILES = ("ascend910b", "ascend910_93", "ascend950")
 
 
-def _bits(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a).view(np.uint8)
-
-
 def _check(args, soc="ascend910b"):
     """Run the friendly call and compare with the golden bit for bit; returns the tiling fields."""
     soc = get_soc(soc)
@@ -34,11 +31,13 @@ def _check(args, soc="ascend910b"):
     out, probs_grad = moe_token_unpermute_grad(p, g, s, pr, soc=soc)
     fields = {} if soc.is_regbase else tiling_ug(p, g, s, pr, soc=soc).fields      # 950: the l0's own tiling
     want, want_pg = golden(p, g, s, pr, hidden_piece=fields.get("hidden_size_align"), arch35=soc.is_regbase)
-    assert out.dtype == g.dtype and np.array_equal(_bits(out), _bits(want))
+    assert out.dtype == g.dtype
+    assert_bits_equal(out, want)
     if pr is None:
         assert probs_grad is None
     else:
-        assert probs_grad.dtype == pr.dtype and np.array_equal(_bits(probs_grad), _bits(want_pg))
+        assert probs_grad.dtype == pr.dtype
+        assert_bits_equal(probs_grad, want_pg)
     return fields
 
 
@@ -198,8 +197,8 @@ def test_950_cut_h_hidden_runs_the_split_h_kernel(dtype, hidden):
     f = tiling_l0(g, s, p, pr, None, None, 0, s.size, 0, 0, grad_expanded_x_out=out, grad_scales_out=probs_grad,
                   soc=small).fields
     want_x, want_s = split_h_golden(g, s, p, pr, np.zeros_like(out), f, s.size)
-    assert np.array_equal(out.view(np.uint8), want_x.view(np.uint8))
-    assert np.array_equal(probs_grad.view(np.uint8), want_s.view(np.uint8))
+    assert_bits_equal(out, want_x)
+    assert_bits_equal(probs_grad, want_s)
 
 
 @pytest.mark.parametrize("probs_dtype", DTYPES)
@@ -229,7 +228,8 @@ def test_prob_zero_rows_are_written_not_skipped():
     size, ex = aclnn_get(args, out, pg)
     run(np.empty(size, np.uint8), size, ex)
     want, _ = golden(*list(args.values())[:4])
-    assert not np.isnan(out.astype(np.float32)).any() and np.array_equal(_bits(out), _bits(want))
+    assert not np.isnan(out.astype(np.float32)).any()
+    assert_bits_equal(out, want)
 
 
 def aclnn_get(args, out, pg, soc="ascend910b"):
@@ -272,8 +272,9 @@ def test_fuzzed_bad_indices(soc, seed):
         return
     out, pg = moe_token_unpermute_grad(*list(args.values())[:4], soc=soc)
     want, want_pg = golden(*list(args.values())[:4], arch35=soc == "ascend950")
-    assert np.array_equal(_bits(out), _bits(want))
-    assert pg is None or np.array_equal(_bits(pg), _bits(want_pg))
+    assert_bits_equal(out, want)
+    if pg is not None:
+        assert_bits_equal(pg, want_pg)
 
 
 # --- statuses ------------------------------------------------------------------------------------------------

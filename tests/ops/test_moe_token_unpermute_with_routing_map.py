@@ -13,6 +13,7 @@ import ops.unpermute_with_routing_map as uwrm
 from ascend_sim import SimulatorError
 from ops.unpermute_with_routing_map.examples import make_inputs
 from ops.unpermute_with_routing_map.golden import golden
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.status import AclnnError, InnerNullptrError, ParamInvalidError, ParamNullptrError
 
@@ -20,10 +21,6 @@ BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np
 DTYPES = {"bf16": ("bf16", None), "fp16": ("fp16", None), "fp32": ("fp32", None), "bf16-fp32probs": ("bf16", "fp32")}
 SMALL = get_soc("ascend910b", aiv_num=4)
 _DT = {"bf16": BF16, "fp16": F16, "fp32": F32}
-
-
-def _bits(a):
-    return a.view(np.uint8) if a.dtype.itemsize == 1 else a.view(f"u{a.dtype.itemsize}")
 
 
 def _run(args, soc="ascend910b", **kw):
@@ -37,13 +34,13 @@ def _run(args, soc="ascend910b", **kw):
 
 def _check(args, outs):
     want = golden(*args.values(), out_shape=outs[0].shape)
-    assert np.array_equal(_bits(outs[0]), _bits(want[0])), "unpermuted_tokens differ from the golden"
+    assert_bits_equal(outs[0], want[0], "unpermuted_tokens")
     if args["padded_mode"]:
         assert np.array_equal(outs[1], want[1]) and np.array_equal(outs[2], want[2])
     else:
         assert (outs[1] == -7).all() and (outs[2] == -7).all(), "out_index / permute_token_id must stay unwritten"
     if args["probs"] is not None:
-        assert np.array_equal(_bits(outs[3]), _bits(want[3]))
+        assert_bits_equal(outs[3], want[3])
 
 
 # id: make_inputs arguments (tokens, hidden, experts, topk/capacity), soc
@@ -259,7 +256,7 @@ def test_padded_pad_kernel_multi_core_front_tail_and_repeat_runs():
     _check(args, outs)
     first = outs[0].copy()
     uwrm.run(np.empty(ex.workspace_size, dtype=np.uint8), ex.workspace_size, ex)
-    assert np.array_equal(_bits(outs[0]), _bits(first))
+    assert_bits_equal(outs[0], first)
 
 
 def test_round_trip_permute_then_unpermute():

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ops.common.mx_golden import mx_quantize
+from tests.bits import assert_bits_equal
 
 BF16, F16 = ml_dtypes.bfloat16, np.float16
 E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
@@ -694,8 +695,8 @@ def test_non_contiguous_input():
     x = random_input(rng, BF16, 16, 128)
     d1, s1 = mx_quantize(x[::2, ::2], 3)
     d2, s2 = mx_quantize(np.ascontiguousarray(x[::2, ::2]), 3)
-    np.testing.assert_array_equal(d1.view(np.uint8), d2.view(np.uint8))
-    np.testing.assert_array_equal(s1.view(np.uint8), s2.view(np.uint8))
+    assert_bits_equal(d1, d2, "data")
+    assert_bits_equal(s1, s2, "scales")
 
 
 def test_empty_inputs():
@@ -777,8 +778,8 @@ def test_default_rule_is_masters(dtype, mode, rule):
     x = random_input(np.random.default_rng(mode), dtype, 8, 96)
     d0, s0 = mx_quantize(x, mode)
     d1, s1 = mx_quantize(x, mode, rule)
-    np.testing.assert_array_equal(d0.view(np.uint8), d1.view(np.uint8))
-    np.testing.assert_array_equal(s0.view(np.uint8), s1.view(np.uint8))
+    assert_bits_equal(d0, d1, "data")
+    assert_bits_equal(s0, s1, "scales")
 
 
 def test_pinned_bf16_1_9_block():

@@ -21,6 +21,7 @@ from ops.l0.moe_init_routing_v3.tiling_data import kernel_tiling_data
 from ops.permute import allocate_outputs, get_workspace_size, get_workspace_size_v2
 from ops.permute.examples import make_inputs
 from ops.permute.golden import golden, golden_v2
+from tests.bits import assert_bits_equal
 from tiling import get_soc, moe_token_permute as tiling_permute
 
 aclnn = ops.aclnn
@@ -63,12 +64,6 @@ def _soc(profile, overrides):
     return get_soc(profile, **overrides)
 
 
-def _assert_same(got, want, what):
-    assert got.shape == want.shape, (what, got.shape, want.shape)
-    bad = np.flatnonzero(got.reshape(-1).view(np.uint8) != want.reshape(-1).view(np.uint8))
-    assert bad.size == 0, f"{what}: {bad.size} bytes differ, first at byte {bad[0]}"
-
-
 @pytest.mark.parametrize("shape,spec,dtype,idx_dt,profile", list(_cases()))
 def test_matches_golden_bit_for_bit(shape, spec, dtype, idx_dt, profile):
     n, h, e, k, num_out, overrides, key = spec
@@ -79,8 +74,8 @@ def test_matches_golden_bit_for_bit(shape, spec, dtype, idx_dt, profile):
         assert result.tiling_key == key, str(result)
     permute_tokens, sorted_indices, scale = ops.moe_token_permute(tokens, indices, num_out, soc=soc)
     want_tokens, want_sorted = golden(tokens, indices, num_out)
-    _assert_same(sorted_indices, want_sorted, "sorted_indices")
-    _assert_same(permute_tokens, want_tokens, "permute_tokens")
+    assert_bits_equal(sorted_indices, want_sorted, "sorted_indices")
+    assert_bits_equal(permute_tokens, want_tokens, "permute_tokens")
     assert scale.shape == (0,) and scale.dtype == np.float32
 
 
@@ -108,8 +103,8 @@ def test_multi_core_sort_branches(cores, ub, total, experts):
     assert f["vbs_need_core_num"] > 1
     got = _run(tokens, indices, soc=soc)
     want = golden(tokens, indices)
-    _assert_same(got[1], want[1], "sorted_indices")
-    _assert_same(got[0], want[0], "permute_tokens")
+    assert_bits_equal(got[1], want[1], "sorted_indices")
+    assert_bits_equal(got[0], want[0], "permute_tokens")
 
 
 def test_sort_paths_reach_their_branches():
@@ -217,7 +212,7 @@ def test_multi_core_sort_sizes_each_cores_buffers(slots, first, last):
                 [(r.name, keys * 8, r.count, r.kind) for r in rows], (phase.pipe, block_idx)
     aclnn.moe_token_permute(np.zeros(size, np.uint8), size, executor)
     assert executor.report.ub_plan_bytes == 4 * max(first, last) * 8
-    _assert_same(o[1], golden(tokens, indices)[1], "sorted_indices")
+    assert_bits_equal(o[1], golden(tokens, indices)[1], "sorted_indices")
 
 
 def _run(tokens, indices, num_out=0, soc="ascend910b"):
@@ -232,8 +227,8 @@ def test_one_core_multi_core_boundary_runs(total):
     assert key == (1 if total <= 6080 else 2)
     got = _run(tokens, indices)
     want = golden(tokens, indices)
-    _assert_same(got[1], want[1], "sorted_indices")
-    _assert_same(got[0], want[0], "permute_tokens")
+    assert_bits_equal(got[1], want[1], "sorted_indices")
+    assert_bits_equal(got[0], want[0], "permute_tokens")
 
 
 @pytest.mark.parametrize("hidden", [48576, 48577], ids=lambda h: f"hidden{h}")
@@ -241,7 +236,7 @@ def test_split_d_boundary_runs(hidden):
     tokens, indices = make_inputs(3, hidden, 4, topk=2, seed=hidden)
     assert tiling_permute(tokens, indices, soc="910b").tiling_key == (1 if hidden == 48576 else 3)
     got = _run(tokens, indices)
-    _assert_same(got[0], golden(tokens, indices)[0], "permute_tokens")
+    assert_bits_equal(got[0], golden(tokens, indices)[0], "permute_tokens")
 
 
 @pytest.mark.parametrize("experts", [1, 2, 3], ids=lambda e: f"{e}distinct")
@@ -276,8 +271,8 @@ def test_top_k_512():
     for soc in ("910b", "950"):
         got = _run(tokens, indices, soc=soc)
         want = golden(tokens, indices)
-        _assert_same(got[1], want[1], "sorted_indices")
-        _assert_same(got[0], want[0], "permute_tokens")
+        assert_bits_equal(got[1], want[1], "sorted_indices")
+        assert_bits_equal(got[0], want[0], "permute_tokens")
 
 
 @pytest.mark.parametrize("num_out", [0, 1, 23, 24, 25, 10**9, -1, -23, -24, -25, -10**9], ids=lambda v: f"m{v}")
@@ -285,14 +280,14 @@ def test_num_out_tokens_edge_values(num_out):
     tokens, indices = make_inputs(8, 20, 6, topk=3, seed=8)
     got = _run(tokens, indices, num_out)
     want = golden(tokens, indices, num_out)
-    _assert_same(got[0], want[0], "permute_tokens")
-    _assert_same(got[1], want[1], "sorted_indices")
+    assert_bits_equal(got[0], want[0], "permute_tokens")
+    assert_bits_equal(got[1], want[1], "sorted_indices")
 
 
 def test_one_dim_indices_and_empty_inputs():
     tokens, indices = make_inputs(30, 16, 5, topk=1, one_dim=True, indices_dtype="int64")
     got = _run(tokens, indices)
-    _assert_same(got[0], golden(tokens, indices)[0], "permute_tokens")
+    assert_bits_equal(got[0], golden(tokens, indices)[0], "permute_tokens")
     empty = _run(np.zeros((0, 16), BF16), np.zeros((0, 4), np.int32))
     assert empty[0].shape == (0, 16) and empty[1].shape == (0,)
 
@@ -306,8 +301,8 @@ def test_v1_two_phase_api_fills_preallocated_outputs():
     assert size == executor.tiling.workspace_size
     aclnn.moe_token_permute(np.empty(size, np.uint8), size, executor)
     want_tokens, want_sorted = golden(tokens, indices, 200)
-    _assert_same(permute_out, want_tokens, "permute_tokens")
-    _assert_same(sorted_out, want_sorted, "sorted_indices")
+    assert_bits_equal(permute_out, want_tokens, "permute_tokens")
+    assert_bits_equal(sorted_out, want_sorted, "sorted_indices")
     assert executor.report.total.mte3_bytes >= permute_out.nbytes + sorted_out.nbytes
 
 
@@ -328,8 +323,8 @@ def test_fuzzed_expert_ids_sort_like_the_golden(data):
     got = _run(tokens, indices, num_out)
     want = golden(tokens, indices, num_out)
     assert np.array_equal(indices, before)
-    _assert_same(got[1], want[1], "sorted_indices")
-    _assert_same(got[0], want[0], "permute_tokens")
+    assert_bits_equal(got[1], want[1], "sorted_indices")
+    assert_bits_equal(got[0], want[0], "permute_tokens")
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -344,8 +339,8 @@ def test_fuzzed_wide_ids_through_the_multi_core_sort(data):
     soc = get_soc("ascend910b", aiv_num=data.draw(st.sampled_from([4, 48]), label="cores"))
     got = _run(tokens, ids, soc=soc)
     want = golden(tokens, ids)
-    _assert_same(got[1], want[1], "sorted_indices")
-    _assert_same(got[0], want[0], "permute_tokens")
+    assert_bits_equal(got[1], want[1], "sorted_indices")
+    assert_bits_equal(got[0], want[0], "permute_tokens")
 
 
 # --- MX quantisation (Ascend 950: MoeInitRoutingV3's MXFP8 / MXFP4 gathers) ------------------------------------
@@ -407,7 +402,7 @@ def test_mx_quantised_permute_matches_reference(shape, spec, mode, dtype, rule):
     want = golden_v2(tokens, indices, num_out, mode, rule)
     for g, w, what in zip(got, want, ("permute_tokens", "sorted_indices", "expanded_scale")):
         assert g.dtype == w.dtype, what
-        _assert_same(g, w, what)
+        assert_bits_equal(g, w, what)
 
 
 def _all_patterns(dtype):
@@ -444,8 +439,8 @@ def test_mx_exhaustive_bit_patterns(dt, mode, rule):
     indices = np.zeros((tokens.shape[0], 1), np.int32)
     got = ops.moe_token_permute(tokens, indices, quant_mode=mode, soc="ascend950", mx_scale_rule=rule)
     want = golden_v2(tokens, indices, 0, mode, rule)
-    _assert_same(got[2], want[2], "expanded_scale")
-    _assert_same(got[0], want[0], "permute_tokens")
+    assert_bits_equal(got[2], want[2], "expanded_scale")
+    assert_bits_equal(got[0], want[0], "permute_tokens")
 
 
 @pytest.mark.parametrize("mode", [2, 3, 9])
@@ -454,7 +449,7 @@ def test_quant_mode_is_ignored_on_a2_a3(soc, mode):
     tokens, indices = make_inputs(20, 64, 4, topk=2)
     got = ops.moe_token_permute(tokens, indices, quant_mode=mode, soc=soc)
     want = golden(tokens, indices)
-    _assert_same(got[0], want[0], "permute_tokens")
+    assert_bits_equal(got[0], want[0], "permute_tokens")
     assert got[2].shape == (0,) and got[2].dtype == np.float32
 
 
@@ -467,7 +462,7 @@ def test_v2_two_phase_api_with_quantisation():
     aclnn.moe_token_permute_v2(np.empty(size, np.uint8), size, executor)
     want = golden_v2(tokens, indices, 40, 3)
     for g, w in zip(outs, want):
-        _assert_same(g, w, "output")
+        assert_bits_equal(g, w, "output")
     assert executor.report.total.vec_elem_ops > 0
 
 
@@ -620,7 +615,7 @@ def test_v2_on_a2_accepts_and_ignores_any_quant_mode():
     o = _outs(X, IDX)
     size, executor = get_workspace_size_v2(X, IDX, 0, False, 5, *o, soc="910b")
     aclnn.moe_token_permute_v2(np.empty(size, np.uint8), size, executor)
-    _assert_same(o[0], golden(X, IDX)[0], "permute_tokens")
+    assert_bits_equal(o[0], golden(X, IDX)[0], "permute_tokens")
 
 
 @pytest.mark.parametrize("rows", [0, 3, 8], ids=lambda r: f"{r}rows")
@@ -631,8 +626,8 @@ def test_v2_on_950_takes_the_row_count_from_the_output(rows):
     size, executor = get_workspace_size_v2(tokens, indices, 1, False, -1, *o, soc="950")
     aclnn.moe_token_permute_v2(np.empty(size, np.uint8), size, executor)
     want_tokens, want_sorted = golden(tokens, indices, rows - 8)
-    _assert_same(o[0], want_tokens, "permute_tokens")
-    _assert_same(o[1], want_sorted, "sorted_indices")
+    assert_bits_equal(o[0], want_tokens, "permute_tokens")
+    assert_bits_equal(o[1], want_sorted, "sorted_indices")
 
 
 def test_workspace_must_be_writeable():

@@ -21,6 +21,7 @@ from ascend_sim import AlignmentError
 from ascend_sim._jit import global_aicore
 from ops.permute_with_routing_map import allocate_outputs, get_workspace_size, run
 from ops.permute_with_routing_map.golden import permute_with_routing_map_golden
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 
 from ..ascend_sim.harness import run as run_stages, tbuf
@@ -53,10 +54,6 @@ def _inputs(n, h, e, cap, dtype, probs_dtype, seed, empty_experts=(), head_token
         rm[:shared, :] = True
     probs = None if probs_dtype is None else rng.random((n, e)).astype(DTYPES[probs_dtype])
     return tokens, rm, probs
-
-
-def _bits(a):
-    return np.ascontiguousarray(a).view(np.uint8)
 
 
 CASES = {
@@ -105,11 +102,12 @@ def test_pad_950_matches_golden(case):
     assert ex.tiling.tiling_key == key
     gt, gp, gs, rows = permute_with_routing_map_golden(tokens, rm, probs, num_out, True)
     assert rows == pt.shape[0] and np.array_equal(si, gs)
-    assert np.array_equal(_bits(pt), _bits(gt))
+    assert_bits_equal(pt, gt)
     if probs is None:
         assert pp is None
     else:
-        assert pp.dtype == probs.dtype and np.array_equal(_bits(pp), _bits(gp))
+        assert pp.dtype == probs.dtype
+        assert_bits_equal(pp, gp)
     steps = [s.name for s in ex.report.steps]
     assert steps == (["l0op::Transpose"] * (1 + (probs is not None)) + ["l0op::MoeTokenPermuteWithRoutingMap"]
                      + ["l0op::ViewCopy"] * (2 + (probs is not None)))
@@ -150,7 +148,8 @@ def test_pad_950_checked_mode_is_clean(case):
     # the one waiver: the pad sort's index row of N <= 8 tokens (ArithProgressionSupportInt32, moe_sort_base.h)
     assert report.extra["checked"] and (report.extra["waived_races"] > 0) == (tokens.shape[0] <= 8)
     gt, gp, gs, _ = permute_with_routing_map_golden(tokens, rm, probs, num_out, True)
-    assert np.array_equal(_bits(pt), _bits(gt)) and np.array_equal(si, gs)
+    assert_bits_equal(pt, gt)
+    assert np.array_equal(si, gs)
 
 
 def _plan(soc, cols, probs):
@@ -191,7 +190,8 @@ def test_910b_pad_keeps_the_host_gather_and_moe_permute_prob():
                                                  "l0op::ViewCopy", "l0op::GatherV2", "l0op::ViewCopy"]
     assert ex.report.steps[2].run.kernel == "MoeSortMultiLastDimCore<uint8_t> + SyncAll + MoePermuteProb"
     gt, gp, gs, _ = permute_with_routing_map_golden(tokens, rm, probs, 15, True)
-    assert np.array_equal(_bits(outs[0]), _bits(gt)) and np.array_equal(_bits(outs[1]), _bits(gp))
+    assert_bits_equal(outs[0], gt)
+    assert_bits_equal(outs[1], gp)
 
 
 # --- Copy(dst, src, count) ----------------------------------------------------------------------------------------
@@ -235,7 +235,8 @@ def test_pad_950_degenerate(hidden, num_out):
     size, ex = get_workspace_size(tokens, rm, probs, num_out, True, *outs, soc="ascend950")
     run(np.empty(size, np.uint8), size, ex)
     _, gp, gs, rows = permute_with_routing_map_golden(tokens, rm, probs, num_out, True)
-    assert outs[0].shape == (rows, hidden) and np.array_equal(outs[2], gs) and np.array_equal(_bits(outs[1]), _bits(gp))
+    assert outs[0].shape == (rows, hidden) and np.array_equal(outs[2], gs)
+    assert_bits_equal(outs[1], gp)
     launched = _kernel_run(ex) is not None
     assert launched == (rows > 0) and (not launched or ex.tiling.tiling_key == 19)
 

@@ -13,14 +13,11 @@ from ops.permute_with_routing_map_grad import (allocate_outputs, get_workspace_s
                                                moe_token_permute_with_routing_map_grad as pwrm_grad, run)
 from ops.permute_with_routing_map_grad.examples import make_inputs
 from ops.permute_with_routing_map_grad.golden import forward_permute, golden
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.status import AclnnError
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
-
-
-def _bits_equal(a, b) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
 def _call(args, soc="ascend910b", deterministic=False):
@@ -32,11 +29,11 @@ def _call(args, soc="ascend910b", deterministic=False):
 def _check(args, **kw):
     tokens_grad, probs_grad = _call(args, **kw)
     want_tokens, want_probs = golden(**args)
-    assert _bits_equal(tokens_grad, want_tokens)
+    assert_bits_equal(tokens_grad, want_tokens)
     if want_probs is None:
         assert probs_grad is None
     else:
-        assert _bits_equal(probs_grad, want_probs)
+        assert_bits_equal(probs_grad, want_probs)
     return tokens_grad, probs_grad
 
 
@@ -115,7 +112,8 @@ def test_pad_steps_follow_the_aclnn_and_the_deterministic_switch(dtype, determin
                                                                        else []), "l0op::ViewCopy"]
     assert executor.report.main.tiling_key == 1000
     want = golden(**args)
-    assert _bits_equal(outs[0], want[0]) and _bits_equal(outs[1], want[1])
+    assert_bits_equal(outs[0], want[0])
+    assert_bits_equal(outs[1], want[1])
 
 
 # the scatter: CANN's MaskedScatter (a host step) on 910B; MoeMaskedScatter's arch35 kernel on 950, whose workspace
@@ -139,7 +137,8 @@ def test_non_pad_steps_in_aclnn_order(soc, scatter, size, map_dtype):
         ("l0op::ViewCopy", "host")]
     assert executor.report.main.tiling_key == 0
     want = golden(**args)
-    assert _bits_equal(outs[0], want[0]) and _bits_equal(outs[1], want[1])
+    assert_bits_equal(outs[0], want[0])
+    assert_bits_equal(outs[1], want[1])
 
 
 # --- the adjoint identity: <F x, g> = <x, B g> ---------------------------------------------------------------
@@ -266,4 +265,4 @@ def test_fuzzed_indices_end_in_an_error_or_the_skip_rule(pad, seed):
         return
     assert not pad
     want = golden(*(args[k] for k in list(args)[:7]))
-    assert _bits_equal(args["tokens_grad_out"], want[0])
+    assert_bits_equal(args["tokens_grad_out"], want[0])

@@ -17,6 +17,7 @@ from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import gm_view
 from ops.common.moe_sort_last_dim import LastDimSortTilingData, last_dim_sort_gm, last_dim_sort_phase
 from ops.permute_with_routing_map.permute_prob import permute_prob_gm, permute_prob_phase
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.moe_sort import sort_loop_max_element
 from tiling.moe_sort_last_dim import (PWRM_VBS_FIELDS, last_dim_sort_tiling, last_dim_sort_ub_plan,
@@ -144,8 +145,7 @@ def test_pad_pieces_match_golden(scenario, pname):
     bad = np.flatnonzero(idx != want_idx)
     assert bad.size == 0, f"{scenario}: first wrong slot {bad[0]}: {idx[bad[0]]} != {want_idx[bad[0]]}"
     if probs is not None:
-        width = np.uint16 if probs.dtype.itemsize == 2 else np.uint32
-        assert np.array_equal(pp.view(width), want_pp.view(width)), f"{scenario}: permuted probs differ"
+        assert_bits_equal(pp, want_pp, f"{scenario}: permuted probs")
 
 
 @pytest.mark.parametrize("soc_name", SOCS)
@@ -158,7 +158,7 @@ def test_every_profile(soc_name):
     assert (t.vbs["front_core_num"], t.vbs["tail_core_num"], t.block_dim) == (5, soc.aiv_num - 5, soc.aiv_num)
     want_idx, want_pp = golden(routing, probs, cap)
     assert np.array_equal(idx, want_idx)
-    assert np.array_equal(pp.view(np.uint16), want_pp.view(np.uint16))
+    assert_bits_equal(pp, want_pp)
 
 
 def test_int8_map_values_sort_as_uint8():
@@ -172,7 +172,7 @@ def test_int8_map_values_sort_as_uint8():
     want_idx, want_pp = golden(routing, probs, 12)
     assert list(idx[:2]) == [3, 9] and list(idx[12:14]) == [4, 20] and idx[24] == 7
     assert np.array_equal(idx, want_idx)
-    assert np.array_equal(pp.view(np.uint16), want_pp.view(np.uint16))
+    assert_bits_equal(pp, want_pp)
 
 
 def test_capacity_zero_writes_nothing():
@@ -188,7 +188,7 @@ def test_window_reloads_across_1024_tokens():
     idx, pp, _ = run_pad(routing, probs, 2500, get_soc("ascend910b", aiv_num=2))
     want_idx, want_pp = golden(routing, probs, 2500)
     assert np.array_equal(idx, want_idx)
-    assert np.array_equal(pp.view(np.uint16), want_pp.view(np.uint16))
+    assert_bits_equal(pp, want_pp)
 
 
 # --- tiling -------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import pytest
 
 from ops.unpermute_grad import moe_token_unpermute_grad
 from ops.unpermute_grad.golden import reduce_sum_rows_arch35
+from tests.bits import assert_bits_equal
 
 F32 = np.float32
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -98,8 +99,7 @@ def test_950_probs_grad_follows_the_arch35_order(hidden):
     _, probs_grad = moe_token_unpermute_grad(args["permuted_tokens"], args["unpermuted_tokens_grad"],
                                              args["sorted_indices"], args["probs"], soc="ascend950")
     assert probs_grad.dtype == F32
-    assert np.array_equal(probs_grad.view(np.uint32), want.view(np.uint32)), \
-        f"hidden {hidden}: got {probs_grad.reshape(-1).tolist()}, want {want.reshape(-1).tolist()}"
+    assert_bits_equal(probs_grad, want, f"hidden {hidden}")
 
 
 @pytest.mark.parametrize("hidden", HIDDEN, ids=[f"h{h}" for h in HIDDEN])
@@ -108,4 +108,4 @@ def test_the_golden_module_agrees_with_the_scalar_reference(hidden):
     check the same order."""
     rows = _case(hidden, F32, seed=hidden + 1)["permuted_tokens"]
     want = np.array([arch35_row_sum(r) for r in rows], F32)
-    assert np.array_equal(reduce_sum_rows_arch35(rows).view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(reduce_sum_rows_arch35(rows), want)

@@ -18,6 +18,7 @@ from ascend_sim import OutOfBoundsError, UBOverflowError
 from ops._framework import recorded_runs
 from ops.unpermute_with_routing_map_grad.examples import make_inputs
 from ops.unpermute_with_routing_map_grad.golden import golden, reduce_sum_rows
+from tests.bits import assert_bits_equal
 from tiling import get_soc, moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
 from tiling.common import ceil_div
 from tiling.status import AclnnError
@@ -86,10 +87,6 @@ def _soc(profile, shape):
     return get_soc(profile, ub_size=extra.get("ub_size"), aiv_num=extra.get("aiv_num"))
 
 
-def _bits(a):
-    return a.view(np.uint8)
-
-
 @pytest.mark.parametrize("mode,dt,shape,profile,rm", list(_cases()))
 def test_matches_golden_bit_for_bit(mode, dt, shape, profile, rm):
     args = _make(mode, dt, shape, rm)
@@ -99,12 +96,10 @@ def test_matches_golden_bit_for_bit(mode, dt, shape, profile, rm):
     want_grad, want_probs_grad = golden(*args.values(), hidden_piece=result.fields["hidden_size_align"])
     where = f"{mode} {dt} {shape} {profile} routing_map {rm} (tilingKey {result.tiling_key})"
     assert grad.dtype == args["unpermuted_tokens_grad"].dtype and grad.shape == want_grad.shape, where
-    bad = np.nonzero(_bits(grad) != _bits(want_grad))[0]
-    assert bad.size == 0, f"{where}: permuted_tokens_grad differs first at byte {bad[0]}"
+    assert_bits_equal(grad, want_grad, f"{where}: permuted_tokens_grad")
     if MODES[mode][1]:
         assert probs_grad.dtype == args["probs"].dtype
-        bad = np.nonzero(_bits(probs_grad) != _bits(want_probs_grad))[0]
-        assert bad.size == 0, f"{where}: probs_grad differs first at byte {bad[0]}"
+        assert_bits_equal(probs_grad, want_probs_grad, f"{where}: probs_grad")
     else:
         assert probs_grad is None
 
@@ -167,13 +162,6 @@ def test_golden_against_a_direct_loop(rng):
 
 
 # --- inputs at the edges of the index conventions: the golden covers them and agrees with the kernel ----
-def _same_bits(got, want):
-    if want is None:
-        return got is None
-    return got is not None and got.dtype == want.dtype and got.shape == want.shape and \
-        np.array_equal(_bits(got), _bits(want))
-
-
 def _kernel_and_golden(args, soc):
     soc = get_soc(soc)
     piece = tiling_uwrm_grad(*args.values(), soc=soc).fields["hidden_size_align"]
@@ -197,11 +185,13 @@ def test_probs_slots_past_tokens_times_topk_are_never_read(dt, profile):
                 permute_token_id=np.append(base["permute_token_id"], [99, -1, 5]).astype(np.int32),
                 permuted_tokens=np.concatenate([base["permuted_tokens"], extra_rows]))
     (grad, probs_grad), (want_grad, want_probs_grad) = _kernel_and_golden(args, profile)
-    assert _same_bits(grad, want_grad) and _same_bits(probs_grad, want_probs_grad)
+    assert_bits_equal(grad, want_grad)
+    assert_bits_equal(probs_grad, want_probs_grad)
     # the golden of the extended call is the golden of the first N * topK slots, plus 3 zero rows
     base_grad, base_probs_grad = golden(*base.values())
-    assert _same_bits(want_grad[:16], base_grad) and not want_grad[16:].astype(F32).any()
-    assert _same_bits(want_probs_grad, base_probs_grad)
+    assert_bits_equal(want_grad[:16], base_grad)
+    assert not want_grad[16:].astype(F32).any()
+    assert_bits_equal(want_probs_grad, base_probs_grad)
 
 
 @pytest.mark.parametrize("profile", EDGE_PROFILES)
@@ -211,7 +201,8 @@ def test_probs_with_fewer_slots_than_tokens_gives_zeros(profile):
     args.update(out_index=np.array([3, 0, 4, 1, 2], np.int32), permute_token_id=np.arange(5, dtype=np.int32),
                 permuted_tokens=args["permuted_tokens"][:5])
     (grad, probs_grad), (want_grad, want_probs_grad) = _kernel_and_golden(args, profile)
-    assert _same_bits(grad, want_grad) and _same_bits(probs_grad, want_probs_grad)
+    assert_bits_equal(grad, want_grad)
+    assert_bits_equal(probs_grad, want_probs_grad)
     assert not grad.astype(F32).any() and not probs_grad.astype(F32).any()
 
 
@@ -221,9 +212,12 @@ def test_no_probs_with_fewer_slots_than_tokens_copies_token_0(profile):
     args = make_inputs(8, 24, 4, topk=1, dtype=F16, with_probs=False, seed=23)
     args.update(out_index=np.array([3, 0, -1, 1, 2], np.int32), permute_token_id=np.arange(5, dtype=np.int32))
     (grad, probs_grad), (want_grad, want_probs_grad) = _kernel_and_golden(args, profile)
-    assert _same_bits(grad, want_grad) and probs_grad is None and want_probs_grad is None
+    assert_bits_equal(grad, want_grad)
+    assert probs_grad is None and want_probs_grad is None
     g0 = args["unpermuted_tokens_grad"][0]
-    assert all(np.array_equal(_bits(grad[r]), _bits(g0)) for r in (0, 1, 2, 3)) and not grad[4].any()
+    for r in (0, 1, 2, 3):
+        assert_bits_equal(grad[r], g0, f"row {r}")
+    assert not grad[4].any()
 
 
 @pytest.mark.parametrize("extra_row", [-1, 0], ids=["skipped", "dereferenced"])
@@ -235,7 +229,8 @@ def test_no_probs_slot_past_tokens_times_topk(extra_row):
                 permute_token_id=np.append(args["permute_token_id"], 0).astype(np.int32))
     if extra_row < 0:
         (grad, probs_grad), (want_grad, want_probs_grad) = _kernel_and_golden(args, "ascend910b")
-        assert _same_bits(grad, want_grad) and probs_grad is None and not grad[16].astype(F32).any()
+        assert_bits_equal(grad, want_grad)
+        assert probs_grad is None and not grad[16].astype(F32).any()
         return
     with pytest.raises(OutOfBoundsError, match="unpermuted_tokens_grad"):
         ops.moe_token_unpermute_with_routing_map_grad(*args.values())
@@ -259,7 +254,8 @@ def test_zero_hidden_size(mode):
         assert info.value.status == 561002 and runs == []
         return
     grad, probs_grad = ops.moe_token_unpermute_with_routing_map_grad(*args.values())
-    assert _same_bits(grad, want_grad) and _same_bits(probs_grad, want_probs_grad)
+    assert_bits_equal(grad, want_grad)
+    assert_bits_equal(probs_grad, want_probs_grad)
 
 
 def _pad_inputs_with_spill(g_dt, p_dt, spill_token=None):
@@ -282,11 +278,12 @@ def test_pad_slots_past_experts_times_capacity_spill_into_the_next_token(dt, pro
     g_dt, p_dt = EDGE_DTYPES[dt]
     args, t = _pad_inputs_with_spill(g_dt, p_dt)
     (grad, probs_grad), (want_grad, want_probs_grad) = _kernel_and_golden(args, profile)
-    assert _same_bits(grad, want_grad) and _same_bits(probs_grad, want_probs_grad)
+    assert_bits_equal(grad, want_grad)
+    assert_bits_equal(probs_grad, want_probs_grad)
     # the spilled slot uses (and writes) probs element (t + 1, 0)
     g = args["unpermuted_tokens_grad"][t].astype(np.float64)
     prob = args["probs"][t + 1, 0]
-    assert np.array_equal(_bits(grad[4]), _bits((g.astype(F32) * F32(prob)).astype(g_dt)))
+    assert_bits_equal(grad[4], (g.astype(F32) * F32(prob)).astype(g_dt))
     dot = float(np.dot(args["permuted_tokens"][4].astype(np.float64), g))
     assert float(probs_grad[t + 1, 0]) == pytest.approx(dot, rel=2e-2 if p_dt is BF16 else 1e-5, abs=1e-3)
 
@@ -349,7 +346,8 @@ def test_non_contiguous_inputs_are_accepted():
     strided = dict(args, unpermuted_tokens_grad=wide[:, ::2])
     a = ops.moe_token_unpermute_with_routing_map_grad(*args.values())
     b = ops.moe_token_unpermute_with_routing_map_grad(*strided.values())
-    assert np.array_equal(_bits(a[0]), _bits(b[0])) and np.array_equal(_bits(a[1]), _bits(b[1]))
+    assert_bits_equal(a[0], b[0])
+    assert_bits_equal(a[1], b[1])
 
 
 def test_results_do_not_depend_on_thread_count(monkeypatch):
@@ -358,7 +356,8 @@ def test_results_do_not_depend_on_thread_count(monkeypatch):
     a = ops.moe_token_unpermute_with_routing_map_grad(*args.values())
     monkeypatch.setenv("ASCEND_SIM_THREADS", "2")
     b = ops.moe_token_unpermute_with_routing_map_grad(*args.values())
-    assert np.array_equal(_bits(a[0]), _bits(b[0])) and np.array_equal(_bits(a[1]), _bits(b[1]))
+    assert_bits_equal(a[0], b[0])
+    assert_bits_equal(a[1], b[1])
 
 
 # --- errors ----------------------------------------------------------------------------------------
@@ -458,7 +457,8 @@ def test_fp32_probs_with_wide_rows_overflow_the_ub_at_256_reserved_slots():
     fits = make_inputs(30, 8192, 8, topk=8, dtype=BF16, probs_dtype=F32, seed=6)
     assert tiling_uwrm_grad(*fits.values(), soc=soc).ub_plan_bytes == soc.ub_size - 32
     (grad, probs_grad), (want_grad, want_probs_grad) = _kernel_and_golden(fits, soc)
-    assert _same_bits(grad, want_grad) and _same_bits(probs_grad, want_probs_grad)
+    assert_bits_equal(grad, want_grad)
+    assert_bits_equal(probs_grad, want_probs_grad)
 
 
 # --- fuzzing: a corrupted index is skipped, faults, or gives the golden's answer; inputs stay untouched ------
@@ -474,10 +474,6 @@ def _fault_expected(mode, which, value, slots, tokens):
     if not pad:
         return which == "out_index" and value >= slots
     return not 0 <= value < (slots if which == "out_index" else tokens)
-
-
-def _uint(a):
-    return a.view(np.dtype(f"u{a.itemsize}"))
 
 
 def _decided_by_one_slot(mode, args, arch35):
@@ -548,10 +544,10 @@ def test_fuzzed_bad_indices(mode, dt, profile, cores, which, slot, value):
         grad, probs_grad = run()
         want_grad, want_probs_grad = golden(*args.values(), hidden_piece=piece)
         rows_ok, elements_ok = _decided_by_one_slot(mode, args, soc.is_regbase)
-        assert np.array_equal(_uint(grad)[rows_ok], _uint(want_grad)[rows_ok])
+        assert_bits_equal(grad[rows_ok], want_grad[rows_ok])
         if probs:
-            assert np.array_equal(_uint(probs_grad)[elements_ok], _uint(want_probs_grad)[elements_ok])
+            assert_bits_equal(probs_grad[elements_ok], want_probs_grad[elements_ok])
         else:
             assert probs_grad is None and want_probs_grad is None
     for k, v in before.items():
-        assert np.array_equal(_bits(args[k]), _bits(v)), f"the call changed input {k}"
+        assert_bits_equal(args[k], v, f"the call changed input {k}")

@@ -17,6 +17,7 @@ from ascend_sim.check import RaceWaiver
 from ops.unpermute_with_routing_map_grad import arch35, kernel, kernels_of
 from ops.unpermute_with_routing_map_grad.examples import make_inputs
 from ops.unpermute_with_routing_map_grad.golden import golden
+from tests.bits import assert_bits_equal
 from tiling import get_soc, moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
 
 aclnn = ops.aclnn
@@ -86,9 +87,10 @@ def test_every_key_with_core_tails_in_checked_mode(key, dt, shape):
         assert f["tail_core_num"] and (f["former_core_num"] or f["row_id_map_tail_core"] == 0)
     grad, probs_grad = ops.moe_token_unpermute_with_routing_map_grad(*args.values(), soc=soc, check="race")
     want_grad, want_probs_grad = golden(*args.values(), hidden_piece=f["hidden_size_align"])
-    assert np.array_equal(_u(grad), _u(want_grad))
+    assert_bits_equal(grad, want_grad)
     if KEYS[key][1]:
-        assert probs_grad.dtype == args["probs"].dtype and np.array_equal(_u(probs_grad), _u(want_probs_grad))
+        assert probs_grad.dtype == args["probs"].dtype
+        assert_bits_equal(probs_grad, want_probs_grad)
     else:
         assert probs_grad is None
 
@@ -114,7 +116,8 @@ def test_pad_probs_grad_is_zeroed_whatever_the_output_held(profile):
     capacity = args["out_index"].size // args["probs"].shape[1]
     owned[args["permute_token_id"], args["out_index"] // capacity] = True
     assert (~owned).any() and np.all(probs_grad[~owned] == 0)
-    assert np.array_equal(_u(probs_grad), _u(want_probs_grad)) and np.array_equal(_u(out), _u(want_grad))
+    assert_bits_equal(probs_grad, want_probs_grad)
+    assert_bits_equal(out, want_grad)
 
 
 def test_arch35_key1_never_zeroes_its_partial_sums():
@@ -136,8 +139,8 @@ def test_arch35_key1_never_zeroes_its_partial_sums():
     for profile in ("ascend910b", "ascend950"):
         grad, probs_grad = ops.moe_token_unpermute_with_routing_map_grad(
             *args.values(), soc=get_soc(profile, aiv_num=1), check="race")
-        assert np.array_equal(_u(grad), _u(want_grad))
-        assert np.array_equal(_u(probs_grad)[others], _u(want_probs_grad)[others])
+        assert_bits_equal(grad, want_grad)
+        assert_bits_equal(probs_grad[others], want_probs_grad[others])
         if profile == "ascend910b":
             assert float(probs_grad[t, e]) == 0.0
         else:

@@ -44,6 +44,8 @@ with warnings.catch_warnings():      # "Transformer Engine and Apex are not inst
 
 import ops.torch as nt
 import ops.torch.megatron as patched
+from ops.torch._bridge import as_numpy
+from tests.bits import assert_bits_equal
 
 # Megatron's config defaults warn on construction (a deprecated CUDA-graph scope default); nothing to act on here
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:megatron.*")
@@ -68,11 +70,6 @@ def routing(seed=0, pad=False):
 
 def rand(*shape, dtype, seed):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
-
-
-def assert_bits_equal(got, want, what):
-    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, want.dtype, got.shape, want.shape)
-    assert torch.equal(got, want), f"{what}: max |diff| {(got.double() - want.double()).abs().max().item()}"
 
 
 def assert_within(got, want, bound, what):
@@ -116,15 +113,15 @@ def test_moe_utils_round_trip_forward_and_backward(monkeypatch, dname, pad):
         return permuted.detach(), permuted_probs.detach(), y.detach(), x.grad, probs.grad
 
     (p_ref, pp_ref, y_ref, gx_ref, gp_ref), (p_sim, pp_sim, y_sim, gx_sim, gp_sim) = both(run, monkeypatch)
-    assert_bits_equal(p_sim, p_ref, "permuted tokens")
-    assert_bits_equal(pp_sim, pp_ref, "permuted probs")
-    assert_bits_equal(gx_sim, gx_ref, "tokens' gradient")
+    assert_bits_equal(as_numpy(p_sim), as_numpy(p_ref), "permuted tokens")
+    assert_bits_equal(as_numpy(pp_sim), as_numpy(pp_ref), "permuted probs")
+    assert_bits_equal(as_numpy(gx_sim), as_numpy(gx_ref), "tokens' gradient")
 
     # forward: each output element sums the products of the token with its experts' probs
     terms = (x0.double()[:, None, :] * probs0.double()[:, :, None]).abs()            # (N, E, H), zero off the map
     k = int(routing_map.sum(1).max())
     if dt == torch.float32 and k <= 2:         # a sum of two fp32 products is the same in either order
-        assert_bits_equal(y_sim, y_ref, "unpermuted tokens")
+        assert_bits_equal(as_numpy(y_sim), as_numpy(y_ref), "unpermuted tokens")
     else:
         u = UNIT[dt]
         assert_within(y_sim, y_ref, ((k + 1) * u + (k - 1) * U_FP32) * (1 + u) ** k * terms.sum(1), "unpermuted")
@@ -134,7 +131,8 @@ def test_moe_utils_round_trip_forward_and_backward(monkeypatch, dname, pad):
     u = UNIT[dt]
     bound = (5 * u + 2 * (H - 1) * U_FP32) * (1 + u) ** 2 * s * routing_map
     assert_within(gp_sim, gp_ref, bound, "probs' gradient")
-    assert_bits_equal(gp_sim[~routing_map], gp_ref[~routing_map], "probs' gradient off the routing map")
+    assert_bits_equal(as_numpy(gp_sim[~routing_map]), as_numpy(gp_ref[~routing_map]),
+                      "probs' gradient off the routing map")
 
 
 # --- the token dispatchers -----------------------------------------------------------------------------------------
@@ -201,4 +199,4 @@ def test_token_dispatcher_forward_and_backward(single_process_group, monkeypatch
     reference, simulated = both(run, monkeypatch)
     for what, got, want in zip(("expert inputs", "tokens per expert", "output", "tokens' gradient",
                                 "probs' gradient", "experts' gradient"), simulated, reference):
-        assert_bits_equal(got, want, what)
+        assert_bits_equal(as_numpy(got), as_numpy(want), what)

@@ -16,6 +16,7 @@ from ascend_sim import OutOfBoundsError
 from tiling.status import ParamInvalidError, TilingError
 from ops.l0 import moe_finalize_routing_v2 as l0
 from ops.unpermute.golden import golden
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling import moe_finalize_routing_v2 as tile
 
@@ -60,8 +61,7 @@ def _run(x, s, probs, soc, check=None):
 def _check(x, s, probs, soc, check=None):
     y, executor = _run(x, s, probs, soc, check)
     want = golden(x, s, probs, arch35=True)
-    bad = np.flatnonzero(y.view(np.uint8) != want.view(np.uint8))
-    assert not bad.size, f"key {executor.tiling.tiling_key}: first differing byte {bad[0]} of {y.nbytes}"
+    assert_bits_equal(y, want, f"key {executor.tiling.tiling_key}")
     return executor
 
 

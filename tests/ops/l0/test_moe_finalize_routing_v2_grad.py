@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from ops.l0 import moe_finalize_routing_v2_grad as l0
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling import moe_finalize_routing_v2_grad as tile
 from tiling.status import TilingError
@@ -123,16 +124,6 @@ def _run(grad_y, idx, expanded_x, scales, soc, *, mode=0, active_num=None, exper
     return gex, (gsc if scales is not None else None), executor
 
 
-def _bits_equal(got, want, what):
-    g, w = np.asarray(got), np.asarray(want)
-    assert g.shape == w.shape and g.dtype == w.dtype, what
-    nan = np.isnan(w.astype(F32))
-    assert np.array_equal(np.isnan(g.astype(F32)), nan), f"{what}: NaN positions differ"
-    bad = np.flatnonzero((g.view(np.uint8 if g.itemsize == 1 else f"u{g.itemsize}") !=
-                          w.view(f"u{w.itemsize}")) & ~nan)
-    assert not bad.size, f"{what}: first differing element {bad[0]}: {g.reshape(-1)[bad[0]]} vs {w.reshape(-1)[bad[0]]}"
-
-
 def _check(grad_y, idx, expanded_x, scales, soc, *, key=None, check=None, **kw):
     gex, gsc, executor = _run(grad_y, idx, expanded_x, scales, soc, check=check, **kw)
     dim0 = executor.tiling.fields["expanded_x_dim0"]
@@ -140,9 +131,10 @@ def _check(grad_y, idx, expanded_x, scales, soc, *, key=None, check=None, **kw):
     if executor.tiling.fields["drop_pad_mode"] == 0:
         # rows no slot names are not written (the caller's 0 here); dropPadMode 1 zeroes them
         want_x[np.setdiff1d(np.arange(want_x.shape[0]), idx[(idx >= 0) & (idx < dim0)])] = 0
-    _bits_equal(gex.reshape(want_x.shape), want_x, f"key {executor.tiling.tiling_key} grad_expanded_x")
+    assert_bits_equal(gex.reshape(want_x.shape), want_x, f"key {executor.tiling.tiling_key} grad_expanded_x",
+                      nan_equal=True)
     if scales is not None:
-        _bits_equal(gsc, want_s, f"key {executor.tiling.tiling_key} grad_scales")
+        assert_bits_equal(gsc, want_s, f"key {executor.tiling.tiling_key} grad_scales", nan_equal=True)
         formula_check(gsc, grad_y, idx, expanded_x, scales, dim0)
     if key is not None:
         assert executor.tiling.tiling_key == key
@@ -171,7 +163,7 @@ def test_without_scales_stock_profile_active_num_and_checked_mode():
     grad_y, idx, _, _ = _inputs(9, 40, 1, "bf16", None, seed=1, minus_one=1)
     gex, _, executor = _run(grad_y, idx, None, None, STOCK, active_num=6, out_shape=(6, 40))
     want, _ = golden(grad_y, idx, None, None, 6, 6)
-    _bits_equal(gex, want, "activeNum 6")
+    assert_bits_equal(gex, want, "activeNum 6", nan_equal=True)
     assert executor.tiling.fields["expanded_x_dim0"] == 6
     _check(grad_y, idx, None, None, STOCK, key=10001, check="race")
 
@@ -249,8 +241,8 @@ def test_with_scales_active_num_and_checked_mode():
     ex = ex[:9]
     gex, gsc, executor = _run(grad_y, idx, ex, sc, SMALL, active_num=9, out_shape=(9, 150), check="race")
     want_x, want_s = golden(grad_y, idx, ex, sc, 9, 9)
-    _bits_equal(gex, want_x, "activeNum 9 grad_expanded_x")
-    _bits_equal(gsc, want_s, "activeNum 9 grad_scales")
+    assert_bits_equal(gex, want_x, "activeNum 9 grad_expanded_x", nan_equal=True)
+    assert_bits_equal(gsc, want_s, "activeNum 9 grad_scales", nan_equal=True)
 
 
 # --- dropPadMode 1 -------------------------------------------------------------------------------------------------
@@ -263,9 +255,9 @@ def test_drop_pad_mode_zeroes_the_output_first(prob):
     gex, gsc, executor = _run(grad_y, idx, ex3, sc, SMALL, mode=1, expert_num=e, expert_capacity=cap,
                               out_shape=(e, cap, hidden), fill=7, check="race")
     want_x, want_s = golden(grad_y, idx, ex, sc, e * cap, e * cap)
-    _bits_equal(gex.reshape(e * cap, hidden), want_x, "dropPadMode 1 grad_expanded_x")
+    assert_bits_equal(gex.reshape(e * cap, hidden), want_x, "dropPadMode 1 grad_expanded_x", nan_equal=True)
     if prob:
-        _bits_equal(gsc, want_s, "dropPadMode 1 grad_scales")
+        assert_bits_equal(gsc, want_s, "dropPadMode 1 grad_scales", nan_equal=True)
     assert executor.tiling.fields["drop_pad_mode"] == 1
 
 
@@ -277,7 +269,7 @@ def test_drop_pad_mode_cut_h_pieces():
     gex, _, executor = _run(grad_y, idx, None, None, TINY, mode=1, expert_num=e, expert_capacity=cap,
                             out_shape=(e, cap, hidden), fill=3, check="race")
     want, _ = golden(grad_y, idx, None, None, e * cap, e * cap)
-    _bits_equal(gex.reshape(e * cap, hidden), want, "dropPadMode 1 10002")
+    assert_bits_equal(gex.reshape(e * cap, hidden), want, "dropPadMode 1 10002", nan_equal=True)
     assert executor.tiling.tiling_key == 10002 and executor.tiling.fields["hidden_inner_loops"] == 2
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import ops.l0.moe_finalize_routing_v2_grad as l0
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.moe_finalize_routing_v2_grad import KEY_CUT_H, moe_finalize_routing_v2_grad as tiling
 
@@ -159,14 +160,9 @@ def _check(gy, idx, ex, sc, soc, *, mode=0, dim0=None, check=None, **attrs):
     f = result.fields
     want_x, want_s = golden(gy, idx, ex, sc, gex0 if mode == 0 else np.zeros_like(gex0), f,
                             f["expanded_x_dim0"] if dim0 is None else dim0)
-    u = f"u{sc.dtype.itemsize}"
-    bad_s = np.flatnonzero(gsc.reshape(-1).view(u) != want_s.reshape(-1).view(u))
-    assert not bad_s.size, (f"grad_scales slot {bad_s[0]}: {gsc.reshape(-1)[bad_s[0]]!r} != "
-                            f"{want_s.reshape(-1)[bad_s[0]]!r} ({bad_s.size} differ)")
+    assert_bits_equal(gsc, want_s.reshape(gsc.shape), "grad_scales")
     formula_check(gsc, gy, idx, ex, sc, f["expanded_x_dim0"] if dim0 is None else dim0)
-    bad_x = np.flatnonzero(gex.reshape(-1).view(f"u{gy.dtype.itemsize}")
-                           != want_x.reshape(-1).view(f"u{gy.dtype.itemsize}"))
-    assert not bad_x.size, f"grad_expanded_x element {bad_x[0]} of {gex.size} ({bad_x.size} differ)"
+    assert_bits_equal(gex, want_x.reshape(gex.shape), "grad_expanded_x")
     return result
 
 

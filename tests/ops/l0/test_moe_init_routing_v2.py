@@ -15,6 +15,7 @@ from ascend_sim import OutOfBoundsError, ParamRangeError, PipeRaceError, UBOverf
 from ascend_sim.check import RaceWaiver
 from ops.l0 import moe_init_routing_v2 as l0
 from ops.l0.moe_init_routing_v2.kernel import SCATTER_ROWS_REUSE_RACE
+from tests.bits import assert_bits_equal
 from tiling import TensorDesc, get_soc
 from tiling.moe_init_routing_v2 import moe_init_routing_v2 as tiling_of
 
@@ -64,7 +65,7 @@ def assert_routed(x, idx, active, ex, row):
     want_x, want_row = golden(x, idx, active)
     assert ex.shape == want_x.shape
     assert np.array_equal(row, want_row)
-    assert np.array_equal(ex.view(np.uint8), want_x.view(np.uint8))
+    assert_bits_equal(ex, want_x)
 
 
 def test_hand_worked():

@@ -14,6 +14,7 @@ import pytest
 from ascend_sim import UBOverflowError
 from ops.l0 import moe_init_routing_v2_grad as l0
 from ops.permute_grad.golden import golden_950
+from tests.bits import assert_bits_equal
 from tiling import TilingError, get_soc
 
 BF16 = ml_dtypes.bfloat16
@@ -21,11 +22,6 @@ FP16, FP32 = np.float16, np.float32
 CHIP = get_soc("ascend950")
 SMALL = get_soc("ascend950", ub_size=16384 + 256, aiv_num=4)     # GetCoreMemSize(UB) = 16 KiB, 4 cores
 DTYPES = {"bf16": BF16, "fp16": FP16, "fp32": FP32}
-
-
-def bits_equal(a, b) -> bool:
-    return a.shape == b.shape and np.array_equal(np.ascontiguousarray(a).view(np.uint8),
-                                                 np.ascontiguousarray(b).view(np.uint8))
 
 
 def inputs(n, k, h, dtype, seed, rows=None, bad=True):
@@ -85,7 +81,7 @@ def test_matches_golden(case):
     out, t = launch(g, s, k, soc=soc)
     assert t.tiling_key == key
     assert {f: t.fields[f] for f in pins} == pins
-    assert bits_equal(out, golden_950(g, s, k, chunk_of(t)))
+    assert_bits_equal(out, golden_950(g, s, k, chunk_of(t)))
 
 
 @pytest.mark.parametrize("case", ["full-load-k6-fp16", "split-h-sub-h-fp16", "regbase-k16-fp16"])
@@ -98,7 +94,7 @@ def test_checked_mode_is_clean(case):
     out = np.zeros((n, h), DTYPES[dt])
     size, ex = l0.get_workspace_size(g, s, top_k=k, active_num=g.shape[0], grad_x_out=out, soc=soc)
     l0.run(np.empty(size, np.uint8), size, ex, check="race")
-    assert bits_equal(out, golden_950(g, s, k, chunk_of(ex.tiling)))
+    assert_bits_equal(out, golden_950(g, s, k, chunk_of(ex.tiling)))
     waived = ex.report.extra["waived_races"]
     assert (waived > 0) == case.startswith("split-h")
 
@@ -108,7 +104,7 @@ def test_dropless_mode_skips_rows_past_n_times_k():
     g, s = inputs(6, 5, 72, BF16, seed=3)
     out, t = launch(g, s, 5, active=0)
     assert t.tiling_key == 300001
-    assert bits_equal(out, golden_950(g, s, 5))
+    assert_bits_equal(out, golden_950(g, s, 5))
 
 
 def test_drop_pad_mode_reads_expert_capacity_rows():
@@ -117,7 +113,7 @@ def test_drop_pad_mode_reads_expert_capacity_rows():
     s[::5] = -1
     out, t = launch(g.reshape(3, 4, 40), s, 4, drop_pad=1, active=0)
     assert t.tiling_key == 300002
-    assert bits_equal(out, golden_950(g, s, 4))
+    assert_bits_equal(out, golden_950(g, s, 4))
 
 
 def test_hand_worked_pairwise_sum():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ops.l0.moe_init_routing_v3 import KernelNotSimulatedError, get_workspace_size
+from tests.bits import assert_bits_equal
 from tiling import ParamNullptrError, TensorDesc, get_soc, moe_init_routing_v3
 
 EXPERTS = 10240
@@ -69,25 +70,20 @@ def _run(n, k, cols, dtype, *, soc=SOC, start=0, end=EXPERTS, dropped=True, with
     return executor, workspace, (x, ids, scale), (expanded_x, row_idx, counts, expanded_scale)
 
 
-def _same(a, b):
-    return a.shape == b.shape and np.array_equal(np.ascontiguousarray(a).view(np.uint8),
-                                                 np.ascontiguousarray(b).view(np.uint8))
-
-
 def _check(inputs, outputs, start=0, end=EXPERTS):
     x, ids, scale = inputs
     expanded_x, row_idx, counts, expanded_scale = outputs
     order, g_row_idx, g_counts, g_rows, g_scale = _golden(x, ids, scale, start, end)
     m = order.size
-    assert _same(row_idx, g_row_idx)
-    assert _same(counts, g_counts)
-    assert _same(expanded_x[:m], g_rows)
+    assert_bits_equal(row_idx, g_row_idx, "expanded_row_idx")
+    assert_bits_equal(counts, g_counts, "expert token counts")
+    assert_bits_equal(expanded_x[:m], g_rows, "expanded_x")
     # the rows of the dropped slots are never written
     assert np.all(expanded_x[m:].view(np.uint8) == X_SENTINEL)
     if scale is None:
         assert np.all(expanded_scale == SCALE_SENTINEL)
     else:
-        assert _same(expanded_scale[:m], g_scale)
+        assert_bits_equal(expanded_scale[:m], g_scale, "expanded_scale")
         assert np.all(expanded_scale[m:] == SCALE_SENTINEL)
     return order
 

@@ -22,6 +22,7 @@ from ops.common.mx_golden import mx_quantize, scale_columns
 from ops.l0.moe_init_routing_v3.gather_mxfp4_quant import mxfp4_gather_phase
 from ops.l0.moe_init_routing_v3.gather_mxfp8_quant import GatherMxGm, MxTemplate, mxfp8_gather_phase
 from ops.l0.moe_init_routing_v3.tiling_data import kernel_tiling_data
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.moe_init_routing_v3 import moe_init_routing_v3
 
@@ -102,8 +103,8 @@ def check(x, idx, quant_mode, rule="round_scale", **kw):
                                amax_clamp=clamp)
     src = order // idx.shape[1]
     m = order.size
-    assert np.array_equal(got_scale[:m], scales.view(np.uint8).reshape(x.shape[0], -1)[src])
-    assert np.array_equal(got_x[:m], data.view(np.uint8)[src])
+    assert_bits_equal(got_scale[:m], scales.view(np.uint8).reshape(x.shape[0], -1)[src], "expanded_scale")
+    assert_bits_equal(got_x[:m], data.view(np.uint8)[src], "expanded_x")
     assert not got_x[m:].any() and not got_scale[m:].any()     # rows of dropped slots are never written
     return r
 

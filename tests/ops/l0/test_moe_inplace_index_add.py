@@ -16,6 +16,7 @@ import pytest
 
 from ascend_sim import OutOfBoundsError
 from ops.l0 import moe_inplace_index_add as l0
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
@@ -68,7 +69,7 @@ def _check_within_order_bound(got, var, idx, upd):
     assert np.all(err <= bound), f"max excess {np.max(err - bound)}"
     once = adds == 1                                  # one rounding of an exact sum: the golden's bits
     want = _slot_order_golden(var, idx, upd)
-    assert np.array_equal(got[once].view(np.uint8), want[once].view(np.uint8))
+    assert_bits_equal(got, want, "rows added to once", mask=once[:, None])
 
 
 # --- SIMT --------------------------------------------------------------------------------------------------
@@ -90,7 +91,7 @@ def test_simt_within_the_order_bound(n, m, h, dtype, indices):
 def test_simt_unique_indices_are_bit_exact_from_zeros():
     var, idx, upd = _inputs(64, 40, 33, BF16, "unique", zero_var=True)
     _launch(var, idx, upd)
-    assert np.array_equal(var.view(np.uint16), _slot_order_golden(np.zeros_like(var), idx, upd).view(np.uint16))
+    assert_bits_equal(var, _slot_order_golden(np.zeros_like(var), idx, upd))
 
 
 def test_simt_rows_of_no_index_keep_their_bits():
@@ -98,7 +99,7 @@ def test_simt_rows_of_no_index_keep_their_bits():
     before = var.copy()
     _launch(var, idx, upd)
     untouched = np.setdiff1d(np.arange(32), idx)
-    assert np.array_equal(var[untouched].view(np.uint32), before[untouched].view(np.uint32))
+    assert_bits_equal(var[untouched], before[untouched])
 
 
 # --- SIMD --------------------------------------------------------------------------------------------------
@@ -115,7 +116,7 @@ def test_simd_is_slot_order_exact(profile, n, m, h, dtype, indices):
     want = _slot_order_golden(var, idx, upd)
     ex = _launch(var, idx, upd, soc=get_soc(CHIP, **profile))
     assert ex.tiling.tiling_key == 400000
-    assert np.array_equal(var.view(np.uint8), want.view(np.uint8))
+    assert_bits_equal(var, want)
 
 
 # --- checked mode, bad indices, what is not modelled ------------------------------------------------------------

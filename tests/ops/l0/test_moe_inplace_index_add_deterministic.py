@@ -14,6 +14,7 @@ import pytest
 
 from ascend_sim import OutOfBoundsError
 from ops.l0 import moe_inplace_index_add as l0
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
@@ -90,7 +91,7 @@ def test_bit_exact_against_slot_order(case, dtype):
         assert f["ub_index_factor"] // m < f["each_core_pre_axis_count"]     # more than one batch
     if case == "pre-split-windows":
         assert f["indices_loop_size"] > 1
-    assert np.array_equal(var.view(np.uint8), want.view(np.uint8))
+    assert_bits_equal(var, want)
 
 
 @pytest.mark.slow     # bf16: the 16-bit carrier's compilation
@@ -102,7 +103,7 @@ def test_the_order_is_visible():
     np.add.at(once, idx, upd.astype(np.float64))
     assert not np.array_equal(want.view(np.uint16), once.astype(BF16).view(np.uint16))
     _launch(var, idx, upd, 0, {})
-    assert np.array_equal(var.view(np.uint16), want.view(np.uint16))
+    assert_bits_equal(var, want)
 
 
 @pytest.mark.parametrize("case", ["column-split", "pre-split-windows"])
@@ -111,7 +112,7 @@ def test_checked_mode_is_clean(case):
     var, idx, upd = _inputs(shape, m, axis, F32, ids, seed=3)
     want = golden(var, idx, upd, axis)
     ex = _launch(var, idx, upd, axis, profile, check="race")
-    assert np.array_equal(var.view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(var, want)
     # the column split's ComputeIdxCount pad races (kernel.IDX_COUNT_SORT_PAD_RACE, the WAW beside the sorted ids,
     # and IDX_COUNT_PAD_RACE, the VF's read), once each per window per core; the pre split sorts nothing
     waived = ex.report.extra.get("waived_races", 0)

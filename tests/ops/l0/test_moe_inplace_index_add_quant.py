@@ -21,6 +21,7 @@ import pytest
 
 from ascend_sim import OutOfBoundsError
 from ops.l0 import moe_inplace_index_add as l0
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
@@ -139,9 +140,9 @@ def test_workspace_and_var_bit_exact(case, dtype):
         assert f["ub_index_factor"] < f["each_core_index_count"] and f["ub_quanta_indx_factor"] < \
             f["each_core_index_count"]
     assert np.array_equal(counts, want_counts), "counts"
-    assert np.array_equal(scale.view(np.uint32), want_scale.reshape(-1).view(np.uint32)), "scales"
+    assert_bits_equal(scale, want_scale.reshape(-1), "scales")
     assert np.array_equal(quant, want_quant.reshape(-1)), "quantised sums"
-    assert np.array_equal(var.view(np.uint8), want_var.reshape(var.shape).view(np.uint8)), "var"
+    assert_bits_equal(var, want_var.reshape(var.shape), "var")
 
 
 def _fields(var, idx, upd, axis, profile):

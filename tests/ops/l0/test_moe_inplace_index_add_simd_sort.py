@@ -19,6 +19,7 @@ import pytest
 
 from ascend_sim import OutOfBoundsError
 from ops.l0 import moe_inplace_index_add as l0
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.moe_inplace_index_add import KEY_SIMD_SORT
 
@@ -107,7 +108,7 @@ def test_one_core_is_bit_exact(case, dtype):
         assert sorted_windows == want_sorted
     ex = _launch(var, idx, upd, get_soc(CHIP, **profile))
     assert ex.tiling.tiling_key == KEY_SIMD_SORT
-    assert np.array_equal(var.view(np.uint8), want.view(np.uint8))
+    assert_bits_equal(var, want)
 
 
 def _launch_fields(var, idx, upd, profile):
@@ -122,7 +123,7 @@ def test_the_sort_path_rounds_differently_from_slot_order():
     want, sorted_windows = golden(var, idx, upd, _launch_fields(var, idx, upd, dict(aiv_num=1)))
     assert sorted_windows >= 1 and not np.array_equal(want.view(np.uint16), _slot_order(var, idx, upd).view(np.uint16))
     _launch(var, idx, upd, get_soc(CHIP, aiv_num=1))
-    assert np.array_equal(var.view(np.uint16), want.view(np.uint16))
+    assert_bits_equal(var, want)
 
 
 @pytest.mark.parametrize("ids,sorts", [("passes", False), ("random", True)], ids=["score-0.0039", "score-high"])
@@ -147,9 +148,9 @@ def test_the_window_length_threshold(n_ids):
     want, sorted_windows = golden(var, idx, upd, f)
     assert f["ub_index_factor"] == n_ids and sorted_windows == (n_ids > 128)
     if n_ids == 128:
-        assert np.array_equal(want.view(np.uint16), _slot_order(var, idx, upd).view(np.uint16))
+        assert_bits_equal(want, _slot_order(var, idx, upd))
     _launch(var, idx, upd, get_soc(CHIP, aiv_num=1))
-    assert np.array_equal(var.view(np.uint16), want.view(np.uint16))
+    assert_bits_equal(var, want)
 
 
 MULTI_CORE = {
@@ -179,7 +180,7 @@ def test_checked_mode_is_clean_but_for_the_waived_pad_race():
     want, sorted_windows = golden(var, idx, upd, _launch_fields(var, idx, upd, dict(aiv_num=1)))
     ex = _launch(var, idx, upd, get_soc(CHIP, aiv_num=1), check="race")
     assert sorted_windows == 1 and ex.report.extra.get("waived_races") == sorted_windows
-    assert np.array_equal(var.view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(var, want)
 
 
 @pytest.mark.parametrize("bad,slot", [(-1, 7), (16, 300), (2 ** 31 - 1, 399)],

@@ -19,6 +19,7 @@ import pytest
 
 from ascend_sim import OutOfBoundsError
 from ops.l0 import moe_inplace_index_add as l0
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.moe_inplace_index_add import KEY_SIMD_SORT
 
@@ -104,7 +105,7 @@ def test_bit_exact_on_any_core_count(case, dtype):
     before = var.copy()
     ex = _launch(var, idx, upd, profile)
     assert ex.tiling.tiling_key == KEY_SIMD_SORT
-    assert np.array_equal(var.view(np.uint8), want.view(np.uint8))
+    assert_bits_equal(var, want)
     if f["used_core_num_before"] > 1:
         check_within_bound(var, before, idx, upd)     # and the golden itself within the order bound of the exact sum
 
@@ -121,7 +122,7 @@ def test_windows_of_128_ids_or_fewer_sort():
     assert sorted_windows == 12 and none_sorted == 0
     assert not np.array_equal(want.view(np.uint32), slot_order.view(np.uint32))
     _launch(var, idx, upd, profile)
-    assert np.array_equal(var.view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(var, want)
 
 
 @pytest.mark.parametrize("ids,sorts", [("passes", False), ("random", True)], ids=["score-0.0039", "score-high"])
@@ -135,7 +136,7 @@ def test_the_score_threshold(ids, sorts):
     want, sorted_windows = golden(var, idx, upd, f)
     assert sorted_windows == (5 if sorts else 0)
     _launch(var, idx, upd, profile)
-    assert np.array_equal(var.view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(var, want)
 
 
 @pytest.mark.parametrize("profile,h_fp32", [(dict(aiv_num=1), 256), (dict(aiv_num=4), 1024)],
@@ -154,7 +155,7 @@ def test_both_sides_of_the_selection_threshold(profile, h_fp32, side):
     _launch(var, idx, upd, profile)
     if h == h_fp32:
         want, _ = golden(before, idx, upd, f)
-        assert np.array_equal(var.view(np.uint32), want.view(np.uint32))
+        assert_bits_equal(var, want)
     else:                                             # the id split: cores' adds meet in a row
         check_within_bound(var, before, idx, upd)
 
@@ -168,7 +169,7 @@ def test_checked_mode_is_clean_but_for_the_waived_pad_race():
     want, sorted_windows = golden(var, idx, upd, f)
     ex = _launch(var, idx, upd, profile, check="race")
     assert ex.report.extra.get("waived_races") == sorted_windows * f["used_core_num_before"]
-    assert np.array_equal(var.view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(var, want)
 
 
 @pytest.mark.parametrize("bad,slot", [(-1, 7), (16, 399)], ids=["negative", "rows"])

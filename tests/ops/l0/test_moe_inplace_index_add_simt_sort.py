@@ -18,6 +18,7 @@ import pytest
 
 from ascend_sim import OutOfBoundsError
 from ops.l0 import moe_inplace_index_add as l0
+from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.moe_inplace_index_add import KEY_SIMT_SORT
 
@@ -118,7 +119,7 @@ def test_one_core_is_bit_exact(case, dtype):
     assert sorted_windows >= 1 and unsorted_windows == 0
     ex = _launch(var, idx, upd, profile, axis)
     assert ex.tiling.tiling_key == KEY_SIMT_SORT and ex.report.kernel == "MoeInplaceIndexAddSimtSort"
-    assert np.array_equal(var.view(np.uint8), want.view(np.uint8))
+    assert_bits_equal(var, want)
 
 
 BRANCHES = {
@@ -151,7 +152,7 @@ def test_the_sort_path_rounds_differently_from_slot_order():
         slot_order[v] = (slot_order[v] + r).astype(BF16).astype(np.float32)
     assert not np.array_equal(want.view(np.uint16), slot_order.astype(BF16).view(np.uint16))
     _launch(var, idx, upd, dict(aiv_num=1))
-    assert np.array_equal(var.view(np.uint16), want.view(np.uint16))
+    assert_bits_equal(var, want)
 
 
 # (profile, n, m, h, ids): cores meet on rows, or windows that do not sort
@@ -193,7 +194,7 @@ def test_ids_outside_var_add_nothing(n, bad):
     want, sorted_windows, unsorted_windows = golden(var, idx, upd, _tiling(var, idx, upd, dict(aiv_num=1)).fields)
     assert sorted_windows >= 1 and unsorted_windows == 0
     _launch(var, idx, upd, dict(aiv_num=1))
-    assert np.array_equal(var.view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(var, want)
 
 
 @pytest.mark.parametrize("n,bad", [(16, 256), (300, 40000), (300, -40000)],
@@ -220,7 +221,7 @@ def test_checked_mode_is_clean(case):
     axis = 0 if pre is None else 1
     want, _, _ = golden(var, idx, upd, _tiling(var, idx, upd, profile, axis).fields)
     _launch(var, idx, upd, profile, axis, check="race")
-    assert np.array_equal(var.view(np.uint32), want.view(np.uint32))
+    assert_bits_equal(var, want)
 
 
 def test_checked_mode_is_clean_on_the_no_sort_path():
