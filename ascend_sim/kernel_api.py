@@ -3,7 +3,9 @@
 Kernels import this module as `asc` and write `asc.data_copy_pad(c, ...)` where AscendC
 code writes `DataCopyPad(...)`. Every function takes the core context `c` first.
 """
-from ._jit import aicore, global_aicore  # noqa: F401   (device functions and kernel stage entries)
+from ._jit import DEVICE_JIT_OPTIONS, aicore, global_aicore  # noqa: F401   (device functions and kernel stage entries)
+from ._memory import ub_view  # noqa: F401   (a LocalTensor view at a byte offset, without slicing)
+from ._outline import outline  # noqa: F401   (a call compiled once as its own function, not inlined)
 from .core import Core  # noqa: F401
 from .datacopy import (DataCopyExtParams, DataCopyPadExtParams, DataCopyParams, GlobalTensor, NO_PAD,  # noqa: F401
                        data_copy, data_copy_pad, gm_as_i32, gm_at, init_output)

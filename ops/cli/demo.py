@@ -10,8 +10,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from ascend_sim import SimulatorError, UBOverflowError, stage_signature
-from ascend_sim._jit import ensure_compiled
+from ascend_sim import SimulatorError, UBOverflowError, ensure_compiled, stage_signature
 from tiling import get_soc
 from tiling.status import AclnnError
 

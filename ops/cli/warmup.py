@@ -13,8 +13,7 @@ import os
 import sys
 import time
 
-from ascend_sim import cache_state, stage_signature
-from ascend_sim._jit import ensure_compiled
+from ascend_sim import cache_state, ensure_compiled, stage_signature
 from tiling import get_soc
 
 from .common import CliError, positive

@@ -30,7 +30,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from ascend_sim.check import InitWaiver
 from ops.common import int_math
 from ops.common.moe_sort import (MAX_MRGSORT_LIST, MULTI_INDEX_CONCAT, MULTI_IN_QUEUE, MULTI_OUT_QUEUE,

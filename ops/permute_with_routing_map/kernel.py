@@ -45,7 +45,7 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Branch, Kernel, PipePhase
 from ascend_sim.check import InitWaiver, OverlapWaiver, RaceWaiver
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.launch import member
 from ops.common import moe_sort

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore
+from ascend_sim.kernel_api import aicore
 
 VL_FP32 = 64
 DROPLESS_COLUMN, DROP_PAD_COLUMN, DROPLESS_ROW, DROP_PAD_ROW = 0, 1, 2, 3

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ascend_sim.kernel_api as asc
 import numpy as np
 
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 
 from .base import (cast_y, copy_in, get_scale, process_expand_x_scale_optimized, scales_copy_in, set_scale, skipped,
                    store_y, zero_y)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from ascend_sim.dtypes import CAST_RINT, DT_BF16, DT_FLOAT
 
 from ..moe_finalize_routing_v2.base import copy_in, copy_out  # noqa: F401  (one-burst DataCopyPad in / out)

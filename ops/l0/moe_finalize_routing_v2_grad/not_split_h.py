@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from ascend_sim.dtypes import DT_FLOAT
 
 from .base import (F32_BYTES, VL_F32, compute_rows, copy_in, copy_out, load_t, reduce_sum, store_t, to_ub_end,

@@ -27,8 +27,8 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
 from ascend_sim import regbase as rb
-from ascend_sim._jit import aicore, global_aicore
-from ascend_sim._outline import outline
+from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import outline
 
 from .gather_mxfp8_quant import (B16, B32, BF16_EMASK_AND_INF_VAL, BUFFERS, LOWER_BOUND_OF_MAX_EXP_FOR_E2M1,
                                  INV_SCALE_BUFFER, MAX_EXP_BUFFER, MX_SCALE_OUT_QUEUE, NUM_UB_BLOCKS_PER_VREG,

@@ -43,7 +43,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, PipePhase
-from ascend_sim._jit import global_aicore
+from ascend_sim.kernel_api import global_aicore
 from ascend_sim.check import InitWaiver, OverlapWaiver, RaceWaiver
 
 from .expert_tokens_count import CountGm, count_phase, total_count_offset  # noqa: F401  (workspace layout)

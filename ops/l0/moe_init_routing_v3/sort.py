@@ -31,7 +31,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from ops.common import int_math
 # the 910B sort's helpers where the arch35 code is the same: the merge bookkeeping (Init's offsets and remaining
 # counts, the four windows), the last-group padding, the member slots kept across SyncAll and the VMS level count

@@ -38,7 +38,7 @@ import ascend_sim.kernel_api as asc
 from numba import types
 from numba.extending import overload
 
-from ascend_sim._jit import DEVICE_JIT_OPTIONS, aicore, global_aicore
+from ascend_sim.kernel_api import DEVICE_JIT_OPTIONS, aicore, global_aicore
 from ascend_sim.dtypes import DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT32
 from ascend_sim.radix_sort import radix_sort_ascending
 

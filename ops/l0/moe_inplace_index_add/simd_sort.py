@@ -45,7 +45,7 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from ascend_sim.dtypes import (CAST_RINT, DT_BF16, DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits,
                                f32_bits_to_bf16_bits_rint, f32_bits_to_f16_bits, f32_from_bits, leading_zeros64,
                                view_f32_as_u32)
