@@ -9,20 +9,33 @@ Kernel code uses `ascend_sim.kernel_api`; hosts use `launch`. Every launch also 
 of its calls under the chip's cost model (`RunReport.estimate`); `tracing` logs every call for a
 Perfetto trace.
 """
-from .errors import (AlignmentError, ConfigError, ElementTypeError, OutOfBoundsError, ParamRangeError, QueueError, SimulatorError,
-                     OverlapError, PipeRaceError, SyncError, UBOverflowError)
-from .errors import UninitializedReadError, UnpairedFlagError
-from .errors import BufferPlanError, UnsupportedDtypeError
-from .check import checked
-from ._jit import cache_state, ensure_compiled, stage_signature
-from .launch import SYNC_ALL, Branch, Kernel, PipePhase, default_threads, launch, resolve_threads, stage_calls
-from .pipe import PipePlan, UbBuffer, plan_pipe
-from .report import CoreReport, RunReport
-from .cost import CostModel
-from .estimate import CoreTime, Estimate, LaunchSequence
 # imported here so the package holds them whatever the caller imports: kernel stamps (_jit.source_stamp) hash the
 # submodules the package holds, and a submodule imported later would make a cached kernel look stale
 from . import cost_file, host_cost
+from ._jit import cache_state, ensure_compiled, stage_signature
+from .check import checked
+from .cost import CostModel
+from .errors import (
+                     AlignmentError,
+                     BufferPlanError,
+                     ConfigError,
+                     ElementTypeError,
+                     OutOfBoundsError,
+                     OverlapError,
+                     ParamRangeError,
+                     PipeRaceError,
+                     QueueError,
+                     SimulatorError,
+                     SyncError,
+                     UBOverflowError,
+                     UninitializedReadError,
+                     UnpairedFlagError,
+                     UnsupportedDtypeError,
+)
+from .estimate import CoreTime, Estimate, LaunchSequence
+from .launch import SYNC_ALL, Branch, Kernel, PipePhase, default_threads, launch, resolve_threads, stage_calls
+from .pipe import PipePlan, UbBuffer, plan_pipe
+from .report import CoreReport, RunReport
 from .trace import tracing, write_json
 
 __all__ = [

@@ -24,10 +24,30 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, CAP_MAX_BLOCK_COUNT, CAP_NPU_ARCH, CNT_UB_HWM, ERR_BASE,
-                     ERR_COLS, EVENT_IDS, FLAG_BASE, MEMBER_BASE, N_COUNTERS, N_HARD_EVENTS, OUTLINE_RESOLVER,
-                     OUTLINE_TABLE, PIPE_QUEUES, POISON_EVEN, POISON_PAIR, QUE_BASE, Q_NUM, UB_DIRTY, UB_POISONED)
 from ._outline import RESOLVER_ADDRESS, TABLE_ADDRESS
+from .layout import (
+    ATOMIC_LOCK_COUNT,
+    ATOMIC_LOCK_TABLE,
+    CAP_MAX_BLOCK_COUNT,
+    CAP_NPU_ARCH,
+    CNT_UB_HWM,
+    ERR_BASE,
+    ERR_COLS,
+    EVENT_IDS,
+    FLAG_BASE,
+    MEMBER_BASE,
+    N_COUNTERS,
+    N_HARD_EVENTS,
+    OUTLINE_RESOLVER,
+    OUTLINE_TABLE,
+    PIPE_QUEUES,
+    POISON_EVEN,
+    POISON_PAIR,
+    Q_NUM,
+    QUE_BASE,
+    UB_DIRTY,
+    UB_POISONED,
+)
 
 Core = namedtuple("Core", ["ub", "state", "block_idx", "block_num"])   # state layout: layout.py
 

@@ -30,8 +30,19 @@ import numpy as np
 
 from .check import OverlapWaiver, RaceWaiver
 from .errors import OverlapError, PipeRaceError
-from .layout import (CALL_NAMES, CHECK_OVERLAP, CHK_GLOG, CHK_GLOG_CAP, CHK_GLOG_LOST, CHK_GLOG_N, GLOG_ATOMIC,
-                     GLOG_COLS, GLOG_READ, GLOG_WRITE, PIPE_NAMES)
+from .layout import (
+    CALL_NAMES,
+    CHECK_OVERLAP,
+    CHK_GLOG,
+    CHK_GLOG_CAP,
+    CHK_GLOG_LOST,
+    CHK_GLOG_N,
+    GLOG_ATOMIC,
+    GLOG_COLS,
+    GLOG_READ,
+    GLOG_WRITE,
+    PIPE_NAMES,
+)
 
 LOG_ROWS = 1 << 15          # log rows per core (1 MiB each; pages nobody writes cost nothing)
 MAX_LISTED = 64             # overlaps listed in the report (the total bytes count them all)

@@ -39,24 +39,45 @@ from typing import Callable, Sequence
 import numpy as np
 from numba._dispatcher import compute_fingerprint
 
-from . import errors
-from .layout import (CHK_FLAG_SET_CALL, CHK_INIT_WAIVED, CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, ERR_BASE,
-                     EVENT_IDS, FAULT_CALL_INDEX, FLAG_BASE, MEMBER_BASE, MODE_INIT, MODE_RACES, N_COUNTERS, N_PIPES,
-                     QUE_BASE, TL_BUSY, TL_DONE, TL_L2_HIT_BYTES, TL_SAME_N, TL_END, TL_TRACE_N, TRACE_COLS, UB_DIRTY,
-                     UB_POISONED)
+from . import check as checking
+from . import crosscore, errors, gm_cost, timeline
+from ._jit import ensure_compiled, stage_signature
 from .core import CORE_SETS, fault_record, flags, make_core, start_pipe
 from .cost import CostModel
-from .estimate import CoreTime, Estimate
-from . import check as checking
-from . import crosscore
-from . import gm_cost, timeline
-from .trace import CoreTrace, KernelTrace, current_request
 from .dtypes import dt_name
+from .estimate import CoreTime, Estimate
 from .events import HARD_EVENT_NAMES
-from ._jit import ensure_compiled, stage_signature
 from .faults import flag_pipes, to_error
+from .layout import (
+    CHK_FLAG_SET_CALL,
+    CHK_INIT_WAIVED,
+    CHK_OWN_WAIVE,
+    CHK_WAIVED,
+    CNT_CALLS,
+    CNT_SYNC_ALL,
+    ERR_BASE,
+    EVENT_IDS,
+    FAULT_CALL_INDEX,
+    FLAG_BASE,
+    MEMBER_BASE,
+    MODE_INIT,
+    MODE_RACES,
+    N_COUNTERS,
+    N_PIPES,
+    QUE_BASE,
+    TL_BUSY,
+    TL_DONE,
+    TL_END,
+    TL_L2_HIT_BYTES,
+    TL_SAME_N,
+    TL_TRACE_N,
+    TRACE_COLS,
+    UB_DIRTY,
+    UB_POISONED,
+)
 from .pipe import UbBuffer, plan_pipe
 from .report import CoreReport, RunReport, deferred, gm_bytes_of
+from .trace import CoreTrace, KernelTrace, current_request
 
 SAME_ADDRESS_LOG_ENTRIES = 1 << 14     # per core: (region, time bucket) entries of the same-address log (consecutive
                                        # reads of one region and window share an entry; later ones are not logged)

@@ -14,8 +14,23 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from .errors import QueueError, UBOverflowError
-from .layout import (KIND_TBUF, KIND_TQUE, KIND_TQUEBIND, MAX_BUFFERS_PER_POSITION, POS_VECCALC, POS_VECIN, POS_VECOUT,
-                     QUE_COLS, Q_BASE, Q_DEPTH, Q_DST_POS, Q_KIND, Q_LEN, Q_NUM, Q_SRC_POS)
+from .layout import (
+    KIND_TBUF,
+    KIND_TQUE,
+    KIND_TQUEBIND,
+    MAX_BUFFERS_PER_POSITION,
+    POS_VECCALC,
+    POS_VECIN,
+    POS_VECOUT,
+    Q_BASE,
+    Q_DEPTH,
+    Q_DST_POS,
+    Q_KIND,
+    Q_LEN,
+    Q_NUM,
+    Q_SRC_POS,
+    QUE_COLS,
+)
 
 BLOCK_BYTES = 32
 MAX_PIPE_BUFFERS = 64            # buffers one TPipe can manage

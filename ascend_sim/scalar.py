@@ -10,19 +10,34 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
+from . import check as chk
+from . import timeline as tl
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import data_address
-from . import check as chk
-from .layout import (CALL_GM_ATOMIC_ADD, CALL_GM_ATOMIC_EXCH, CALL_GM_GET_VALUE,
-                     CALL_GM_SET_VALUE, CALL_SCALAR_ARRAY, CALL_UB_GET_VALUE, CALL_UB_SET_VALUE,
-                     CHK_MODE, CNT_S_GM_READS, CNT_S_GM_WRITES, CNT_S_UB_OPS, F_GM_OOB, F_SCALAR_OOB, F_UB_OOB,
-                     MEMBER_BASE, N_MEMBERS, PIPE_S)
+from .atomic import spin_lock, stripe_lock, unlock
 from .dtypes import DT_BF16, DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits
 from .faults import fault, faulted, issue
-from .local import note_ub_write, ub_offset
-from . import timeline as tl
 from .gm_cost import device_address
-from .atomic import spin_lock, unlock, stripe_lock
+from .layout import (
+    CALL_GM_ATOMIC_ADD,
+    CALL_GM_ATOMIC_EXCH,
+    CALL_GM_GET_VALUE,
+    CALL_GM_SET_VALUE,
+    CALL_SCALAR_ARRAY,
+    CALL_UB_GET_VALUE,
+    CALL_UB_SET_VALUE,
+    CHK_MODE,
+    CNT_S_GM_READS,
+    CNT_S_GM_WRITES,
+    CNT_S_UB_OPS,
+    F_GM_OOB,
+    F_SCALAR_OOB,
+    F_UB_OOB,
+    MEMBER_BASE,
+    N_MEMBERS,
+    PIPE_S,
+)
+from .local import note_ub_write, ub_offset
 from .vector import as_elem
 
 

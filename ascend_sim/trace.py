@@ -21,11 +21,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .layout import TRACE_L2_SHIFT
-from .layout import (CALL_ALLOC_TENSOR, CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DATA_COPY_PAD_IN,
-                     CALL_DATA_COPY_PAD_OUT, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_INIT_OUTPUT, CALL_NAMES,
-                     CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, HARD_EVENT_NAMES, PIPE_NAMES)
 from .errors import ConfigError, whole_number
+from .layout import (
+    CALL_ALLOC_TENSOR,
+    CALL_DATA_COPY_IN,
+    CALL_DATA_COPY_OUT,
+    CALL_DATA_COPY_PAD_IN,
+    CALL_DATA_COPY_PAD_OUT,
+    CALL_DEQUE,
+    CALL_ENQUE,
+    CALL_FREE_TENSOR,
+    CALL_INIT_OUTPUT,
+    CALL_NAMES,
+    CALL_PIPE_BARRIER,
+    CALL_SET_FLAG,
+    CALL_WAIT_FLAG,
+    HARD_EVENT_NAMES,
+    PIPE_NAMES,
+    TRACE_L2_SHIFT,
+)
 from .occupancy import plot_occupancy  # noqa: F401   (the occupancy plot: occupancy.py)
 
 DEFAULT_MAX_EVENTS = 1_000_000

@@ -16,10 +16,10 @@ import numpy as np
 from ascend_sim import CoreReport, Kernel, OutOfBoundsError, RunReport, launch, stage_calls
 from ascend_sim.check import resolve as resolve_check
 from ascend_sim.datacopy import GlobalTensor
+from ascend_sim.dtypes import dt_of, gm_view
 from ascend_sim.estimate import LaunchSequence
 from ascend_sim.host_cost import HostWork, modelled_estimate
 from ascend_sim.launch import chip_cost
-from ascend_sim.dtypes import dt_of, gm_view
 from tiling.common import TilingResult, dtype_name
 from tiling.reference import reference
 from tiling.status import ParamInvalidError, ParamNullptrError

@@ -16,7 +16,6 @@ from typing import Callable
 
 from ascend_sim.errors import ConfigError
 from tiling import get_soc
-
 from tiling.status import AclnnError
 
 VARY = ("hidden", "tokens", "topk", "experts")

@@ -27,8 +27,13 @@ from ascend_sim.pipe import UbBuffer
 
 from .common import TensorDesc, TilingResult, struct_fields, tdiv
 from .masked_select import MS_FIELDS, masked_select_tiling, masked_select_ub_plan
-from .moe_sort import (SORT_OUT_ONE_LOOP_MAX, VBS_FIELDS, checked_sort_loop_max_element, vbs_tiling,
-                       vms_middle_need_core_num)
+from .moe_sort import (
+    SORT_OUT_ONE_LOOP_MAX,
+    VBS_FIELDS,
+    checked_sort_loop_max_element,
+    vbs_tiling,
+    vms_middle_need_core_num,
+)
 from .moe_sort_last_dim import last_dim_sort_tiling, last_dim_sort_ub_plan, permute_prob_ub_plan
 from .moe_token_permute import INDEX_COPY_FIELDS, _index_copy, index_copy_ub_plan, sort_ub_plan
 from .platform import get_soc

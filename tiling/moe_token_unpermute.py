@@ -27,8 +27,8 @@ H > 0, scales 2-D with K > 0, expanded_row_idx 1-D with L // K > 0 rows and exac
 """
 from __future__ import annotations
 
+from .common import TensorDesc, TilingResult, as_dtype, length_by_type, memoised_tiling, struct_fields, tdiv
 from .moe_finalize_routing_v2 import moe_finalize_routing_v2
-from .common import TensorDesc, TilingResult, memoised_tiling, as_dtype, length_by_type, struct_fields, tdiv
 from .platform import get_soc
 from .status import TilingError
 from .unpermute_gather import GATHER_FIELDS, gather_tiling, gather_ub_plan

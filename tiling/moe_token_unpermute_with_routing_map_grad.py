@@ -21,14 +21,25 @@ launch always uses every vector core; the workspace is the library's system work
 """
 from __future__ import annotations
 
-from .common import (TensorDesc, TilingResult, align_down, align_up, as_dtype, ceil_div, length_by_type,
-                     struct_fields, tdiv, tmod)
-from .platform import get_soc
-from .status import TilingError
-from ascend_sim.pipe import UbBuffer
-
 import ml_dtypes
 import numpy as np
+
+from ascend_sim.pipe import UbBuffer
+
+from .common import (
+    TensorDesc,
+    TilingResult,
+    align_down,
+    align_up,
+    as_dtype,
+    ceil_div,
+    length_by_type,
+    struct_fields,
+    tdiv,
+    tmod,
+)
+from .platform import get_soc
+from .status import TilingError
 
 OP = "MoeTokenUnpermuteWithRoutingMapGrad"
 

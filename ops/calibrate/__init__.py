@@ -21,10 +21,10 @@ import numpy as np
 from ascend_sim.cost import CostModel
 from ascend_sim.cost_file import cost_file_text
 from ascend_sim.errors import ConfigError, SimulatorError
-from .fit import FitResult, fit_bounded
 from tiling import get_soc
 from tiling.status import AclnnError
 
+from .fit import FitResult, fit_bounded
 from .kernels import CALIBRATION_OPS, builder_for, register_op
 from .msprof import InputError, OpRow, read_op_summary, read_pipe_utilization
 

@@ -16,8 +16,16 @@ from tiling.status import AclnnError
 
 from .._framework import listening_to_compiles
 from ..common.cli_spec import DemoCase
-from .common import CompileProgress, add_chip_flags, announce_compile, cold_stages, prepare_op, print_run, run_op, \
-    soc_of
+from .common import (
+    CompileProgress,
+    add_chip_flags,
+    announce_compile,
+    cold_stages,
+    prepare_op,
+    print_run,
+    run_op,
+    soc_of,
+)
 from .operators import OPS
 
 COMPILE_WORKER_TIMEOUT_S = 900
@@ -172,7 +180,7 @@ class TourCase:
 def tour_cases(soc, ub_size: int | None = None, aiv_num: int | None = None) -> list[TourCase]:
     """The quick tour's cases with their inputs (small; drawn as `ascend-sim run` draws them). A case pinned to
     another chip gets that chip's profile with the custom UB size / core count applied."""
-    from . import build_parser      # the `run` parser reads the flags; ops.cli imports this module
+    from . import build_parser  # the `run` parser reads the flags; ops.cli imports this module
     parser = build_parser()
     out = []
     for op, what, flags in TOUR:

@@ -14,7 +14,7 @@ import argparse
 from ascend_sim.errors import ConfigError
 
 from ..limits import DEFAULT_MAX, DEFAULT_SHAPE, VARY, explore, profiles, tiler
-from .common import print_json, CliError, add_case_parser, check_flags_apply, output_file, positive
+from .common import CliError, add_case_parser, check_flags_apply, output_file, positive, print_json
 from .operators import op_spec
 
 _FIXABLE = ("tokens", "hidden", "experts", "topk", "capacity", "num_out_tokens")

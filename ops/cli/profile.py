@@ -25,8 +25,19 @@ from ascend_sim.trace import DEFAULT_MAX_EVENTS, plot_occupancy, tracing, write_
 from tiling import get_soc
 
 from .._framework import listening_to_compiles
-from .common import (print_json, CliError, CompileProgress, add_case_parser, announce_compile, check_flags_apply,
-                     check_inputs_fit_memory, cold_stages, output_file, positive, prepare_op)
+from .common import (
+    CliError,
+    CompileProgress,
+    add_case_parser,
+    announce_compile,
+    check_flags_apply,
+    check_inputs_fit_memory,
+    cold_stages,
+    output_file,
+    positive,
+    prepare_op,
+    print_json,
+)
 from .operators import op_spec
 
 

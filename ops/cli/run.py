@@ -4,8 +4,22 @@ from __future__ import annotations
 from ascend_sim import default_threads
 
 from .._framework import listening_to_compiles
-from .common import (print_json, CompileProgress, add_case_parser, announce_compile, check_flags_apply, check_inputs_fit_memory,
-                     cold_stages, prepare_op, print_per_core, print_run, report_json, run_op, soc_of, tiling_json)
+from .common import (
+    CompileProgress,
+    add_case_parser,
+    announce_compile,
+    check_flags_apply,
+    check_inputs_fit_memory,
+    cold_stages,
+    prepare_op,
+    print_json,
+    print_per_core,
+    print_run,
+    report_json,
+    run_op,
+    soc_of,
+    tiling_json,
+)
 from .operators import op_spec
 
 

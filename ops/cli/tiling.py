@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import print_json, add_case_parser, check_flags_apply, soc_of, tiling_json
+from .common import add_case_parser, check_flags_apply, print_json, soc_of, tiling_json
 from .operators import op_spec
 
 

@@ -37,9 +37,17 @@ import numpy as np
 
 from ascend_sim.dtypes import dt_of, gm_view
 from tiling import get_soc
-from tiling.moe_token_permute import (FIELDS, LIB_API_WORKSPACE, QUANT_MXFP4_E2M1, QUANT_MXFP8_E4M3FN,
-                                      QUANT_MXFP8_E5M2, QUANT_NONE, effective_num_out_tokens, mx_scale_cols,
-                                      moe_token_permute as _tiling)
+from tiling.moe_token_permute import (
+    FIELDS,
+    LIB_API_WORKSPACE,
+    QUANT_MXFP4_E2M1,
+    QUANT_MXFP8_E4M3FN,
+    QUANT_MXFP8_E5M2,
+    QUANT_NONE,
+    effective_num_out_tokens,
+    mx_scale_cols,
+)
+from tiling.moe_token_permute import moe_token_permute as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError
 
 from .._framework import Executor, gm_tensor, match_dtype_columns, run_executor, run_friendly, validate_check

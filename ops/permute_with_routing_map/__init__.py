@@ -42,17 +42,31 @@ from collections import namedtuple
 import ml_dtypes
 import numpy as np
 
-from ascend_sim.dtypes import DT_FLOAT16, dt_of, gm_view
 from ascend_sim.datacopy import GlobalTensor
+from ascend_sim.dtypes import DT_FLOAT16, dt_of, gm_view
 from tiling import get_soc
-from tiling.moe_token_permute_with_routing_map import (FIELDS, LIB_API_WORKSPACE, PAD_KEY, SORT_LIMIT_LENGTH,
-                                                       l0_num_out_tokens)
+from tiling.moe_token_permute_with_routing_map import (
+    FIELDS,
+    LIB_API_WORKSPACE,
+    PAD_KEY,
+    SORT_LIMIT_LENGTH,
+    l0_num_out_tokens,
+)
 from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_routing_map as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError
 
+from .._framework import (
+    Composite,
+    Executor,
+    HostStep,
+    IndexLink,
+    KernelStep,
+    gm_tensor,
+    run_executor,
+    run_friendly,
+    validate_check,
+)
 from .._host import gather_rows, gather_work, transpose_step, view_copy_step
-from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
-                          validate_check)
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
 from .kernel import SCATTER_ASSIST, GmTensors, Template, kernel_for, pad_kernel, pad_kernel_arch35
 

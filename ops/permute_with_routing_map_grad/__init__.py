@@ -46,14 +46,32 @@ import numpy as np
 
 from ascend_sim.dtypes import dt_of
 from tiling import get_soc
-from tiling.moe_token_permute_with_routing_map_grad import (FIELDS, TILING_KEY_DROP_PAD,
-                                                            moe_token_permute_with_routing_map_grad as _tiling)
+from tiling.moe_token_permute_with_routing_map_grad import FIELDS, TILING_KEY_DROP_PAD
+from tiling.moe_token_permute_with_routing_map_grad import moe_token_permute_with_routing_map_grad as _tiling
 from tiling.status import ParamInvalidError, ParamNullptrError, TilingError
 
-from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
-                          validate_check)
-from .._host import (cast_work, index_add_rows_step, masked_scatter_rows, masked_scatter_work, nonzero_mask, sort_ids_as_fp32_step, transpose_step,
-                     view_copy_step, zeros_like_step)
+from .._framework import (
+    Composite,
+    Executor,
+    HostStep,
+    IndexLink,
+    KernelStep,
+    gm_tensor,
+    run_executor,
+    run_friendly,
+    validate_check,
+)
+from .._host import (
+    cast_work,
+    index_add_rows_step,
+    masked_scatter_rows,
+    masked_scatter_work,
+    nonzero_mask,
+    sort_ids_as_fp32_step,
+    transpose_step,
+    view_copy_step,
+    zeros_like_step,
+)
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from ..common.unpermute_gather import gather_template

@@ -25,8 +25,13 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, PipePhase
 from ascend_sim.check import RaceWaiver
 from ascend_sim.kernel_api import global_aicore
-from tiling.moe_token_permute_with_routing_map_grad import (DROP_PAD_FIELDS, DROP_PAD_PIPE, GATHER_PIPE,
-                                                            TILING_KEY_DROP_PAD, TILING_KEY_GATHER)
+from tiling.moe_token_permute_with_routing_map_grad import (
+    DROP_PAD_FIELDS,
+    DROP_PAD_PIPE,
+    GATHER_PIPE,
+    TILING_KEY_DROP_PAD,
+    TILING_KEY_GATHER,
+)
 
 from ..common.unpermute_gather import gather_buffers, gather_gm, gather_phase
 

@@ -21,8 +21,16 @@ import ops.aclnn as aclnn
 from ascend_sim.errors import SimulatorError
 from tiling.status import AclnnError
 
-from ._bridge import (_BIT_VIEWS, as_numpy, check_tensor, current_soc, deterministic, device, raise_as_runtime_error,
-                      workspace)
+from ._bridge import (
+    _BIT_VIEWS,
+    as_numpy,
+    check_tensor,
+    current_soc,
+    deterministic,
+    device,
+    raise_as_runtime_error,
+    workspace,
+)
 
 NS = "npu"
 NS_EXT = "cann_ops_transformer"

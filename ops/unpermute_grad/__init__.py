@@ -52,17 +52,27 @@ from collections import namedtuple
 import ml_dtypes
 import numpy as np
 
-from ascend_sim.dtypes import dt_of, gm_view
 from ascend_sim.datacopy import GlobalTensor
+from ascend_sim.dtypes import dt_of, gm_view
 from tiling import get_soc
-from tiling.moe_token_unpermute_grad import FIELDS, in_core_split_done, moe_token_unpermute_grad as _tiling
+from tiling.moe_token_unpermute_grad import FIELDS, in_core_split_done
+from tiling.moe_token_unpermute_grad import moe_token_unpermute_grad as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError
 
-from .._framework import (Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor,
-                          run_friendly, validate_check)
+from .._framework import (
+    Composite,
+    Executor,
+    IndexLink,
+    KernelStep,
+    gm_tensor,
+    match_dtype_columns,
+    run_executor,
+    run_friendly,
+    validate_check,
+)
 from .._host import view_copy_step
-from ..l0 import moe_finalize_routing_v2_grad as _l0_grad
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
+from ..l0 import moe_finalize_routing_v2_grad as _l0_grad
 from .kernel import KERNELS, GmTensors, Template
 
 OP = "MoeTokenUnpermuteGrad"

@@ -13,8 +13,7 @@ from tiling import moe_token_unpermute_grad as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
 from ..common.cli_spec import INDEX_DEMO_SHAPE, OpSpec, index_demo, slots_per_token
-from . import allocate_outputs, get_workspace_size, run
-from . import examples, golden
+from . import allocate_outputs, examples, get_workspace_size, golden, run
 
 NAME = "moe_token_unpermute_grad"
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 
 from ops.common.half_cast import cast, to_f32
-
 from ops.common.reduce_sum_golden import reduce_sum_rows, tree_lanes
 
 VL_FP32 = 64

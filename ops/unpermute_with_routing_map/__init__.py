@@ -48,10 +48,27 @@ from tiling.moe_token_unpermute_with_routing_map import FIELDS, KEY_PAD
 from tiling.moe_token_unpermute_with_routing_map import moe_token_unpermute_with_routing_map as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError
 
-from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
-                          validate_check)
-from .._host import (cast_work, index_add_rows_step, mul_rows, mul_work, round_to_half, sort_ids_as_fp32_step, view_copy_step,
-                     zeros_like_step)
+from .._framework import (
+    Composite,
+    Executor,
+    HostStep,
+    IndexLink,
+    KernelStep,
+    gm_tensor,
+    run_executor,
+    run_friendly,
+    validate_check,
+)
+from .._host import (
+    cast_work,
+    index_add_rows_step,
+    mul_rows,
+    mul_work,
+    round_to_half,
+    sort_ids_as_fp32_step,
+    view_copy_step,
+    zeros_like_step,
+)
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from ..l0.moe_inplace_index_add import aicore_step

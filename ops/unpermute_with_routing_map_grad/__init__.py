@@ -24,12 +24,20 @@ import numpy as np
 
 from ascend_sim.dtypes import DT_FLOAT
 from tiling import get_soc
-from tiling.moe_token_unpermute_with_routing_map_grad import FIELDS, moe_token_unpermute_with_routing_map_grad as \
-    _tiling
+from tiling.moe_token_unpermute_with_routing_map_grad import FIELDS
+from tiling.moe_token_unpermute_with_routing_map_grad import moe_token_unpermute_with_routing_map_grad as _tiling
 from tiling.status import ParamNullptrError, TilingError
 
-from .._framework import (Executor, IndexLink, dtype_code, gm_tensor, match_dtype_columns, run_executor, run_friendly,
-                          validate_check)
+from .._framework import (
+    Executor,
+    IndexLink,
+    dtype_code,
+    gm_tensor,
+    match_dtype_columns,
+    run_executor,
+    run_friendly,
+    validate_check,
+)
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require, routing_map_dtype
 from .arch35 import KERNELS as ARCH35_KERNELS
 from .kernel import KERNELS, GmTensors, Template

@@ -9,8 +9,7 @@ from tiling import moe_token_unpermute_with_routing_map_grad as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
 from ..common.cli_spec import ROUTING_FLAGS, DemoCase, OpSpec, routing_inputs, routing_layout, routing_rows
-from . import get_workspace_size, run
-from . import examples, golden
+from . import examples, get_workspace_size, golden, run
 
 NAME = "moe_token_unpermute_with_routing_map_grad"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import importlib.util
 import inspect
+import os
 import sys
 
 import numpy as np
@@ -15,9 +15,8 @@ import pytest
 
 from ascend_sim import PipeRaceError, QueueError, UninitializedReadError, checked
 from ops.cli import OPS, demo_cases, prepare_op, run_op
-from tiling import get_soc
-
 from tests.ops.demo_labels import demo_params
+from tiling import get_soc
 
 SOCS = ("ascend910b", "ascend950")
 CASES, CASE_IDS = demo_params(SOCS)

@@ -13,8 +13,18 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ops._host import (gather_rows, index_add_rows_step, masked_scatter_rows, mul_rows, nonzero_mask, round_to_half,
-                       sort_ids_as_fp32_step, transpose_2d, widen_half, zeros_like_step)
+from ops._host import (
+    gather_rows,
+    index_add_rows_step,
+    masked_scatter_rows,
+    mul_rows,
+    nonzero_mask,
+    round_to_half,
+    sort_ids_as_fp32_step,
+    transpose_2d,
+    widen_half,
+    zeros_like_step,
+)
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 MANTISSA_BITS = {BF16: 7, F16: 10}

@@ -14,8 +14,14 @@ import pytest
 from ascend_sim import Kernel, OutOfBoundsError, launch
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import dt_of, gm_view
-from ops.common.unpermute_gather import (GatherTilingData, gather_buffers, gather_gm, gather_phase, gather_template,
-                                         gather_tiling_data)
+from ops.common.unpermute_gather import (
+    GatherTilingData,
+    gather_buffers,
+    gather_gm,
+    gather_phase,
+    gather_template,
+    gather_tiling_data,
+)
 from tiling import get_soc
 from tiling.common import length_by_type
 from tiling.unpermute_gather import gather_tiling, gather_ub_plan

@@ -8,7 +8,8 @@ import pytest
 
 from tiling import TensorDesc as T
 from tiling import TilingError, get_soc
-from tiling.moe_token_unpermute_grad import in_core_split_done, moe_token_unpermute_grad as tiling_ug
+from tiling.moe_token_unpermute_grad import in_core_split_done
+from tiling.moe_token_unpermute_grad import moe_token_unpermute_grad as tiling_ug
 
 BF16, F16, F32 = ml_dtypes.bfloat16, "float16", "float32"
 # the host UTs run with 64 AIV cores and ub_size 262144 (GetCoreMemSize gives 261888)

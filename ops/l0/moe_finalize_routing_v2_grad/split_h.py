@@ -50,8 +50,8 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Kernel, PipePhase
 from ascend_sim import regbase as rb
-from ascend_sim.kernel_api import aicore, global_aicore
 from ascend_sim.check import RaceWaiver
+from ascend_sim.kernel_api import aicore, global_aicore
 from ops.l0.moe_init_routing_v2_grad.base import to_ub_end
 from tiling.moe_finalize_routing_v2_grad import SPLIT_H_FIELDS
 

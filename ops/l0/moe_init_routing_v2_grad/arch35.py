@@ -11,7 +11,6 @@ source: moe/moe_init_routing_v2_grad/op_kernel/arch35/moe_init_routing_v2_grad.h
 """
 from __future__ import annotations
 
-
 import ascend_sim.kernel_api as asc
 from ascend_sim.kernel_api import aicore, global_aicore
 
