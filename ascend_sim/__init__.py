@@ -39,9 +39,11 @@ from .report import CoreReport, RunReport
 from .trace import tracing, write_json
 
 __all__ = [
-    "ConfigError", "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ElementTypeError", "ParamRangeError",
+    "ConfigError", "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ElementTypeError",
+    "ParamRangeError",
     "QueueError", "PipeRaceError", "OverlapError", "checked",
-    "SyncError", "Kernel", "PipePhase", "Branch", "SYNC_ALL", "launch", "default_threads", "UbBuffer", "PipePlan", "plan_pipe",
+    "SyncError", "Kernel", "PipePhase", "Branch", "SYNC_ALL", "launch", "default_threads", "UbBuffer", "PipePlan",
+    "plan_pipe",
     "RunReport", "CoreReport", "CostModel", "Estimate", "CoreTime", "LaunchSequence", "tracing", "write_json",
     "resolve_threads", "stage_calls", "ensure_compiled", "cache_state", "stage_signature",
     "BufferPlanError", "UnsupportedDtypeError", "UninitializedReadError", "UnpairedFlagError",

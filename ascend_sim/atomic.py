@@ -161,7 +161,8 @@ def _add_elems_impl(c, g, g0, ub_off, n, dt, op):
             if op == ATOMIC_OP_MAX:
                 for k in range(n):
                     if dt == DT_BF16:
-                        a, b = f32_from_bits(bf16_bits_to_f32_bits(g[g0 + k])), f32_from_bits(bf16_bits_to_f32_bits(u[k]))
+                        a, b = (f32_from_bits(bf16_bits_to_f32_bits(g[g0 + k])),
+                                f32_from_bits(bf16_bits_to_f32_bits(u[k])))
                     else:
                         a, b = f32_from_bits(f16_bits_to_f32_bits(g[g0 + k])), f32_from_bits(f16_bits_to_f32_bits(u[k]))
                     if a == a and (b != b or b > a):     # GM keeps a NaN; a NaN or larger UB value wins

@@ -16,8 +16,8 @@ call, or ASCEND_SIM_CHECK=race) finds those kernels:
   vector pipe may start an instruction before the last one has written its result).
 * UB shadow. Every 32-byte block of the UB remembers its last write (pipe, stamp, call) and
   each pipe's last read; blocks that share all of these form a run with one record, so an
-  access costs a few steps per run it touches, not per block. A read that does not come after the block's last write (RAW), a
-  write that does not come after the last write (WAW) or after every other pipe's last read
+  access costs a few steps per run it touches, not per block. A read that does not come after the block's last write
+  (RAW), a write that does not come after the last write (WAW) or after every other pipe's last read
   (WAR) is a PipeRaceError naming both calls.
 * Modes. A launch's mode is a set of bits (layout.MODES): the pipe model, MODE_RACE or MODE_STRICT, which each
   core's state holds, and launch-wide checks the launcher runs (CHECK_OVERLAP). "all" is "race" plus every

@@ -102,8 +102,9 @@ class CoreSet:
         return self.same_address_logs
 
     def l2_tables(self, lines: int) -> tuple[np.ndarray, int]:
-        """Every core's L2 table of `lines` lines (two words each: tag, blocks read) and a fresh launch epoch: tags of earlier launches carry an
-        older epoch, so the tables need no clearing between launches (a new table or a wrapped epoch starts zeroed)."""
+        """Every core's L2 table of `lines` lines (two words each: tag, blocks read) and a fresh launch epoch: tags of
+        earlier launches carry an older epoch, so the tables need no clearing between launches (a new table or a wrapped
+        epoch starts zeroed)."""
         self.l2_epoch += 1
         if self.l2.shape[1] != 2 * max(lines, 1) or self.l2_epoch >= 1 << 22:
             self.l2 = np.zeros((self.block_dim, 2 * max(lines, 1)), dtype=np.int64)
@@ -142,7 +143,8 @@ class CoreSet:
         states[:, UB_POISONED] = 1
 
     def finish(self) -> None:
-        """Remember what this launch may have written (the high-water mark, or a pooled UB's dirty extent) before the set is pooled."""
+        """Remember what this launch may have written (the high-water mark, or a pooled UB's dirty extent) before the
+        set is pooled."""
         self.poisoned = (self.states[:, UB_POISONED] != 0).astype(np.int64)
         self.dirty = np.where(self.poisoned != 0, np.maximum(self.states[:, CNT_UB_HWM], self.states[:, UB_DIRTY]), 0)
 

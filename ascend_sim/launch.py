@@ -474,8 +474,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     `plan` lists every InitBuffer call of every TPipe (UbBuffer.pipe says which); `args` follow the
     core in every stage call. `threads` (default $ASCEND_SIM_THREADS or the CPU count) bounds how
     many cores run at once; results do not depend on it, except the order of fp32 atomic adds (SetAtomicAdd)
-    from different cores to the same bytes, which follows core timing as on the chip. `ub_advice` is appended to a UBOverflowError
-    (the operator's knobs that shrink the plan). `memo`: a dict the caller keeps between launches of the
+    from different cores to the same bytes, which follows core timing as on the chip. `ub_advice` is appended to a
+    UBOverflowError (the operator's knobs that shrink the plan). `memo`: a dict the caller keeps between launches of the
     same kernel, tiling and argument types (an aclnn executor run again); the laid-out buffer plans and the
     fact that every stage is compiled are kept there, so a repeated launch skips that host work. Stages are
     compiled (or loaded from numba's disk cache) before the first core starts; `on_compile(event, stage_name,
@@ -710,7 +710,7 @@ def _core_times(clocks: np.ndarray) -> tuple[CoreTime, ...]:
     as timeline.end_cycle gives it, and its pipes' busy cycles."""
     ends = np.maximum(clocks[:, :N_PIPES].max(axis=1), clocks[:, TL_DONE - TL_END:].max(axis=1)).tolist()
     busy = clocks[:, TL_BUSY - TL_END:TL_BUSY - TL_END + N_PIPES].tolist()
-    return tuple(CoreTime(i, end, tuple(b)) for i, (end, b) in enumerate(zip(ends, busy)))
+    return tuple(CoreTime(i, end, tuple(b)) for i, (end, b) in enumerate(zip(ends, busy, strict=True)))
 
 
 def _estimate(cost, aiv_num: int, times, core_reports, sync_alls: int, l2_hit_bytes: int, same_address) -> Estimate:
@@ -778,7 +778,7 @@ def _lay_out(kernel, phases, plan, block_dim, args, chip, ub_advice, where) -> _
     laid_out: dict = {}
     core_tables = []
     first_plans = []
-    for phase, rows in zip(phases, groups):
+    for phase, rows in zip(phases, groups, strict=True):
         per_core = []
         for i in range(block_dim if phase.core_plan is not None else 1):
             core_rows = tuple(phase.core_plan(i, tuple(rows), *args)) if phase.core_plan is not None else tuple(rows)

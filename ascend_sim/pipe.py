@@ -72,14 +72,14 @@ class PipePlan:
     def table(self) -> list[tuple[str, str, int, int, int, int]]:
         """Rows (name, kind@position, num, bytes_each_rounded, offset, end) in allocation order."""
         rows = []
-        for buf, off in zip(self.buffers, self.offsets):
+        for buf, off in zip(self.buffers, self.offsets, strict=True):
             each = align32(buf.bytes)
             rows.append((buf.name, f"{buf.kind}@{buf.position}", buf.count, each, off, off + buf.count * each))
         return rows
 
     def queue_table(self) -> np.ndarray:
         t = np.zeros((max(len(self.buffers), 1), QUE_COLS), dtype=np.int64)
-        for i, (buf, off) in enumerate(zip(self.buffers, self.offsets)):
+        for i, (buf, off) in enumerate(zip(self.buffers, self.offsets, strict=True)):
             src, _, dst = buf.position.partition("->")
             t[i, Q_KIND] = _KINDS[buf.kind]
             t[i, Q_SRC_POS] = _POSITIONS[src]

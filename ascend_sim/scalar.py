@@ -2,7 +2,8 @@
 
 Scalar GM reads go through the core's data cache on the device; the simulator reads GM
 directly (the cache exists only in the timeline's cost, timeline.scalar_gm_read), which is
-equivalent for kernels that only read GM data no other core writes during the kernel. An out-of-range access records a fault and reads 0.
+equivalent for kernels that only read GM data no other core writes during the kernel. An out-of-range access records a
+fault and reads 0.
 """
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ def _get_value(c, t, index):
             c.state[CNT_S_UB_OPS] += 1
             tl.scalar_ub(c, CALL_UB_GET_VALUE, index)
             if c.state[CHK_MODE] != 0:
-                chk.ub(c, CALL_UB_GET_VALUE, PIPE_S, ub_offset(c, t, CALL_UB_GET_VALUE) + index * t.itemsize, t.itemsize,
+                chk.ub(c, CALL_UB_GET_VALUE, PIPE_S, ub_offset(c, t, CALL_UB_GET_VALUE) + index * t.itemsize,
+                       t.itemsize,
                        False)
             return t[index]
         return ub_get
@@ -109,7 +111,8 @@ def _set_value(c, t, index, value):
             c.state[CNT_S_UB_OPS] += 1
             tl.scalar_ub(c, CALL_UB_SET_VALUE, index)
             if c.state[CHK_MODE] != 0:
-                chk.ub(c, CALL_UB_SET_VALUE, PIPE_S, ub_offset(c, t, CALL_UB_SET_VALUE) + index * t.itemsize, t.itemsize,
+                chk.ub(c, CALL_UB_SET_VALUE, PIPE_S, ub_offset(c, t, CALL_UB_SET_VALUE) + index * t.itemsize,
+                       t.itemsize,
                        True)
             t[index] = value
             note_ub_write(c, ub_offset(c, t, CALL_UB_SET_VALUE) + (index + 1) * t.itemsize)
@@ -128,8 +131,9 @@ def _set_value(c, t, index, value):
 
 
 # --- scalar GM atomics (AtomicAdd / AtomicExch) ---------------------------------------------------------------
-# The word is read and written under the stripe lock an atomic DataCopy to the same bytes takes (atomic.py), so a scalar atomic and an atomic copy from cores on other host threads never interleave.
-# AtomicAdd wraps integers and adds floats in IEEE fp32 / fp64; both return the word's value before.
+# The word is read and written under the stripe lock an atomic DataCopy to the same bytes takes (atomic.py), so a scalar
+# atomic and an atomic copy from cores on other host threads never interleave. AtomicAdd wraps integers and adds floats
+# in IEEE fp32 / fp64; both return the word's value before.
 @aicore
 def _gm_atomic(c, g, value, call, exchange):
     i = _gm_index(c, call, g, 0)

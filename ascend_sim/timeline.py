@@ -20,8 +20,8 @@ Each call adds a few integer operations to the core's state. With a trace (attac
 every call also writes one row: call number, call id, pipe, start, end, two arguments and the
 call number of the flag-setting call it waited for, which the trace writer turns into Perfetto
 slices and flow arrows. A flag-setting call (SetFlag, EnQue, FreeTensor) is a zero-length row at
-the cycle its pipe signals; the flag rises `event_cycles` later. The per-core clocks are independent of host threads, so estimates do not
-depend on the thread count.
+the cycle its pipe signals; the flag rises `event_cycles` later. The per-core clocks are independent of host threads, so
+estimates do not depend on the thread count.
 """
 from __future__ import annotations
 
@@ -285,9 +285,9 @@ def _dma_cycles(c, pipe, rows, nbytes, hit_bytes):
 
 @aicore
 def dma_read(c, call, rows, row_bytes, address, pitch):
-    """One GM -> UB (MTE2) instruction of `rows` rows of `row_bytes` bytes, the first at device `address` (gm_cost.device_address), each
-    `pitch` bytes after the one before; the bytes still in the core's L2 move at the L2 rate (counted in
-    TL_L2_HIT_BYTES and, in the trace, in the row's second argument above TRACE_L2_SHIFT)."""
+    """One GM -> UB (MTE2) instruction of `rows` rows of `row_bytes` bytes, the first at device `address`
+    (gm_cost.device_address), each `pitch` bytes after the one before; the bytes still in the core's L2 move at the L2
+    rate (counted in TL_L2_HIT_BYTES and, in the trace, in the row's second argument above TRACE_L2_SHIFT)."""
     c.state[CNT_MTE2_INSTR] += 1
     if c.state[TL_ON] == 0:
         return
@@ -351,7 +351,8 @@ def scalar_ub(c, call, index):
 
 @aicore
 def scalar_gm_read(c, call, address):
-    """GlobalTensor::GetValue of the byte at device `address` (gm_cost.device_address), through the direct-mapped data cache."""
+    """GlobalTensor::GetValue of the byte at device `address` (gm_cost.device_address), through the direct-mapped
+    data cache."""
     if c.state[TL_ON] == 0:
         return
     line = address >> c.state[TL_DCACHE_SHIFT]

@@ -8,9 +8,9 @@ Tracing is asked for around the calls to trace:
 
 Every launch inside the block (on this thread: the request is a context variable) gives the
 selected cores a trace buffer; together the launches keep at most `max_events` calls in all, what is
-left shared evenly by the traced cores of each launch (with fewer calls left than cores, the first ones). Calls past a core's share are counted, not kept,
-and the JSON says how many were left out. Without a request no core has a buffer and the
-timeline writes nothing but its clocks.
+left shared evenly by the traced cores of each launch (with fewer calls left than cores, the first ones). Calls past a
+core's share are counted, not kept, and the JSON says how many were left out. Without a request no core has a buffer and
+the timeline writes nothing but its clocks.
 """
 from __future__ import annotations
 

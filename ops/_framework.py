@@ -423,8 +423,8 @@ def run_executor(api: str, workspace, workspace_size: int, executor: Executor | 
         raise ParamInvalidError(f"executor must come from the matching {api}GetWorkspaceSize call, got "
                                 f"{type(executor).__name__}")
     if executor.api != api:
-        raise ParamInvalidError(f"this executor was made by {executor.api}GetWorkspaceSize; run it with {executor.api}, "
-                                f"not {api}")
+        raise ParamInvalidError(f"this executor was made by {executor.api}GetWorkspaceSize; "
+                                f"run it with {executor.api}, not {api}")
     workspace_size = byte_count("workspace_size", workspace_size)
     if workspace_size < executor.workspace_size:
         raise ParamInvalidError(f"workspace_size {workspace_size} is smaller than the {executor.workspace_size} "

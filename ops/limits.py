@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Callable
 
 from ascend_sim.errors import ConfigError
@@ -94,13 +95,13 @@ def explore(tile: Callable[[int], object], low: int, high: int) -> list[Segment]
 
     samples = sorted({low, high, *(1 << k for k in range(high.bit_length() + 1) if low < 1 << k < high)})
     starts = [low]
-    for a, b in zip(samples, samples[1:]):
+    for a, b in pairwise(samples):
         v = a
         while not at(v).same(at(b)):        # the outcome may change more than once before b
             v = first_change(v, b)
             starts.append(v)
     bounds = starts + [high + 1]
-    return [Segment(s, e - 1, at(s)) for s, e in zip(bounds, bounds[1:])]
+    return [Segment(s, e - 1, at(s)) for s, e in pairwise(bounds)]
 
 
 def brute_force(tile: Callable[[int], object], low: int, high: int) -> list[Segment]:

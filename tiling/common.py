@@ -266,7 +266,7 @@ def memoised_tiling(tiling):
             hit = results.get(key)
         except (_Uncacheable, TypeError):
             return tiling(*args, **kwargs)
-        if hit is None or any(a is not b for a, b in zip(hit[0], keep)):
+        if hit is None or any(a is not b for a, b in zip(hit[0], keep, strict=True)):
             hit = (keep, tiling(*args, **kwargs))
             with lock:
                 if len(results) >= MAX_REMEMBERED_TILINGS:

@@ -201,8 +201,12 @@ def ub_plan(key: int, f: dict, s: _Shape) -> tuple[UbBuffer, ...]:
     template = key // 10000 * 10000
     t, sb = s.dt, s.st
     rf, h, k, h_aligned = f["row_factor"], f["h"], f["k"], f["h_aligned"]
-    que = lambda name, nbytes, depth=DOUBLE_BUFFER, pos="VECIN": UbBuffer(name, nbytes, depth, "TQue", pos, depth)
-    y = lambda elems: que("yQue", _round_up(elems, 4) * 4, pos="VECOUT")
+    def que(name, nbytes, depth=DOUBLE_BUFFER, pos="VECIN"):
+        return UbBuffer(name, nbytes, depth, "TQue", pos, depth)
+
+    def y(elems):
+        return que("yQue", _round_up(elems, 4) * 4, pos="VECOUT")
+
     bias = s.bias and s.expert_idx               # hasBiasAndExpertIdx
     rows_t = _round_up(rf * h, t) * t
     const_names = ("constExpertAlpha1", "constExpertAlpha2", "v")
@@ -406,7 +410,7 @@ def moe_finalize_routing_v2(expanded_x, expanded_row_idx, x1=None, x2=None, bias
     # CheckExpertRangeValidity: each range inside [0, E] (skipped while E is unknown: dropless without bias) ...
     names = ("zero expert", "copy expert", "constant expert")
     ranges = (zero, copy, const_range)
-    for name, (start, end) in zip(names, ranges):
+    for name, (start, end) in zip(names, ranges, strict=True):
         if (start, end) != NO_RANGE and e != 0 and not 0 <= start < end <= e:
             _fail(f"{name} range [{start}, {end}) must satisfy 0 <= start < end <= E = {e}")
     # ... and no two of them overlapping

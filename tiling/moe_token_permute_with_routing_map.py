@@ -159,7 +159,8 @@ def _gather_simd(f: dict, num_out_tokens: int, token_bytes: int, ub: int, aiv_nu
     need = real_core_num if block_factor > 0 else tail
     f.update(index_copy_need_core_num=need, index_copy_once_indices=INDICES_SIZE // 4,
              index_copy_one_token_btype_size=improve, index_copy_num_out_tokens=num_out_tokens,
-             index_copy_once_ub_token_nums=tdiv(cols, tdiv(improve, token_bytes)), index_copy_core_calc_num=block_factor,
+             index_copy_once_ub_token_nums=tdiv(cols, tdiv(improve, token_bytes)),
+             index_copy_core_calc_num=block_factor,
              index_copy_tail_core_num=tail,
              index_copy_token_ub=tdiv(tdiv(tdiv(ub - INDICES_SIZE, 32) * 32, improve), 2))
     return max(aiv_num, need)

@@ -6,8 +6,9 @@ host_cost ModelledEstimate). It raises the row's InputError when the shapes do n
 builder makes the inputs once; the estimator runs the kernel again for every set of figures tried.
 
 Registered here: the family's l0 operators that run as one simulated kernel (MoeTokenPermute,
-MoeTokenUnpermute; MoeInitRoutingV3, the permute call's kernel on Ascend 950) and the generic l0 operators the composites use (Transpose, Cast, Mul, ZerosLike, Sort,
-GatherV2, ViewCopy), modelled by ascend_sim.host_cost. Others (a calibration kernel, another operator) add
+MoeTokenUnpermute; MoeInitRoutingV3, the permute call's kernel on Ascend 950) and the generic l0 operators the
+composites use (Transpose, Cast, Mul, ZerosLike, Sort, GatherV2, ViewCopy), modelled by ascend_sim.host_cost. Others (a
+calibration kernel, another operator) add
 theirs with `register_op`.
 """
 from __future__ import annotations

@@ -159,7 +159,7 @@ def read_op_summary(path: str) -> list[OpRow]:
             if len(record) < len(names):
                 raise InputError(path, line, f"{len(record)} fields, the header has {len(names)}")
 
-            def get(key, default=""):
+            def get(key, default="", record=record):
                 return record[cols[key]] if key in cols else default
 
             op_type = get(OP_TYPE).strip()

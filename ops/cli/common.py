@@ -184,7 +184,8 @@ def run_op(spec: OpSpec, args: dict, soc, *, check: bool = True) -> dict:
             facts["exact"] = spec.check(outs, want, args)
             facts["within_bound"] = bool(args.get("padded_mode", args.get("drop_and_pad", False)))
         else:      # a None in the golden is an output the op leaves unwritten
-            facts["exact"] = all(same_bits(o, w) for o, w in zip(outs, want) if w is not None or o is None)
+            facts["exact"] = all(same_bits(o, w) for o, w in zip(outs, want, strict=False)
+                                 if w is not None or o is None)
     return facts
 
 
@@ -255,7 +256,7 @@ def _soc_json(soc) -> dict:
 def tiling_json(op: str, t) -> dict:
     return dict(op=op, soc=_soc_json(t.soc), tiling_key=t.tiling_key, block_dim=t.block_dim,
                 workspace_size=t.workspace_size, schedule_mode=t.schedule_mode, fields=dict(t.fields),
-                ub_plan=[dict(zip(("name", "bytes", "count", "kind", "position", "depth", "pipe"), row))
+                ub_plan=[dict(zip(("name", "bytes", "count", "kind", "position", "depth", "pipe"), row, strict=True))
                          for row in t.ub_plan],
                 ub_plan_bytes=t.ub_plan_bytes, ub_fits=t.ub_fits)
 

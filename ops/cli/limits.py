@@ -114,7 +114,7 @@ def _plot(results, a, high) -> None:
     except ImportError:
         raise CliError("--plot needs matplotlib: pip install 'ascend-sim[plot]'") from None
     fig, ax = plt.subplots(figsize=(11, 1 + 0.7 * len(results)))
-    for y, (soc, segments) in enumerate(results):
+    for y, (_soc, segments) in enumerate(results):
         for s in segments:
             colour = "tab:green" if s.outcome.fits else ("tab:red" if s.outcome.status is None else "tab:gray")
             ax.broken_barh([(s.first, s.last + 1 - s.first)], (y + 0.1, 0.8), color=colour)

@@ -79,7 +79,7 @@ def close_to_golden(outs, want, args) -> bool:
     """Index-add paths (drop-and-pad token gradients and unpermute): the real op adds rows in an order it does
     not fix, so compare within a bound derived from the terms: each output element is a sum of at most
     `terms` values, so it may differ from the golden by terms * eps * the sum of their magnitudes."""
-    for o, w in zip(outs, want):
+    for o, w in zip(outs, want, strict=False):
         if w is None:
             continue
         if o is None or o.shape != w.shape:
@@ -100,7 +100,7 @@ def pad_close_or_exact(outs, want, args) -> bool:
     pad = args.get("padded_mode", args.get("drop_and_pad", False))
     if pad:
         return close_to_golden(outs, want, args)
-    return all(same_bits(o, w) for o, w in zip(outs, want) if w is not None or o is None)
+    return all(same_bits(o, w) for o, w in zip(outs, want, strict=False) if w is not None or o is None)
 
 
 # --- the routing-map family: a (tokens, experts) map, rows tokens * topK or experts * capacity ---------------

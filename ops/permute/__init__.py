@@ -48,7 +48,7 @@ from tiling.moe_token_permute import (
     mx_scale_cols,
 )
 from tiling.moe_token_permute import moe_token_permute as _tiling
-from tiling.status import InnerNullptrError, ParamInvalidError
+from tiling.status import ParamInvalidError
 
 from .._framework import Executor, gm_tensor, match_dtype_columns, run_executor, run_friendly, validate_check
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require

@@ -128,7 +128,8 @@ def _shape_checks(tokens, routing_map, probs, num_out_tokens, drop_and_pad, perm
     rows = l0_num_out_tokens(num_out_tokens, n, e, drop_and_pad)
     if permute_out.ndim < 1 or permute_out.shape[0] != rows:
         raise ParamInvalidError(f"permute_tokens_out dim 0 must be {rows} (num_out_tokens rounded down to a multiple "
-                                f"of {'experts' if drop_and_pad else 'tokens'} = {align}), got shape {permute_out.shape}")
+                                f"of {'experts' if drop_and_pad else 'tokens'} = {align}), "
+                                f"got shape {permute_out.shape}")
     if probs_out is not None and (probs_out.ndim < 1 or probs_out.shape[0] != rows):
         raise ParamInvalidError(f"permute_probs_out dim 0 must be {rows}, got shape {probs_out.shape}")
 

@@ -489,8 +489,8 @@ PERMUTE_PROB_RACES = (
 
 # MoeMrgsortOut::CopyIn (moe_mrgsort_out.h lines 146-147 @ 25fb6b92890d) copies a core's sorted list from its
 # workspace slice with DataCopy of Align(GetSortLen(length), sizeof(float)) floats, which moves whole 32-byte
-# blocks, so the last block runs past the slice into the next core's, which that core may still be writing (VBSCopyOut) with no SyncAll between;
-# MrgSort never reads those lanes
+# blocks, so the last block runs past the slice into the next core's, which that core may still be writing (VBSCopyOut)
+# with no SyncAll between; MrgSort never reads those lanes
 LAST_DIM_SORT_SLICE_READ = RaceWaiver(
     "MTE3", "DataCopyPad(UB->GM)", "MTE2", "DataCopy(GM->UB)",
     "MoeMrgsortOut::CopyIn's whole-block DataCopy reads past the core's workspace slice into the next core's",

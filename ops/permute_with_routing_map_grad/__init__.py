@@ -32,7 +32,8 @@ as arch35 kernels, simulated here, while 910B / 910_93 take MaskedScatter / Inpl
   SIMT / SIMD / SIMD-sort / SIMT-sort kernel [kernel, ops.l0.moe_inplace_index_add; ids repeating five times
   or more take SIMD sort with rows of 128 bytes or more, SIMT sort with shorter rows; the switch never gets
   here: it takes the sorted path], on 910B / 910_93 InplaceIndexAdd of another library [host: fp32
-  adds in slot order]; ViewCopy [host]. Every profile (910B, 910_93, 950) takes the sorted path under that condition, as the real aclnn does.
+  adds in slot order]; ViewCopy [host]. Every profile (910B, 910_93, 950) takes the sorted path under that condition, as
+  the real aclnn does.
 
 Ascend 950 runs the same l0 kernel (the op has no arch35 variant); the simulator uses the same code with the
 950 profile's core count and UB.

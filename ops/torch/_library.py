@@ -130,7 +130,8 @@ def _check_dim(op, name, t, dims):
     """op-plugin's TORCH_CHECK on a tensor's rank (a RuntimeError, as there)."""
     if t.dim() not in dims:
         want = " or ".join(str(d) for d in dims)
-        raise RuntimeError(f"{op}: the dims of input {name} should be {want} dimensional, but got {t.dim()}-dimensional.")
+        raise RuntimeError(f"{op}: the dims of input {name} should be {want} dimensional, "
+                           f"but got {t.dim()}-dimensional.")
 
 
 def _actual_num_out_tokens(num_out_tokens, flatten_size):

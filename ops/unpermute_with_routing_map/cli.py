@@ -1,6 +1,7 @@
 """MoeTokenUnpermuteWithRoutingMap on the command line: its flags, inputs, golden and demo cases.
 
-source: moe/moe_token_unpermute_with_routing_map/op_host/op_api/aclnn_moe_token_unpermute_with_routing_map.h (the aclnn arguments) @ 25fb6b92890d.
+source: moe/moe_token_unpermute_with_routing_map/op_host/op_api/aclnn_moe_token_unpermute_with_routing_map.h (the aclnn
+arguments) @ 25fb6b92890d.
 """
 from __future__ import annotations
 

@@ -132,11 +132,13 @@ def test_mutant_without_enque_deque_is_a_pipe_race(tmp_path):
 
 def test_mutant_with_free_tensor_before_the_last_use_is_a_queue_error(tmp_path):
     from ops.unpermute_with_routing_map_grad import kernel
-    old = ("            asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, permute_token_id * td.hidden_size + h_off),\n"
+    old = ("            asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, "
+           "permute_token_id * td.hidden_size + h_off),\n"
            "                              in_out_local, copy_params)\n"
            "            asc.free_tensor(c, PAD_FALSE_IN_OUT_QUE, in_out_local)\n")
     new = ("            asc.free_tensor(c, PAD_FALSE_IN_OUT_QUE, in_out_local)   # mutant: freed before its last use\n"
-           "            asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, permute_token_id * td.hidden_size + h_off),\n"
+           "            asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, "
+           "permute_token_id * td.hidden_size + h_off),\n"
            "                              in_out_local, copy_params)\n")
     mod = _mutant(kernel, old, new, "early_free", tmp_path)
     case = _case(UWRMG, "key 0 ")

@@ -256,7 +256,7 @@ def test_zeros_like_writes_zeros(dtype):
 
 @pytest.mark.parametrize("dtype", [pytest.param(np.dtype(bool), id="bool"), pytest.param(np.dtype(np.int8), id="int8")])
 def test_routing_map_cast_to_bool_is_not_equal_zero(dtype):
-    rm = np.array([[0, 1, -3 if dtype != bool else 1], [0, 0, 1]], dtype=np.int8).astype(dtype)
+    rm = np.array([[0, 1, -3 if dtype != np.dtype(bool) else 1], [0, 0, 1]], dtype=np.int8).astype(dtype)
     out = np.empty(rm.shape, dtype=bool)
     nonzero_mask(rm, out)
     assert np.array_equal(out, np.not_equal(rm, 0))

@@ -17,7 +17,6 @@ import ops
 from ascend_sim import Kernel, OutOfBoundsError, UbBuffer, launch
 from ascend_sim._jit import global_aicore
 from ops.common import moe_sort
-from ops.l0.moe_init_routing_v3.tiling_data import kernel_tiling_data
 from ops.permute import allocate_outputs, get_workspace_size, get_workspace_size_v2
 from ops.permute.examples import make_inputs
 from ops.permute.golden import golden, golden_v2

@@ -37,7 +37,7 @@ CORES = {  # id: (tokens, hidden, experts, topk, capacity, aiv_num)
 
 
 def _cases():
-    for key, (pad, probs, mixed) in KEYS.items():
+    for key, (_pad, _probs, mixed) in KEYS.items():
         for dt in DTYPES:
             if mixed and dt != "bf16":
                 continue

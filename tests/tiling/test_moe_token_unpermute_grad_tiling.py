@@ -1,6 +1,6 @@
-"""MoeTokenUnpermuteGrad tiling: all 13 host UTs of moe/moe_token_unpermute_grad/tests/ut/op_host/test_moe_token_unpermute_grad_tiling.cpp
-@ 25fb6b92890d, the kernel UT's figures,
-and the cases where the real tiling fails or quietly leaves its in-core fields at 0."""
+"""MoeTokenUnpermuteGrad tiling: all 13 host UTs of
+moe/moe_token_unpermute_grad/tests/ut/op_host/test_moe_token_unpermute_grad_tiling.cpp @ 25fb6b92890d, the kernel UT's
+figures, and the cases where the real tiling fails or quietly leaves its in-core fields at 0."""
 from __future__ import annotations
 
 import ml_dtypes

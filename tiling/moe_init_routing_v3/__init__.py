@@ -47,10 +47,7 @@ from .checks import (
     check_set_attrs,
     check_set_empty_tensor,
     check_set_inputs,
-    check_set_list_attrs,  # noqa: F401
-    expanded_scale_expect,
-    expanded_x_dtype,
-    x_dtypes,
+    check_set_list_attrs,
 )
 from .formulas import (
     expert_tokens_count,

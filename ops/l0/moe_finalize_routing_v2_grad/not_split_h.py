@@ -153,7 +153,7 @@ def _calc_grad_scale(c, td, x_t, s_t, grad_scales_ub, grad_y_ub, expanded_x_ub, 
     asc.update_mask(c, preg_loop, F32_BYTES, td.binary_add_last_num)
     # BinaryAddVF(gradScaleUb, binaryAddUb, x1 = sumReg, x2 = gradYReg, ...)
     cur = buf_floats // VL_F32
-    for k in range(td.binary_addk):
+    for _ in range(td.binary_addk):
         cur //= 2
         for j in range(cur):
             asc.reg_load(c, sum_reg, sums, j * VL_F32, asc.LOAD_NORM)

@@ -6,8 +6,9 @@ arch35/moe_v3_common.h; the launch in op_kernel/moe_init_routing_v3_apt.cpp) @ 2
 
 Unlike the MXFP8 class it has one copy path, CopyExpandedXandMXQuant (one quantisation per output row, its
 source token read through expandedDstToSrcRow in the workspace, for GATHER row ids), one buffer per queue, and
-reads the expert total count without a DataCacheCleanAndInvalid. Its Process does not FreeTensor the row indices it dequeues: with a one-buffer queue a
-core's second row loop then finds no free buffer (the model raises the queue error the chip would hang on).
+reads the expert total count without a DataCacheCleanAndInvalid. Its Process does not FreeTensor the row indices it
+dequeues: with a one-buffer queue a core's second row loop then finds no free buffer (the model raises the queue error
+the chip would hang on).
 
 VFs (register model): vf_compute_amax with the exponent mask (vfMxfp4ComputeMaxExp), vf_compute_scale with the
 E2M1 lower bound 0x0100 (vfMxfp4ComputeScale) -- both shared with the MXFP8 floor rule in gather_mxfp8_quant --
