@@ -34,7 +34,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 from numba._dispatcher import compute_fingerprint
@@ -243,7 +243,7 @@ def _program(items, phase_ids: dict, args: tuple, cache: dict) -> list[tuple]:
         if p not in cache:
             schedule = item.schedule(*args) if callable(item.schedule) else item.schedule
             phase_args = tuple(item.stage_args(*args)) if item.stage_args is not None else tuple(args)
-            steps = []
+            steps: list[tuple] = []
             for entry in schedule:
                 if isinstance(entry, str) and entry == SYNC_ALL:
                     steps.append((_SYNC,))
@@ -487,7 +487,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     the kernel follows) is carried into the report as it is. `workspace`: the aclnn workspace the args' workspace
     tensors lie in (mode "init" tracks which of its bytes the cores wrote; every other GM tensor counts as written).
     """
-    where = dict(op=kernel.op, tiling_key=tiling_key)
+    where: dict[str, Any] = dict(op=kernel.op, tiling_key=tiling_key)
     threads = resolve_threads(threads)
     check_mode = checking.resolve(check)
     block_dim = errors.whole_number("block_dim", block_dim, 1, 2 ** 31 - 1, "blocks",
@@ -645,7 +645,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     # CoreReport / CoreTime objects only when someone reads them
     core_reports = deferred(functools.partial(_core_reports, states[:, :N_COUNTERS].copy()))
     l2_hit_bytes = int(states[:, TL_L2_HIT_BYTES].sum())
-    same_address = 0
+    same_address: int | deferred = 0
     if cost.enabled and cost.same_address_bytes_per_cycle > 0:
         used = states[:, TL_SAME_N].copy()
         same_address = deferred(functools.partial(gm_cost.same_address_bytes,
@@ -662,15 +662,17 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         extra.update(cross.finish())
     if check_mode & MODE_INIT:
         extra["waived_uninit_reads"] = int(states[:, CHK_INIT_WAIVED].sum())
-    shadows = None      # the checked cores' shadows lived until here (the closures above hold the name)
+    # the checked cores' shadows lived until here (the closures above hold the name, so it is not narrowed to None)
+    shadows = None  # type: ignore[assignment]
     del workspace_map   # and the workspace's written-byte map
     CORE_SETS.give(crew)
     report = RunReport(
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
         ub_capacity_bytes=chip.ub_size, ub_plan=layout.ub_plan, ub_plan_bytes=layout.ub_plan_bytes,
-        cores=core_reports, wall_time_s=wall, threads=threads, compile_time_s=compile_s, extra=extra,
-        estimate=deferred(functools.partial(_estimate, cost, chip.aiv_num, times, core_reports, len(sync_marks),
-                                            l2_hit_bytes, same_address)),
+        # cores and estimate are made on first read: RunReport's fields resolve a deferred (report._MaybeDeferred)
+        cores=cast(tuple, core_reports), wall_time_s=wall, threads=threads, compile_time_s=compile_s, extra=extra,
+        estimate=cast(Any, deferred(functools.partial(_estimate, cost, chip.aiv_num, times, core_reports,
+                                                      len(sync_marks), l2_hit_bytes, same_address))),
         trace=trace, reference=reference)
     if request is not None:
         request.took(report)
@@ -800,7 +802,8 @@ def _lay_out(kernel, phases, plan, block_dim, args, chip, ub_advice, where) -> _
 
 def _plan_pipe(rows: tuple, ub_size: int, advice: str, pipe: str, where: dict):
     """plan_pipe of `rows` and its (read-only) queue table, remembered for the process."""
-    key = (rows, ub_size, advice, pipe, where["op"], where["tiling_key"])
+    key: tuple | None = (rows, ub_size, advice, pipe, where["op"], where["tiling_key"])
+    hit: tuple | None
     try:
         hit = _PIPE_PLANS.get(key)
     except TypeError:

@@ -17,8 +17,8 @@ from ascend_sim import CoreReport, Kernel, OutOfBoundsError, RunReport, launch, 
 from ascend_sim.check import resolve as resolve_check
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import dt_of, gm_view
-from ascend_sim.estimate import LaunchSequence
-from ascend_sim.host_cost import HostWork, modelled_estimate
+from ascend_sim.estimate import Estimate, LaunchSequence
+from ascend_sim.host_cost import HostWork, ModelledEstimate, modelled_estimate
 from ascend_sim.launch import chip_cost
 from tiling.common import TilingResult, dtype_name
 from tiling.reference import reference
@@ -250,7 +250,7 @@ class CompositeReport:
     def step_estimates(self) -> list:
         """(step name, Estimate or ModelledEstimate) of every step that has one, in order: a simulated kernel's
         timeline estimate, or a host step's modelled estimate (ascend_sim.host_cost) on `soc`."""
-        out = []
+        out: list[tuple[str, Estimate | ModelledEstimate]] = []
         for s in self.steps:
             if s.run is not None and s.run.estimate is not None:
                 out.append((s.name, s.run.estimate))

@@ -30,6 +30,8 @@ x1 / x2 / bias / expert_idx / x / a1 / a2 / v.
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import numpy as np
 
 from ascend_sim.pipe import UbBuffer
@@ -65,7 +67,7 @@ _I32 = np.dtype(np.int32)
 _INVALID_DIM = -(2 ** 63)       # gert::Shape::GetDim past the last dimension
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

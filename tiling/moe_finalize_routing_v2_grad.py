@@ -25,6 +25,8 @@ expert_idx, dropPadMode 0 and activeNum = len(sorted_indices).
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import numpy as np
 
 from ascend_sim.pipe import UbBuffer
@@ -67,7 +69,7 @@ _FLOATS = ("float32", "float16", "bfloat16")
 _I32 = np.dtype(np.int32)
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 
@@ -101,6 +103,15 @@ def binary_add_params(factor: int) -> tuple[int, int, int]:
 
 class _Shapes:
     """What GetShapeAttrsInfo leaves (sizes in elements)."""
+    mode: int
+    rows: int
+    dim0: int
+    hidden: int
+    top_k: int
+    dt_bytes: int
+    has_scales: bool
+    has_bias: bool
+    ub: int                 # set by the tiling once it knows the chip
 
     def __init__(self, **kw):
         self.__dict__.update(kw)

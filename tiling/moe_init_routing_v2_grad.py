@@ -21,6 +21,8 @@ vector register 64 fp32 lanes. The workspace is always 16 MiB (no template uses 
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import numpy as np
 
 from ascend_sim.pipe import UbBuffer
@@ -53,7 +55,7 @@ FULL_LOAD_MAX_TOPK = 10          # MAX_FULL_LOAD_CNT
 _FLOATS = ("float16", "bfloat16", "float32")
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

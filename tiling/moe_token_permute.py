@@ -17,6 +17,7 @@ profile `moe_token_permute` therefore returns the tiling of the MoeInitRoutingV3
 from __future__ import annotations
 
 import math
+from typing import NoReturn
 
 import ml_dtypes
 import numpy as np
@@ -70,7 +71,7 @@ QUANT_MXFP4_E2M1 = 9
 INT64_MAX = 2 ** 63 - 1
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

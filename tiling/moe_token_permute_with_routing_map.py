@@ -20,6 +20,7 @@ is computed with no per-core reservation). Workspace: see `workspace_bytes`.
 from __future__ import annotations
 
 import math
+from typing import NoReturn
 
 import numpy as np
 
@@ -74,7 +75,7 @@ SCATTER_UB_SIZE = 192 * 1024
 SCATTER_PER_LOOP_ALIGN = 512
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

@@ -27,6 +27,8 @@ UB size minus a larger reservation wraps around) the figures here wrap the same 
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 from ascend_sim.pipe import UbBuffer
 
 from .common import TensorDesc, TilingResult, align_down, align_up, length_by_type, struct_fields, tdiv, tmod
@@ -71,7 +73,7 @@ def _udiv(a: int, b: int) -> int:
     return _i64((a % _U64) // (b % _U64))
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

@@ -21,6 +21,8 @@ launch always uses every vector core; the workspace is the library's system work
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import ml_dtypes
 import numpy as np
 
@@ -73,7 +75,7 @@ KEY_MIX_PROB = 101
 KEY_MIX_PAD_PROB = 111
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

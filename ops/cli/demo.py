@@ -114,7 +114,7 @@ def _compile_tickets(executors) -> list[list]:
     for op in ops_by_size:
         for stage, signatures in per_op[op].items():
             merged.setdefault(stage, {}).update(signatures)
-    owner = {}
+    owner: dict = {}
     for op in ops_by_size:
         for stage in per_op[op]:
             owner.setdefault(stage, op)
@@ -282,11 +282,11 @@ def _command_all(a) -> int:
                 worker[2].terminate()
         for k in deferred:
             results[k] = _run_demo_case(cases[k], soc, results)
-    results = [results[k] for k in range(len(cases))]
-    _print_demo_table(results)
-    ok = all(r[1] for r in results)
-    passed = sum(1 for r in results if r[1])
-    print(f"{'all cases match their goldens' if ok else f'{passed} of {len(results)} cases passed'} in "
+    rows = [results[k] for k in range(len(cases))]
+    _print_demo_table(rows)
+    ok = all(r[1] for r in rows)
+    passed = sum(1 for r in rows if r[1])
+    print(f"{'all cases match their goldens' if ok else f'{passed} of {len(rows)} cases passed'} in "
           f"{time.perf_counter() - start:.1f} s" + (f" ({progress.seconds:.1f} s of it compiling)"
                                                      if progress.count else ""))
     return 0 if ok else 1

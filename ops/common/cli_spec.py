@@ -18,8 +18,9 @@ from typing import Callable
 
 import numpy as np
 
-from tiling.common import TensorDesc, as_dtype
+from tiling.common import TensorDesc, TilingResult, as_dtype
 from tiling.moe_token_permute import effective_num_out_tokens
+from tiling.platform import SocProfile
 
 
 class CliError(Exception):
@@ -32,7 +33,7 @@ class DemoCase:
     `shape` are the printed names."""
     op: str
     label: str
-    soc: object
+    soc: SocProfile
     args: dict
     shape: str
 
@@ -51,7 +52,7 @@ class OpSpec:
     descs: Callable[[argparse.Namespace], dict]
     """TensorDescs in aclnn order straight from the flags (any shape, no data)."""
     make_inputs: Callable[[argparse.Namespace], dict]
-    tiling: Callable[..., object]
+    tiling: Callable[..., TilingResult]
     get_workspace_size: Callable[..., tuple]
     run: Callable[..., None]
     outputs: Callable[[dict, object], tuple]

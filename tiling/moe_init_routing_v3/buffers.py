@@ -64,6 +64,7 @@ def _count_plan(f: dict, block_idx: int) -> tuple[UbBuffer, ...]:
     else:
         counts = actual
     pipe = "histogramPipe"
+    plan: tuple[UbBuffer, ...]
     plan = (UbBuffer("sortedExpertIdxInQueue", align_bytes(in_len, 4), 1, "TQue", "VECIN", 1, pipe),
             UbBuffer("expertCountOutToTempQueue", align_bytes(actual, 4), 1, "TQue", "VECOUT", 1, pipe),
             UbBuffer("expertCountTempInQueue", align_bytes(actual, 4), 1, "TQue", "VECIN", 1, pipe),
@@ -104,6 +105,7 @@ def _gather_drop_pad_plan(f: dict, block_idx: int, x_bytes: int) -> tuple[UbBuff
     g = "gather_out_"
     who = "last_core" if block_idx == f[g + "need_core_num"] - 1 else "per_core"
     pipe = "gatherPipe"
+    plan: tuple[UbBuffer, ...]
     plan = (UbBuffer("expandedRowIdxCopyInQueue", align_bytes(f[f"{g}{who}_per_loop_indices_elements"], 4),
                      GATHER_OUT_BUFFER_NUM, "TQue", "VECIN", GATHER_OUT_BUFFER_NUM, pipe),)
     if f["is_input_scale"] == 1:

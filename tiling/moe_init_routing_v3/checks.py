@@ -243,6 +243,7 @@ def check_outputs(c: Ctx, expanded_x, expanded_row_idx, tokens, expanded_scale) 
             fail(f"x is {c.x_dtype}; INT4 dynamic quantisation (quant_mode 13) takes float32 or bfloat16 x")
     ri = desc(expanded_row_idx, "expanded_row_idx") or ((c.total,), "int32")
     check_shape("expanded_row_idx", ri[0], 1, (c.total,))
+    dims: tuple[int, ...]
     if c.tokens_type == KEY_VALUE:
         rank, dims = 2, (c.expert_num, 2)
     else:

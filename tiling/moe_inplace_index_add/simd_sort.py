@@ -52,7 +52,8 @@ SIMD_SORT_VECTOR_QUE = "VECCALC"
 
 class _SortSizes(NamedTuple):
     """Element sizes the SIMD-sort budget uses: ids, cast ids (0 without a cast), the sorted type."""
-    index: int
+    # the field shadows tuple.index on purpose (it is read as .index); mypy reports any field named so
+    index: int  # type: ignore[assignment]
     cast: int
     sort: int
 

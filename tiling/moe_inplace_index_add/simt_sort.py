@@ -96,6 +96,7 @@ def simt_sort(s: Shapes, soc, ub_size: int) -> TilingResult:
              updates_pre_loop=pre_loop, used_core_num=used, indices_stride=1, indices_cast_mode=mode)
     blk = BLOCK_BYTES
     sort_size = sort_value_size(s, mode)
+    plan: tuple[UbBuffer, ...]
     plan = (UbBuffer("indicesInQueue_", align_up(window * s.index_size, blk), 1, "TQue", "VECIN", 1),
             UbBuffer("updatesInQueue_", align_up(window * s.after_axis * s.var_size, blk) * pre_num, 1, "TQue",
                      "VECIN", 1),
