@@ -9,6 +9,10 @@ Kernel code uses `ascend_sim.kernel_api`; hosts use `launch`. Every launch also 
 of its calls under the chip's cost model (`RunReport.estimate`); `tracing` logs every call for a
 Perfetto trace.
 """
+# The package's version, in this one place: pyproject.toml reads it (setuptools' dynamic version) into the
+# package metadata, and `ascend-sim --version` prints it. CHANGELOG.md says what each version holds.
+__version__ = "0.1.0"
+
 # imported here so the package holds them whatever the caller imports: kernel stamps (_jit.source_stamp) hash the
 # submodules the package holds, and a submodule imported later would make a cached kernel look stale
 from . import cost_file, host_cost
@@ -39,6 +43,7 @@ from .report import CoreReport, RunReport
 from .trace import tracing, write_json
 
 __all__ = [
+    "__version__",
     "ConfigError", "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ElementTypeError",
     "ParamRangeError",
     "QueueError", "PipeRaceError", "OverlapError", "checked",
