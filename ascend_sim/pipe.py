@@ -48,7 +48,8 @@ class UbBuffer(NamedTuple):
     """
     name: str
     bytes: int
-    count: int = 1
+    # the field shadows tuple.count on purpose (plans read .count); mypy reports any field named so
+    count: int = 1  # type: ignore[assignment]
     kind: str = "TBuf"
     position: str = "VECCALC"
     depth: int = 0

@@ -13,17 +13,18 @@ theirs with `register_op`.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import ml_dtypes
 import numpy as np
 
 from ascend_sim import host_cost
+from tiling.platform import SocProfile
 
 from .._framework import recorded_runs
 from .msprof import OpRow
 
-Estimator = Callable[[object], object]
+Estimator = Callable[[SocProfile], Any]
 """chip profile -> Estimate-like (`.time_us`; a simulated one also `.cores` and `.cost`)."""
 
 Builder = Callable[[OpRow], Estimator]
@@ -83,7 +84,7 @@ def _step_estimate(report, op_type: str, row: OpRow, soc):
     return report.estimate
 
 
-def _run_estimate(row: OpRow, call: Callable[[object], None]) -> Estimator:
+def _run_estimate(row: OpRow, call: Callable[[SocProfile], object]) -> Estimator:
     def estimate(soc):
         with recorded_runs() as runs:
             call(soc)

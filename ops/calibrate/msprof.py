@@ -130,7 +130,7 @@ def _dtypes(path: str, line: int, column: str, text: str) -> tuple:
     text = text.strip().strip('"')
     if not text:
         return ()
-    out = []
+    out: list = []
     for part in text.split(";"):
         name = part.strip().lower()
         if name.startswith("dt_"):

@@ -55,10 +55,10 @@ class OpSpec:
     tiling: Callable[..., TilingResult]
     get_workspace_size: Callable[..., tuple]
     run: Callable[..., None]
-    outputs: Callable[[dict, object], tuple]
-    golden: Callable[[dict, object], tuple]
+    outputs: Callable[[dict, SocProfile], tuple]
+    golden: Callable[[dict, TilingResult], tuple]
     flags: frozenset
-    demo_title: Callable[[object], str]
+    demo_title: Callable[[SocProfile], str]
     """The heading of the operator's demo group on a chip profile."""
     demo_cases: Callable[..., list]
     """demo_cases(soc, ub_size, aiv_num, values) -> [DemoCase]; values=False leaves the large float tensors

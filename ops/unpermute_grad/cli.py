@@ -66,7 +66,9 @@ SPEC = OpSpec(
     descs=_descs,
     make_inputs=_inputs,
     tiling=_tiling,
-    get_workspace_size=lambda args, outs, soc: get_workspace_size(*args.values(), None, *outs, soc=soc),
+    # mypy cannot tell that the unpacked arguments stop before the keyword-only soc
+    get_workspace_size=lambda args, outs, soc: get_workspace_size(*args.values(), None, *outs,  # type: ignore[misc]
+                                                                  soc=soc),
     run=run,
     outputs=lambda args, soc: allocate_outputs(args["permuted_tokens"], args["unpermuted_tokens_grad"],
                                                args["sorted_indices"], args["probs"]),
