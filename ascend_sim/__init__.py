@@ -20,21 +20,21 @@ from ._jit import cache_state, ensure_compiled, stage_signature
 from .check import checked
 from .cost import CostModel
 from .errors import (
-                     AlignmentError,
-                     BufferPlanError,
-                     ConfigError,
-                     ElementTypeError,
-                     OutOfBoundsError,
-                     OverlapError,
-                     ParamRangeError,
-                     PipeRaceError,
-                     QueueError,
-                     SimulatorError,
-                     SyncError,
-                     UBOverflowError,
-                     UninitializedReadError,
-                     UnpairedFlagError,
-                     UnsupportedDtypeError,
+    AlignmentError,
+    BufferPlanError,
+    ConfigError,
+    ElementTypeError,
+    OutOfBoundsError,
+    OverlapError,
+    ParamRangeError,
+    PipeRaceError,
+    QueueError,
+    SimulatorError,
+    SyncError,
+    UBOverflowError,
+    UninitializedReadError,
+    UnpairedFlagError,
+    UnsupportedDtypeError,
 )
 from .estimate import CoreTime, Estimate, LaunchSequence
 from .launch import SYNC_ALL, Branch, Kernel, PipePhase, default_threads, launch, resolve_threads, stage_calls
