@@ -140,7 +140,6 @@ def test_smoke(op):
     got, want = tuple(got), tuple(want)
     assert len(got) == len(want), f"{op}: {len(got)} outputs, the golden has {len(want)}"
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
-        if w is None:       # an output the golden does not define (e.g. probs' gradient without probs)
-            assert g is None or g.size == 0, f"{op} output {k}: the golden has none"
-            continue
+        if w is None:       # an output the op leaves unwritten here (MoeTokenUnpermuteWithRoutingMap's out_index
+            continue        # and permute_token_id outside padded mode), as the CLI's golden check skips it
         _assert_same_bits(g, w, f"{op} output {k}")
