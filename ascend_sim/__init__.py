@@ -9,26 +9,46 @@ Kernel code uses `ascend_sim.kernel_api`; hosts use `launch`. Every launch also 
 of its calls under the chip's cost model (`RunReport.estimate`); `tracing` logs every call for a
 Perfetto trace.
 """
-from .errors import (AlignmentError, ConfigError, ElementTypeError, OutOfBoundsError, ParamRangeError, QueueError, SimulatorError,  # noqa: F401
-                     OverlapError, PipeRaceError, SyncError, UBOverflowError)
-from .errors import UninitializedReadError, UnpairedFlagError  # noqa: F401
-from .errors import BufferPlanError, UnsupportedDtypeError  # noqa: F401
-from .check import checked  # noqa: F401
-from ._jit import cache_state, ensure_compiled, stage_signature  # noqa: F401
-from .launch import SYNC_ALL, Branch, Kernel, PipePhase, default_threads, launch, resolve_threads, stage_calls  # noqa: F401
-from .pipe import PipePlan, UbBuffer, plan_pipe  # noqa: F401
-from .report import CoreReport, RunReport  # noqa: F401
-from .cost import CostModel  # noqa: F401
-from .estimate import CoreTime, Estimate, LaunchSequence  # noqa: F401
+# The package's version, in this one place: pyproject.toml reads it (setuptools' dynamic version) into the
+# package metadata, and `ascend-sim --version` prints it. CHANGELOG.md says what each version holds.
+__version__ = "0.1.0"
+
 # imported here so the package holds them whatever the caller imports: kernel stamps (_jit.source_stamp) hash the
 # submodules the package holds, and a submodule imported later would make a cached kernel look stale
-from . import cost_file, host_cost  # noqa: F401
-from .trace import tracing, write_json  # noqa: F401
+from . import cost_file, host_cost
+from ._jit import cache_state, ensure_compiled, stage_signature
+from .check import checked
+from .cost import CostModel
+from .errors import (
+    AlignmentError,
+    BufferPlanError,
+    ConfigError,
+    ElementTypeError,
+    OutOfBoundsError,
+    OverlapError,
+    ParamRangeError,
+    PipeRaceError,
+    QueueError,
+    SimulatorError,
+    SyncError,
+    UBOverflowError,
+    UninitializedReadError,
+    UnpairedFlagError,
+    UnsupportedDtypeError,
+)
+from .estimate import CoreTime, Estimate, LaunchSequence
+from .launch import SYNC_ALL, Branch, Kernel, PipePhase, default_threads, launch, resolve_threads, stage_calls
+from .pipe import PipePlan, UbBuffer, plan_pipe
+from .report import CoreReport, RunReport
+from .trace import tracing, write_json
 
 __all__ = [
-    "ConfigError", "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ElementTypeError", "ParamRangeError",
+    "__version__",
+    "ConfigError", "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ElementTypeError",
+    "ParamRangeError",
     "QueueError", "PipeRaceError", "OverlapError", "checked",
-    "SyncError", "Kernel", "PipePhase", "Branch", "SYNC_ALL", "launch", "default_threads", "UbBuffer", "PipePlan", "plan_pipe",
+    "SyncError", "Kernel", "PipePhase", "Branch", "SYNC_ALL", "launch", "default_threads", "UbBuffer", "PipePlan",
+    "plan_pipe",
     "RunReport", "CoreReport", "CostModel", "Estimate", "CoreTime", "LaunchSequence", "tracing", "write_json",
     "resolve_threads", "stage_calls", "ensure_compiled", "cache_state", "stage_signature",
     "BufferPlanError", "UnsupportedDtypeError", "UninitializedReadError", "UnpairedFlagError",

@@ -462,13 +462,13 @@ def _with_defaults(o: Outlined, context, sig, args):
         return sig, args
     extra = o.defaults[len(o.defaults) - missing:]
     tys = [types.boolean if type(d) is bool else types.float64 if type(d) is float else types.int64 for d in extra]
-    values = [context.get_constant(t, d) for t, d in zip(tys, extra)]
+    values = [context.get_constant(t, d) for t, d in zip(tys, extra, strict=True)]
     return signature(sig.return_type, *sig.args, *tys), list(args) + values
 
 
 def _lower_call(o: Outlined, context, builder, sig, args):
     sig, args = _with_defaults(o, context, sig, args)
-    kinds = [_kind(t, b, w) for t, b, w in zip(sig.args, o.as_bytes, o.as_width)]
+    kinds = [_kind(t, b, w) for t, b, w in zip(sig.args, o.as_bytes, o.as_width, strict=False)]
     core = sig.args[0] if sig.args else None
     is_core = isinstance(core, types.NamedTuple) and core.instance_class.__name__ == "Core" \
         and core.instance_class.__module__ == "ascend_sim.core"
@@ -482,7 +482,7 @@ def _lower_call(o: Outlined, context, builder, sig, args):
         return context.compile_internal(builder, o.inline, sig, args)
     i64 = ir.IntType(64)
     words: list = []
-    for ty, value, kind in zip(sig.args, args, kinds):
+    for ty, value, kind in zip(sig.args, args, kinds, strict=False):
         _words(context, builder, ty, value, words, kind == "B")
     buf = cgutils.alloca_once(builder, i64, size=len(words) + 1)     # the last word: the result
     for k, w in enumerate(words + [ir.Constant(i64, 0)]):

@@ -14,12 +14,23 @@ from numba.extending import intrinsic, overload
 
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import data_address
-from .dtypes import (CAST_RINT, DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT8, DT_INT16, DT_INT32, bf16_bits_to_f32_bits,
-                     f16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_f16_bits, f32_from_bits,
-                     view_f32_as_u32)
+from .dtypes import (
+    CAST_RINT,
+    DT_BF16,
+    DT_FLOAT,
+    DT_FLOAT16,
+    DT_INT8,
+    DT_INT16,
+    DT_INT32,
+    bf16_bits_to_f32_bits,
+    f16_bits_to_f32_bits,
+    f32_bits_to_bf16_bits,
+    f32_bits_to_f16_bits,
+    f32_from_bits,
+    view_f32_as_u32,
+)
 from .faults import fault
-from .layout import (ATOMIC_DT_MASK, ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, ATOMIC_OP_MAX, ATOMIC_TYPE, F_ELEM_TYPE)
-
+from .layout import ATOMIC_DT_MASK, ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, ATOMIC_OP_MAX, ATOMIC_TYPE, F_ELEM_TYPE
 
 # --- Atomic add (SetAtomicAdd<T> / SetAtomicNone) ---------------------------------------------------------
 # Arithmetic: each GM element becomes GM + UB as T. float: one IEEE fp32 add (round half to even). half /
@@ -150,7 +161,8 @@ def _add_elems_impl(c, g, g0, ub_off, n, dt, op):
             if op == ATOMIC_OP_MAX:
                 for k in range(n):
                     if dt == DT_BF16:
-                        a, b = f32_from_bits(bf16_bits_to_f32_bits(g[g0 + k])), f32_from_bits(bf16_bits_to_f32_bits(u[k]))
+                        a, b = (f32_from_bits(bf16_bits_to_f32_bits(g[g0 + k])),
+                                f32_from_bits(bf16_bits_to_f32_bits(u[k])))
                     else:
                         a, b = f32_from_bits(f16_bits_to_f32_bits(g[g0 + k])), f32_from_bits(f16_bits_to_f32_bits(u[k]))
                     if a == a and (b != b or b > a):     # GM keeps a NaN; a NaN or larger UB value wins

@@ -8,12 +8,23 @@ drops the line (SINGLE_CACHE_LINE) or every line (ENTIRE_DATA_CACHE), so the nex
 """
 from __future__ import annotations
 
-from ._jit import aicore
-from .gm_cost import device_address
-from .faults import fault, issue
-from .layout import (CALL_DCCI, DCACHE_MAX_LINES, F_GM_OOB, F_PARAM, P_CACHE_LINE, P_DCCI_DST, TL_DCACHE,
-                     TL_DCACHE_MASK, TL_DCACHE_SHIFT, TL_GM_WRITE, TL_ON)
 from . import timeline as tl
+from ._jit import aicore
+from .faults import fault, issue
+from .gm_cost import device_address
+from .layout import (
+    CALL_DCCI,
+    DCACHE_MAX_LINES,
+    F_GM_OOB,
+    F_PARAM,
+    P_CACHE_LINE,
+    P_DCCI_DST,
+    TL_DCACHE,
+    TL_DCACHE_MASK,
+    TL_DCACHE_SHIFT,
+    TL_GM_WRITE,
+    TL_ON,
+)
 
 SINGLE_CACHE_LINE = 0     # AscendC::CacheLine
 ENTIRE_DATA_CACHE = 1

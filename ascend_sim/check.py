@@ -16,8 +16,8 @@ call, or ASCEND_SIM_CHECK=race) finds those kernels:
   vector pipe may start an instruction before the last one has written its result).
 * UB shadow. Every 32-byte block of the UB remembers its last write (pipe, stamp, call) and
   each pipe's last read; blocks that share all of these form a run with one record, so an
-  access costs a few steps per run it touches, not per block. A read that does not come after the block's last write (RAW), a
-  write that does not come after the last write (WAW) or after every other pipe's last read
+  access costs a few steps per run it touches, not per block. A read that does not come after the block's last write
+  (RAW), a write that does not come after the last write (WAW) or after every other pipe's last read
   (WAR) is a PipeRaceError naming both calls.
 * Modes. A launch's mode is a set of bits (layout.MODES): the pipe model, MODE_RACE or MODE_STRICT, which each
   core's state holds, and launch-wide checks the launcher runs (CHECK_OVERLAP). "all" is "race" plus every
@@ -81,11 +81,45 @@ import numpy as np
 from ._jit import aicore
 from ._memory import call_by_address, data_address
 from .errors import ConfigError
-from .layout import (CALL_NAMES, CHK_E, CHK_FLAG_SET_CALL, CHK_FLAG_V, CHK_FLAG_WAIT_CALL, CHK_FN, CHK_FN_GM_READ,
-                     CHK_FN_GM_WRITE, CHK_FN_UB, CHK_FN_VECTOR, CHK_GM_N, CHK_INIT_WAIVE, CHK_K,
-                     CHK_MODE, CHK_SHADOW_ADDR, CHK_SHADOW_BLOCKS, CHK_WAIVE, CHK_WAIVERS, CHK_WAIVE_N, CHK_WS_HI,
-                     CHK_WS_LO, CHK_WS_MAP, CHK_WS_TAIL, CNT_CALLS, CORE_MODE_MASK, EVENT_IDS, MODES, MODE_INIT,
-                     MODE_OFF, MODE_RACE, MODE_SYNC, N_PIPES, PIPE_ALL, PIPE_NAMES, PIPE_S, SHADOW_BLOCK, SHADOW_COLS)
+from .layout import (
+    CALL_NAMES,
+    CHK_E,
+    CHK_FLAG_SET_CALL,
+    CHK_FLAG_V,
+    CHK_FLAG_WAIT_CALL,
+    CHK_FN,
+    CHK_FN_GM_READ,
+    CHK_FN_GM_WRITE,
+    CHK_FN_UB,
+    CHK_FN_VECTOR,
+    CHK_GM_N,
+    CHK_INIT_WAIVE,
+    CHK_K,
+    CHK_MODE,
+    CHK_SHADOW_ADDR,
+    CHK_SHADOW_BLOCKS,
+    CHK_WAIVE,
+    CHK_WAIVE_N,
+    CHK_WAIVERS,
+    CHK_WS_HI,
+    CHK_WS_LO,
+    CHK_WS_MAP,
+    CHK_WS_TAIL,
+    CNT_CALLS,
+    CORE_MODE_MASK,
+    EVENT_IDS,
+    MODE_INIT,
+    MODE_OFF,
+    MODE_RACE,
+    MODE_SYNC,
+    MODES,
+    N_PIPES,
+    PIPE_ALL,
+    PIPE_NAMES,
+    PIPE_S,
+    SHADOW_BLOCK,
+    SHADOW_COLS,
+)
 
 CHECK_ENV = "ASCEND_SIM_CHECK"
 _CHECKED: ContextVar[str | None] = ContextVar("ascend_sim_check", default=None)
@@ -142,7 +176,7 @@ def attach(state: np.ndarray, mode: int, ub_size: int, waivers=()) -> np.ndarray
     bitmap = shadow[blocks * SHADOW_COLS:].view(np.uint64)
     bitmap[0] |= np.uint64(1)
     bitmap[blocks // 64] |= np.uint64(1) << np.uint64(blocks % 64)
-    from ._check_entries import ENTRIES    # compiled, or loaded from the disk cache, on the first checked launch
+    from ._check_entries import ENTRIES  # compiled, or loaded from the disk cache, on the first checked launch
     state[CHK_FN:CHK_FN + len(ENTRIES)] = ENTRIES
     state[CHK_MODE] = mode & CORE_MODE_MASK
     state[CHK_SHADOW_ADDR] = shadow.ctypes.data

@@ -24,10 +24,30 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from .layout import (ATOMIC_LOCK_COUNT, ATOMIC_LOCK_TABLE, CAP_MAX_BLOCK_COUNT, CAP_NPU_ARCH, CNT_UB_HWM, ERR_BASE,
-                     ERR_COLS, EVENT_IDS, FLAG_BASE, MEMBER_BASE, N_COUNTERS, N_HARD_EVENTS, OUTLINE_RESOLVER,
-                     OUTLINE_TABLE, PIPE_QUEUES, POISON_EVEN, POISON_PAIR, QUE_BASE, Q_NUM, UB_DIRTY, UB_POISONED)
 from ._outline import RESOLVER_ADDRESS, TABLE_ADDRESS
+from .layout import (
+    ATOMIC_LOCK_COUNT,
+    ATOMIC_LOCK_TABLE,
+    CAP_MAX_BLOCK_COUNT,
+    CAP_NPU_ARCH,
+    CNT_UB_HWM,
+    ERR_BASE,
+    ERR_COLS,
+    EVENT_IDS,
+    FLAG_BASE,
+    MEMBER_BASE,
+    N_COUNTERS,
+    N_HARD_EVENTS,
+    OUTLINE_RESOLVER,
+    OUTLINE_TABLE,
+    PIPE_QUEUES,
+    POISON_EVEN,
+    POISON_PAIR,
+    Q_NUM,
+    QUE_BASE,
+    UB_DIRTY,
+    UB_POISONED,
+)
 
 Core = namedtuple("Core", ["ub", "state", "block_idx", "block_num"])   # state layout: layout.py
 """One simulated vector core, the `c` every kernel call takes first: `ub` its Unified Buffer (uint8, ub_size bytes),
@@ -84,8 +104,9 @@ class CoreSet:
         return self.same_address_logs
 
     def l2_tables(self, lines: int) -> tuple[np.ndarray, int]:
-        """Every core's L2 table of `lines` lines (two words each: tag, blocks read) and a fresh launch epoch: tags of earlier launches carry an
-        older epoch, so the tables need no clearing between launches (a new table or a wrapped epoch starts zeroed)."""
+        """Every core's L2 table of `lines` lines (two words each: tag, blocks read) and a fresh launch epoch: tags of
+        earlier launches carry an older epoch, so the tables need no clearing between launches (a new table or a wrapped
+        epoch starts zeroed)."""
         self.l2_epoch += 1
         if self.l2.shape[1] != 2 * max(lines, 1) or self.l2_epoch >= 1 << 22:
             self.l2 = np.zeros((self.block_dim, 2 * max(lines, 1)), dtype=np.int64)
@@ -124,7 +145,8 @@ class CoreSet:
         states[:, UB_POISONED] = 1
 
     def finish(self) -> None:
-        """Remember what this launch may have written (the high-water mark, or a pooled UB's dirty extent) before the set is pooled."""
+        """Remember what this launch may have written (the high-water mark, or a pooled UB's dirty extent) before the
+        set is pooled."""
         self.poisoned = (self.states[:, UB_POISONED] != 0).astype(np.int64)
         self.dirty = np.where(self.poisoned != 0, np.maximum(self.states[:, CNT_UB_HWM], self.states[:, UB_DIRTY]), 0)
 

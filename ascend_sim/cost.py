@@ -55,7 +55,8 @@ class CostModel:
         burst_cycles: extra pipe cycles per row (blockCount) of a DMA instruction (a fraction: a DMA's rows
             together cost ceil(rows * burst_cycles)).
         l2_bytes: the chip's L2 capacity; each running core keeps its share (0: no L2).
-        l2_line_bytes: L2 line size (a power of two, 128..1024: a line's 32-byte blocks fit one 32-bit mask): hits are found line by line.
+        l2_line_bytes: L2 line size (a power of two, 128..1024: a line's 32-byte blocks fit one 32-bit mask): hits are
+            found line by line.
         l2_bytes_per_cycle: the whole chip's L2 read bandwidth, shared by the running cores.
         mte2_l2_bytes_per_cycle: one core's GM -> UB rate for bytes that hit in L2.
         launch_cycles: fixed cycles of one kernel launch, added once to its estimate.
@@ -159,7 +160,8 @@ class CostModel:
 L2_TABLE_WORDS = 1 << 20      # L2 lines tracked in one launch, over all its cores (two int64 words each: 16 MiB)
 _POSITIVE_FLOATS = ("clock_mhz", "mte2_bytes_per_cycle", "mte3_bytes_per_cycle", "hbm_bytes_per_cycle",
                     "l2_bytes_per_cycle", "mte2_l2_bytes_per_cycle")
-_CYCLES = ("mte2_latency_cycles", "mte3_latency_cycles", "dma_issue_cycles", "vec_issue_cycles", "vec_cycles_per_repeat",
+_CYCLES = ("mte2_latency_cycles", "mte3_latency_cycles", "dma_issue_cycles", "vec_issue_cycles",
+           "vec_cycles_per_repeat",
            "scalar_call_cycles", "scalar_ub_cycles", "scalar_gm_hit_cycles", "scalar_gm_miss_cycles",
            "scalar_gm_write_cycles", "event_cycles", "barrier_cycles", "sync_all_cycles", "simt_launch_cycles",
            "simt_cycles_per_warp_instr", "simt_gm_latency_cycles", "launch_cycles")
@@ -210,7 +212,8 @@ def check_cost(cost: CostModel) -> None:
     if isinstance(lines, bool) or not isinstance(lines, int) or lines not in {2 ** k for k in range(9)}:
         raise ConfigError(f"cost parameter dcache_lines must be a power of two in [1, {DCACHE_MAX_LINES}], "
                           f"got {lines!r}")
-    if isinstance(line_bytes, bool) or not isinstance(line_bytes, int) or line_bytes not in {2 ** k for k in range(3, 13)}:
+    if isinstance(line_bytes, bool) or not isinstance(line_bytes, int) \
+            or line_bytes not in {2 ** k for k in range(3, 13)}:
         raise ConfigError(f"cost parameter dcache_line_bytes must be a power of two in [8, 4096], got {line_bytes!r}")
     if not isinstance(cost.enabled, bool):
         raise ConfigError(f"cost parameter enabled must be True or False, got {cost.enabled!r}")
@@ -276,7 +279,8 @@ STOCK_COSTS = {
     "ascend910b": _A2,
     "ascend910_93": _A2,
     "ascend950": CostModel(clock_mhz=ASCEND950_CLOCK_MHZ,
-                           hbm_bytes_per_cycle=float(round(ASCEND950_ACHIEVED_HBM_BYTES_PER_S / (ASCEND950_CLOCK_MHZ * 1e6))),
+                           hbm_bytes_per_cycle=float(round(ASCEND950_ACHIEVED_HBM_BYTES_PER_S
+                                                           / (ASCEND950_CLOCK_MHZ * 1e6))),
                            dma_issue_cycles=30, burst_cycles=0.4,
                            l2_bytes=128 * 1024 * 1024, l2_line_bytes=128,
                            l2_bytes_per_cycle=float(round(L2_PEAK_BYTES_PER_S / (ASCEND950_CLOCK_MHZ * 1e6))),

@@ -30,8 +30,19 @@ import numpy as np
 
 from .check import OverlapWaiver, RaceWaiver
 from .errors import OverlapError, PipeRaceError
-from .layout import (CALL_NAMES, CHECK_OVERLAP, CHK_GLOG, CHK_GLOG_CAP, CHK_GLOG_LOST, CHK_GLOG_N, GLOG_ATOMIC,
-                     GLOG_COLS, GLOG_READ, GLOG_WRITE, PIPE_NAMES)
+from .layout import (
+    CALL_NAMES,
+    CHECK_OVERLAP,
+    CHK_GLOG,
+    CHK_GLOG_CAP,
+    CHK_GLOG_LOST,
+    CHK_GLOG_N,
+    GLOG_ATOMIC,
+    GLOG_COLS,
+    GLOG_READ,
+    GLOG_WRITE,
+    PIPE_NAMES,
+)
 
 LOG_ROWS = 1 << 15          # log rows per core (1 MiB each; pages nobody writes cost nothing)
 MAX_LISTED = 64             # overlaps listed in the report (the total bytes count them all)
@@ -70,7 +81,7 @@ def _fold(keys, starts, ends, codes=None):
     if (len(uniq) - 1) * span >= 1 << 62:           # too far apart to lay the groups end to end: one at a time
         parts = [_fold(keys[rank == g], starts[rank == g], ends[rank == g],
                        None if codes is None else codes[rank == g]) for g in range(len(uniq))]
-        return tuple(np.concatenate(col) for col in zip(*parts))
+        return tuple(np.concatenate(col) for col in zip(*parts, strict=True))
     off = rank.astype(np.int64) * span - base       # each group's bytes laid out after the previous group's
     s2, e2 = starts + off, ends + off
     order = np.argsort(s2, kind="stable")
@@ -100,7 +111,7 @@ def _stretches(flags, points):
     breaks = np.flatnonzero(np.diff(idx) > 1)
     firsts = np.concatenate(([idx[0]], idx[breaks + 1]))
     lasts = np.concatenate((idx[breaks], [idx[-1]]))
-    return list(zip(points[firsts].tolist(), points[lasts + 1].tolist()))
+    return list(zip(points[firsts].tolist(), points[lasts + 1].tolist(), strict=True))
 
 
 def _pairs(core, starts, ends, budget: int = 1 << 21):
@@ -257,18 +268,18 @@ class CrossCore:
         wi, ai, ri = k == GLOG_WRITE, k == GLOG_ATOMIC, k == GLOG_READ
         call = cd % 64
         waived_any = False
-        for I, J in _pairs(c, a, b):
-            sel = wi[I] | wi[J] | (ai[I] & ri[J]) | (ri[I] & ai[J])
-            I, J = I[sel], J[sel]
-            waived = np.zeros(len(I), dtype=bool)
+        for ii, jj in _pairs(c, a, b):
+            sel = wi[ii] | wi[jj] | (ai[ii] & ri[jj]) | (ri[ii] & ai[jj])
+            ii, jj = ii[sel], jj[sel]
+            waived = np.zeros(len(ii), dtype=bool)
             for w in self.race_waivers:
                 fp, fc, sp, sc = w.codes()
-                waived |= (p[I] == fp) & (call[I] == fc) & (p[J] == sp) & (call[J] == sc)
-                waived |= (p[J] == fp) & (call[J] == fc) & (p[I] == sp) & (call[I] == sc)
+                waived |= (p[ii] == fp) & (call[ii] == fc) & (p[jj] == sp) & (call[jj] == sc)
+                waived |= (p[jj] == fp) & (call[jj] == fc) & (p[ii] == sp) & (call[ii] == sc)
             waived_any |= bool(waived.any())
             bad = np.flatnonzero(~waived)
             if len(bad):
-                i, j = int(I[bad[0]]), int(J[bad[0]])
+                i, j = int(ii[bad[0]]), int(jj[bad[0]])
                 if c[i] > c[j] or (k[i] == GLOG_READ and k[j] != GLOG_READ):
                     i, j = j, i
                 raise self._race_error(lo, hi, (c[i], cd[i], p[i], k[i]), (c[j], cd[j], p[j], k[j]),
@@ -324,7 +335,7 @@ class CrossCore:
         doubly covered stretches cost more than the kernel."""
         if not self.writes:
             return [], 0, None
-        core, call, s, e, code = (np.concatenate(col) for col in zip(*self.writes))
+        core, call, s, e, code = (np.concatenate(col) for col in zip(*self.writes, strict=True))
         _, fs, fe = _fold(core, s, e)
         points = _uniq(np.concatenate([fs, fe]))
         two = _cover(points, fs, fe) >= 2
@@ -332,17 +343,17 @@ class CrossCore:
         if not total:
             return [], 0, None
         found = list(_pairs(core, s, e))
-        I, J = (np.concatenate(col) for col in zip(*found))
-        swap = core[I] > core[J]
-        I, J = np.where(swap, J, I), np.where(swap, I, J)
-        a, b = np.maximum(s[I], s[J]), np.minimum(e[I], e[J])
-        ci, cj, li, lj = core[I], core[J], call[I], call[J]
+        ii, jj = (np.concatenate(col) for col in zip(*found, strict=True))
+        swap = core[ii] > core[jj]
+        ii, jj = np.where(swap, jj, ii), np.where(swap, ii, jj)
+        a, b = np.maximum(s[ii], s[jj]), np.minimum(e[ii], e[jj])
+        ci, cj, li, lj = core[ii], core[jj], call[ii], call[jj]
         order = np.lexsort((lj, cj, li, ci, a))                 # by first shared byte, then cores and calls
         key = ((ci * 64 + li) * (int(core.max()) + 1) + cj) * 64 + lj
         _, first = np.unique(key[order], return_index=True)
         listed, first_bad = [], None
         for f in order[np.sort(first)].tolist():
-            i, j = int(I[f]), int(J[f])
+            i, j = int(ii[f]), int(jj[f])
             pair = (int(core[i]), int(core[j]), int(call[i]), int(call[j]))
             waived = any(w.covers(pair[2], pair[3]) for w in self.overlap_waivers)
             name, t0, t1 = self._place(int(a[f]), int(b[f]))

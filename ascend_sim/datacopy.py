@@ -24,21 +24,46 @@ from numba import types
 from numba.extending import overload
 from numba.np.numpy_support import as_dtype
 
-from ._jit import DEVICE_JIT_OPTIONS, aicore
-from ._outline import outline
-from ._memory import STREAM_MIN_BYTES, data_address, memcpy_bytes, stream_bytes
 from . import check as chk
-from .layout import (ATOMIC_DT_MASK, ATOMIC_TYPE,
-                     CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DATA_COPY_PAD_IN, CALL_DATA_COPY_PAD_OUT, CALL_DATA_COPY_UB, CALL_INIT_OUTPUT,
-                     CAP_MAX_BLOCK_COUNT, CHK_MODE, CNT_MTE2_BYTES, CNT_MTE3_BYTES, F_DATACOPY_TRUNC, F_ELEM_TYPE,
-                     F_GM_OOB, F_LEN_MULTIPLE, F_PARAM, F_UB_OOB, PIPE_MTE2, PIPE_MTE3, PIPE_V, POISON, P_BLOCK_COUNT,
-                     P_BLOCK_LEN, P_COUNT, P_LEFT_PADDING, P_RIGHT_PADDING, P_STRIDE)
+from ._jit import DEVICE_JIT_OPTIONS, aicore
+from ._memory import STREAM_MIN_BYTES, data_address, memcpy_bytes, stream_bytes
+from ._outline import outline
 from .atomic import atomic_bytes, atomic_type_ok
 from .dtypes import view_f32_as_u32
-from .gm_cost import device_address
-from .timeline import dma, dma_read, repeats_of, vector
 from .faults import fault, issue
+from .gm_cost import device_address
+from .layout import (
+    ATOMIC_DT_MASK,
+    ATOMIC_TYPE,
+    CALL_DATA_COPY_IN,
+    CALL_DATA_COPY_OUT,
+    CALL_DATA_COPY_PAD_IN,
+    CALL_DATA_COPY_PAD_OUT,
+    CALL_DATA_COPY_UB,
+    CALL_INIT_OUTPUT,
+    CAP_MAX_BLOCK_COUNT,
+    CHK_MODE,
+    CNT_MTE2_BYTES,
+    CNT_MTE3_BYTES,
+    F_DATACOPY_TRUNC,
+    F_ELEM_TYPE,
+    F_GM_OOB,
+    F_LEN_MULTIPLE,
+    F_PARAM,
+    F_UB_OOB,
+    P_BLOCK_COUNT,
+    P_BLOCK_LEN,
+    P_COUNT,
+    P_LEFT_PADDING,
+    P_RIGHT_PADDING,
+    P_STRIDE,
+    PIPE_MTE2,
+    PIPE_MTE3,
+    PIPE_V,
+    POISON,
+)
 from .local import note_ub_write, ub_aligned_offset
+from .timeline import dma, dma_read, repeats_of, vector
 
 GlobalTensor = namedtuple("GlobalTensor", ["data", "id", "offset"])
 """A GM tensor: flat array (bit-carrier dtype), index in the kernel's GM list (for messages),

@@ -133,7 +133,10 @@ class OutOfBoundsError(SimulatorError):
     def __init__(self, summary: str, *, tensor: str | None = None, byte_range: tuple | None = None, **kw):
         self.tensor = tensor
         self.byte_range = byte_range
-        self.index_tensor = self.index_element = self.index_value = None
+        # set by with_index_source
+        self.index_tensor: str | None = None
+        self.index_element: int | None = None
+        self.index_value: int | None = None
         super().__init__(summary, **kw)
 
     def with_index_source(self, index_tensor: str, element: int, value: int, valid: str) -> "OutOfBoundsError":

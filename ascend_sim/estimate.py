@@ -20,8 +20,8 @@ import io
 import math
 from dataclasses import dataclass
 
-from .layout import PIPE_NAMES
 from .cost import CostModel
+from .layout import PIPE_NAMES
 
 PIPE_UTILIZATION_COLUMNS = (
     "block_id", "aiv_time(us)", "aiv_total_cycles", "aiv_vec_time(us)", "aiv_vec_ratio", "aiv_scalar_time(us)",

@@ -11,11 +11,33 @@ from __future__ import annotations
 
 from ._jit import aicore
 from ._outline import outline
-from .layout import (CALL_FETCH_EVENT_ID, CHK_FLAG_WAIT_CALL, CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, CNT_EVENTS,  # noqa: F401
-                     CNT_PIPE_BARRIERS, EVENT_IDS, FLAG_BASE, F_BARRIER_S, F_EVT_DOUBLE_SET, F_EVT_EXHAUSTED, F_EVT_ID,
-                     F_EVT_WAIT_UNSET, HARD_EVENT_NAMES, N_HARD_EVENTS, PIPE_ALL, PIPE_MTE2, PIPE_MTE3, PIPE_S, PIPE_V)
-from .timeline import pipe_barrier as tl_pipe_barrier, set_flag as tl_set_flag, wait_flag as tl_wait_flag
 from .faults import fault, issue
+from .layout import (  # noqa: F401
+    CALL_FETCH_EVENT_ID,
+    CALL_PIPE_BARRIER,
+    CALL_SET_FLAG,
+    CALL_WAIT_FLAG,
+    CHK_FLAG_WAIT_CALL,
+    CNT_EVENTS,
+    CNT_PIPE_BARRIERS,
+    EVENT_IDS,
+    F_BARRIER_S,
+    F_EVT_DOUBLE_SET,
+    F_EVT_EXHAUSTED,
+    F_EVT_ID,
+    F_EVT_WAIT_UNSET,
+    FLAG_BASE,
+    HARD_EVENT_NAMES,
+    N_HARD_EVENTS,
+    PIPE_ALL,
+    PIPE_MTE2,
+    PIPE_MTE3,
+    PIPE_S,
+    PIPE_V,
+)
+from .timeline import pipe_barrier as tl_pipe_barrier
+from .timeline import set_flag as tl_set_flag
+from .timeline import wait_flag as tl_wait_flag
 
 # HardEvent values used by vector kernels (SRC_DST: the DST pipe waits for the SRC pipe).
 MTE2_V = 0

@@ -12,8 +12,20 @@ import numpy as np
 
 from ._jit import aicore
 from ._memory import load_i64, store_i64
-from .layout import (L2_EPOCH_SHIFT, SAME_BUCKET_BITS, SAME_REGION_SHIFT, TL_L2_ADDR, TL_L2_CLOCK, TL_L2_MASK,
-                     TL_L2_SHIFT, TL_L2_TAG, TL_SAME_ADDR, TL_SAME_CAP, TL_SAME_N, TL_SAME_WINDOW)
+from .layout import (
+    L2_EPOCH_SHIFT,
+    SAME_BUCKET_BITS,
+    SAME_REGION_SHIFT,
+    TL_L2_ADDR,
+    TL_L2_CLOCK,
+    TL_L2_MASK,
+    TL_L2_SHIFT,
+    TL_L2_TAG,
+    TL_SAME_ADDR,
+    TL_SAME_CAP,
+    TL_SAME_N,
+    TL_SAME_WINDOW,
+)
 
 DEVICE_TENSOR_SHIFT = 36       # a GM tensor's device addresses: (id + 1) << 36 | byte offset (64 GiB each)
 

@@ -176,7 +176,8 @@ class ModelledEstimate:
 
     @property
     def bound(self) -> str:
-        """"HBM", "MTE2" / "MTE3" (a core's DMA rate), "V", or "launch" when the fixed launch cost is the largest part."""
+        """"HBM", "MTE2" / "MTE3" (a core's DMA rate), "V", or "launch" when the fixed launch cost is the largest
+        part."""
         if self.launch_cycles > max(self.gm_cycles, self.vec_cycles):
             return "launch"
         if self.vec_cycles > self.gm_cycles:

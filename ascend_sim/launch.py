@@ -34,29 +34,50 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 from numba._dispatcher import compute_fingerprint
 
-from . import errors
-from .layout import (CHK_FLAG_SET_CALL, CHK_INIT_WAIVED, CHK_OWN_WAIVE, CHK_WAIVED, CNT_CALLS, CNT_SYNC_ALL, ERR_BASE,
-                     EVENT_IDS, FAULT_CALL_INDEX, FLAG_BASE, MEMBER_BASE, MODE_INIT, MODE_RACES, N_COUNTERS, N_PIPES,
-                     QUE_BASE, TL_BUSY, TL_DONE, TL_L2_HIT_BYTES, TL_SAME_N, TL_END, TL_TRACE_N, TRACE_COLS, UB_DIRTY,
-                     UB_POISONED)
+from . import check as checking
+from . import crosscore, errors, gm_cost, timeline
+from ._jit import ensure_compiled, stage_signature
 from .core import CORE_SETS, fault_record, flags, make_core, start_pipe
 from .cost import CostModel
-from .estimate import CoreTime, Estimate
-from . import check as checking
-from . import crosscore
-from . import gm_cost, timeline
-from .trace import CoreTrace, KernelTrace, current_request
 from .dtypes import dt_name
+from .estimate import CoreTime, Estimate
 from .events import HARD_EVENT_NAMES
-from ._jit import ensure_compiled, stage_signature
 from .faults import flag_pipes, to_error
+from .layout import (
+    CHK_FLAG_SET_CALL,
+    CHK_INIT_WAIVED,
+    CHK_OWN_WAIVE,
+    CHK_WAIVED,
+    CNT_CALLS,
+    CNT_SYNC_ALL,
+    ERR_BASE,
+    EVENT_IDS,
+    FAULT_CALL_INDEX,
+    FLAG_BASE,
+    MEMBER_BASE,
+    MODE_INIT,
+    MODE_RACES,
+    N_COUNTERS,
+    N_PIPES,
+    QUE_BASE,
+    TL_BUSY,
+    TL_DONE,
+    TL_END,
+    TL_L2_HIT_BYTES,
+    TL_SAME_N,
+    TL_TRACE_N,
+    TRACE_COLS,
+    UB_DIRTY,
+    UB_POISONED,
+)
 from .pipe import UbBuffer, plan_pipe
 from .report import CoreReport, RunReport, deferred, gm_bytes_of
+from .trace import CoreTrace, KernelTrace, current_request
 
 SAME_ADDRESS_LOG_ENTRIES = 1 << 14     # per core: (region, time bucket) entries of the same-address log (consecutive
                                        # reads of one region and window share an entry; later ones are not logged)
@@ -222,7 +243,7 @@ def _program(items, phase_ids: dict, args: tuple, cache: dict) -> list[tuple]:
         if p not in cache:
             schedule = item.schedule(*args) if callable(item.schedule) else item.schedule
             phase_args = tuple(item.stage_args(*args)) if item.stage_args is not None else tuple(args)
-            steps = []
+            steps: list[tuple] = []
             for entry in schedule:
                 if isinstance(entry, str) and entry == SYNC_ALL:
                     steps.append((_SYNC,))
@@ -453,8 +474,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     `plan` lists every InitBuffer call of every TPipe (UbBuffer.pipe says which); `args` follow the
     core in every stage call. `threads` (default $ASCEND_SIM_THREADS or the CPU count) bounds how
     many cores run at once; results do not depend on it, except the order of fp32 atomic adds (SetAtomicAdd)
-    from different cores to the same bytes, which follows core timing as on the chip. `ub_advice` is appended to a UBOverflowError
-    (the operator's knobs that shrink the plan). `memo`: a dict the caller keeps between launches of the
+    from different cores to the same bytes, which follows core timing as on the chip. `ub_advice` is appended to a
+    UBOverflowError (the operator's knobs that shrink the plan). `memo`: a dict the caller keeps between launches of the
     same kernel, tiling and argument types (an aclnn executor run again); the laid-out buffer plans and the
     fact that every stage is compiled are kept there, so a repeated launch skips that host work. Stages are
     compiled (or loaded from numba's disk cache) before the first core starts; `on_compile(event, stage_name,
@@ -466,7 +487,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     the kernel follows) is carried into the report as it is. `workspace`: the aclnn workspace the args' workspace
     tensors lie in (mode "init" tracks which of its bytes the cores wrote; every other GM tensor counts as written).
     """
-    where = dict(op=kernel.op, tiling_key=tiling_key)
+    where: dict[str, Any] = dict(op=kernel.op, tiling_key=tiling_key)
     threads = resolve_threads(threads)
     check_mode = checking.resolve(check)
     block_dim = errors.whole_number("block_dim", block_dim, 1, 2 ** 31 - 1, "blocks",
@@ -624,7 +645,7 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     # CoreReport / CoreTime objects only when someone reads them
     core_reports = deferred(functools.partial(_core_reports, states[:, :N_COUNTERS].copy()))
     l2_hit_bytes = int(states[:, TL_L2_HIT_BYTES].sum())
-    same_address = 0
+    same_address: int | deferred = 0
     if cost.enabled and cost.same_address_bytes_per_cycle > 0:
         used = states[:, TL_SAME_N].copy()
         same_address = deferred(functools.partial(gm_cost.same_address_bytes,
@@ -641,15 +662,17 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
         extra.update(cross.finish())
     if check_mode & MODE_INIT:
         extra["waived_uninit_reads"] = int(states[:, CHK_INIT_WAIVED].sum())
-    shadows = None      # the checked cores' shadows lived until here (the closures above hold the name)
+    # the checked cores' shadows lived until here (the closures above hold the name, so it is not narrowed to None)
+    shadows = None  # type: ignore[assignment]
     del workspace_map   # and the workspace's written-byte map
     CORE_SETS.give(crew)
     report = RunReport(
         op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
         ub_capacity_bytes=chip.ub_size, ub_plan=layout.ub_plan, ub_plan_bytes=layout.ub_plan_bytes,
-        cores=core_reports, wall_time_s=wall, threads=threads, compile_time_s=compile_s, extra=extra,
-        estimate=deferred(functools.partial(_estimate, cost, chip.aiv_num, times, core_reports, len(sync_marks),
-                                            l2_hit_bytes, same_address)),
+        # cores and estimate are made on first read: RunReport's fields resolve a deferred (report._MaybeDeferred)
+        cores=cast(tuple, core_reports), wall_time_s=wall, threads=threads, compile_time_s=compile_s, extra=extra,
+        estimate=cast(Any, deferred(functools.partial(_estimate, cost, chip.aiv_num, times, core_reports,
+                                                      len(sync_marks), l2_hit_bytes, same_address))),
         trace=trace, reference=reference)
     if request is not None:
         request.took(report)
@@ -689,7 +712,7 @@ def _core_times(clocks: np.ndarray) -> tuple[CoreTime, ...]:
     as timeline.end_cycle gives it, and its pipes' busy cycles."""
     ends = np.maximum(clocks[:, :N_PIPES].max(axis=1), clocks[:, TL_DONE - TL_END:].max(axis=1)).tolist()
     busy = clocks[:, TL_BUSY - TL_END:TL_BUSY - TL_END + N_PIPES].tolist()
-    return tuple(CoreTime(i, end, tuple(b)) for i, (end, b) in enumerate(zip(ends, busy)))
+    return tuple(CoreTime(i, end, tuple(b)) for i, (end, b) in enumerate(zip(ends, busy, strict=True)))
 
 
 def _estimate(cost, aiv_num: int, times, core_reports, sync_alls: int, l2_hit_bytes: int, same_address) -> Estimate:
@@ -757,7 +780,7 @@ def _lay_out(kernel, phases, plan, block_dim, args, chip, ub_advice, where) -> _
     laid_out: dict = {}
     core_tables = []
     first_plans = []
-    for phase, rows in zip(phases, groups):
+    for phase, rows in zip(phases, groups, strict=True):
         per_core = []
         for i in range(block_dim if phase.core_plan is not None else 1):
             core_rows = tuple(phase.core_plan(i, tuple(rows), *args)) if phase.core_plan is not None else tuple(rows)
@@ -779,7 +802,8 @@ def _lay_out(kernel, phases, plan, block_dim, args, chip, ub_advice, where) -> _
 
 def _plan_pipe(rows: tuple, ub_size: int, advice: str, pipe: str, where: dict):
     """plan_pipe of `rows` and its (read-only) queue table, remembered for the process."""
-    key = (rows, ub_size, advice, pipe, where["op"], where["tiling_key"])
+    key: tuple | None = (rows, ub_size, advice, pipe, where["op"], where["tiling_key"])
+    hit: tuple | None
     try:
         hit = _PIPE_PLANS.get(key)
     except TypeError:

@@ -49,7 +49,8 @@ ERR_COLS = 8
 CAP_BASE = 24           # chip limits
 CAP_MAX_BLOCK_COUNT = CAP_BASE + 0   # DataCopy(Pad) blockCount upper bound
 CAP_NPU_ARCH = CAP_BASE + 1          # 2201 (910B / 910_93) or 3510 (950)
-ATOMIC_TYPE = CAP_BASE + 2           # 0 after SetAtomicNone(), else 1 + the ge dtype code of T, + ATOMIC_OP_MAX for SetAtomicMax<T>()
+# 0 after SetAtomicNone(), else 1 + the ge dtype code of T, + ATOMIC_OP_MAX for SetAtomicMax<T>()
+ATOMIC_TYPE = CAP_BASE + 2
 ATOMIC_LOCK_TABLE = CAP_BASE + 3     # address of ATOMIC_LOCKS (shared by every core of every launch)
 UB_POISONED = CAP_BASE + 4           # 1 once start_pipe has poisoned the whole UB
 UB_DIRTY = CAP_BASE + 5              # bytes a pooled UB's previous launch may have written (see core.CoreSet)

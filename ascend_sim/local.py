@@ -13,8 +13,8 @@ from numba.extending import overload
 from . import check as chk
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import data_address, ub_view
-from .layout import CALL_REINTERPRET_CAST, CHK_MODE, CNT_UB_HWM, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB
 from .faults import fault
+from .layout import CALL_REINTERPRET_CAST, CHK_MODE, CNT_UB_HWM, F_UB_ALIGN, F_UB_NOT_IN_UB, F_UB_OOB
 
 
 @aicore

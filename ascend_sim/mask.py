@@ -23,18 +23,51 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
+from . import check as chk
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._outline import outline, outline_int
-from . import check as chk
-from .layout import (CALL_CAST, CALL_COMPARE_SCALAR, CALL_GATHER_MASK, CAP_NPU_ARCH, CHK_MODE, CNT_V_ELEMS, F_CAST_PAIR,
-                     F_COUNT_BYTES, F_PARAM, F_PATTERN_TYPE, F_UB_OOB, F_UNSUPPORTED, PIPE_V, P_BLK_STRIDE, P_COUNT,
-                     P_MASK, P_REPEAT)
-from .timeline import repeats_of, vector
-from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16, DT_FLOAT,
-                     DT_FLOAT16, DT_INT32, DT_UINT8, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits,
-                     f32_bits_to_bf16_bits, f32_bits_to_f16_bits, i64_to_f32_bits, view_f32_as_u32)
+from .dtypes import (
+    CAST_CEIL,
+    CAST_FLOOR,
+    CAST_NONE,
+    CAST_RINT,
+    CAST_ROUND,
+    CAST_TRUNC,
+    DT_BF16,
+    DT_FLOAT,
+    DT_FLOAT16,
+    DT_INT32,
+    DT_UINT8,
+    bf16_bits_to_f32_bits,
+    f16_bits_to_f32_bits,
+    f32_bits_to_bf16_bits,
+    f32_bits_to_f16_bits,
+    f32_from_bits,
+    i64_to_f32_bits,
+    view_f32_as_u32,
+)
 from .faults import fault, issue
+from .layout import (
+    CALL_CAST,
+    CALL_COMPARE_SCALAR,
+    CALL_GATHER_MASK,
+    CAP_NPU_ARCH,
+    CHK_MODE,
+    CNT_V_ELEMS,
+    F_CAST_PAIR,
+    F_COUNT_BYTES,
+    F_PARAM,
+    F_PATTERN_TYPE,
+    F_UB_OOB,
+    F_UNSUPPORTED,
+    P_BLK_STRIDE,
+    P_COUNT,
+    P_MASK,
+    P_REPEAT,
+    PIPE_V,
+)
 from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset, vector_operands
+from .timeline import repeats_of, vector
 
 # AscendC CMPMODE
 CMP_LT = 0

@@ -14,8 +14,23 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from .errors import QueueError, UBOverflowError
-from .layout import (KIND_TBUF, KIND_TQUE, KIND_TQUEBIND, MAX_BUFFERS_PER_POSITION, POS_VECCALC, POS_VECIN, POS_VECOUT,
-                     QUE_COLS, Q_BASE, Q_DEPTH, Q_DST_POS, Q_KIND, Q_LEN, Q_NUM, Q_SRC_POS)
+from .layout import (
+    KIND_TBUF,
+    KIND_TQUE,
+    KIND_TQUEBIND,
+    MAX_BUFFERS_PER_POSITION,
+    POS_VECCALC,
+    POS_VECIN,
+    POS_VECOUT,
+    Q_BASE,
+    Q_DEPTH,
+    Q_DST_POS,
+    Q_KIND,
+    Q_LEN,
+    Q_NUM,
+    Q_SRC_POS,
+    QUE_COLS,
+)
 
 BLOCK_BYTES = 32
 MAX_PIPE_BUFFERS = 64            # buffers one TPipe can manage
@@ -33,7 +48,8 @@ class UbBuffer(NamedTuple):
     """
     name: str
     bytes: int
-    count: int = 1
+    # the field shadows tuple.count on purpose (plans read .count); mypy reports any field named so
+    count: int = 1  # type: ignore[assignment]
     kind: str = "TBuf"
     position: str = "VECCALC"
     depth: int = 0
@@ -57,14 +73,14 @@ class PipePlan:
     def table(self) -> list[tuple[str, str, int, int, int, int]]:
         """Rows (name, kind@position, num, bytes_each_rounded, offset, end) in allocation order."""
         rows = []
-        for buf, off in zip(self.buffers, self.offsets):
+        for buf, off in zip(self.buffers, self.offsets, strict=True):
             each = align32(buf.bytes)
             rows.append((buf.name, f"{buf.kind}@{buf.position}", buf.count, each, off, off + buf.count * each))
         return rows
 
     def queue_table(self) -> np.ndarray:
         t = np.zeros((max(len(self.buffers), 1), QUE_COLS), dtype=np.int64)
-        for i, (buf, off) in enumerate(zip(self.buffers, self.offsets)):
+        for i, (buf, off) in enumerate(zip(self.buffers, self.offsets, strict=True)):
             src, _, dst = buf.position.partition("->")
             t[i, Q_KIND] = _KINDS[buf.kind]
             t[i, Q_SRC_POS] = _POSITIONS[src]

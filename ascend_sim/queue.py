@@ -16,16 +16,47 @@ The queue table row of queue q starts at state[QUE_BASE + q * QUE_COLS] (columns
 """
 from __future__ import annotations
 
-from ._jit import aicore
-from ._outline import outline, outline_int
-from .layout import (CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_TBUF_GET, CNT_EVENTS, DEQUE,
-                     ENQUE, FREE, F_QUE_DEPTH, F_QUE_EMPTY, F_QUE_FOREIGN, F_QUE_INDEX, F_QUE_KIND, F_QUE_NO_FREE,
-                     F_QUE_STATE, F_UB_OOB, KIND_TBUF, OCCUPIED, PIPE_QUEUES, QUE_BASE, QUE_COLS, Q_BASE, Q_CURSOR,
-                     Q_DEPTH, Q_ENQ_SEQ, Q_KIND, Q_LEN, Q_NUM, Q_SEQ, Q_STATE, Q_USED)
-from .faults import fault, issue
-from ._memory import ub_view
-from .local import ub_offset
 from . import timeline as tl
+from ._jit import aicore
+from ._memory import ub_view
+from ._outline import outline, outline_int
+from .faults import fault, issue
+from .layout import (
+    CALL_ALLOC_TENSOR,
+    CALL_DEQUE,
+    CALL_ENQUE,
+    CALL_FREE_TENSOR,
+    CALL_TBUF_GET,
+    CNT_EVENTS,
+    DEQUE,
+    ENQUE,
+    F_QUE_DEPTH,
+    F_QUE_EMPTY,
+    F_QUE_FOREIGN,
+    F_QUE_INDEX,
+    F_QUE_KIND,
+    F_QUE_NO_FREE,
+    F_QUE_STATE,
+    F_UB_OOB,
+    FREE,
+    KIND_TBUF,
+    OCCUPIED,
+    PIPE_QUEUES,
+    Q_BASE,
+    Q_CURSOR,
+    Q_DEPTH,
+    Q_ENQ_SEQ,
+    Q_KIND,
+    Q_LEN,
+    Q_NUM,
+    Q_SEQ,
+    Q_STATE,
+    Q_USED,
+    QUE_BASE,
+    QUE_COLS,
+)
+from .local import ub_offset
+
 
 @aicore
 def _row(q):

@@ -7,8 +7,8 @@ from typing import Callable
 
 import numpy as np
 
-from .layout import COUNTER_NAMES
 from .estimate import Estimate
+from .layout import COUNTER_NAMES
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Scalar GM reads go through the core's data cache on the device; the simulator reads GM
 directly (the cache exists only in the timeline's cost, timeline.scalar_gm_read), which is
-equivalent for kernels that only read GM data no other core writes during the kernel. An out-of-range access records a fault and reads 0.
+equivalent for kernels that only read GM data no other core writes during the kernel. An out-of-range access records a
+fault and reads 0.
 """
 from __future__ import annotations
 
@@ -10,19 +11,34 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
+from . import check as chk
+from . import timeline as tl
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._memory import data_address
-from . import check as chk
-from .layout import (CALL_GM_ATOMIC_ADD, CALL_GM_ATOMIC_EXCH, CALL_GM_GET_VALUE,
-                     CALL_GM_SET_VALUE, CALL_SCALAR_ARRAY, CALL_UB_GET_VALUE, CALL_UB_SET_VALUE,
-                     CHK_MODE, CNT_S_GM_READS, CNT_S_GM_WRITES, CNT_S_UB_OPS, F_GM_OOB, F_SCALAR_OOB, F_UB_OOB,
-                     MEMBER_BASE, N_MEMBERS, PIPE_S)
+from .atomic import spin_lock, stripe_lock, unlock
 from .dtypes import DT_BF16, DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_from_bits
 from .faults import fault, faulted, issue
-from .local import note_ub_write, ub_offset
-from . import timeline as tl
 from .gm_cost import device_address
-from .atomic import spin_lock, unlock, stripe_lock
+from .layout import (
+    CALL_GM_ATOMIC_ADD,
+    CALL_GM_ATOMIC_EXCH,
+    CALL_GM_GET_VALUE,
+    CALL_GM_SET_VALUE,
+    CALL_SCALAR_ARRAY,
+    CALL_UB_GET_VALUE,
+    CALL_UB_SET_VALUE,
+    CHK_MODE,
+    CNT_S_GM_READS,
+    CNT_S_GM_WRITES,
+    CNT_S_UB_OPS,
+    F_GM_OOB,
+    F_SCALAR_OOB,
+    F_UB_OOB,
+    MEMBER_BASE,
+    N_MEMBERS,
+    PIPE_S,
+)
+from .local import note_ub_write, ub_offset
 from .vector import as_elem
 
 
@@ -68,7 +84,8 @@ def _get_value(c, t, index):
             c.state[CNT_S_UB_OPS] += 1
             tl.scalar_ub(c, CALL_UB_GET_VALUE, index)
             if c.state[CHK_MODE] != 0:
-                chk.ub(c, CALL_UB_GET_VALUE, PIPE_S, ub_offset(c, t, CALL_UB_GET_VALUE) + index * t.itemsize, t.itemsize,
+                chk.ub(c, CALL_UB_GET_VALUE, PIPE_S, ub_offset(c, t, CALL_UB_GET_VALUE) + index * t.itemsize,
+                       t.itemsize,
                        False)
             return t[index]
         return ub_get
@@ -94,7 +111,8 @@ def _set_value(c, t, index, value):
             c.state[CNT_S_UB_OPS] += 1
             tl.scalar_ub(c, CALL_UB_SET_VALUE, index)
             if c.state[CHK_MODE] != 0:
-                chk.ub(c, CALL_UB_SET_VALUE, PIPE_S, ub_offset(c, t, CALL_UB_SET_VALUE) + index * t.itemsize, t.itemsize,
+                chk.ub(c, CALL_UB_SET_VALUE, PIPE_S, ub_offset(c, t, CALL_UB_SET_VALUE) + index * t.itemsize,
+                       t.itemsize,
                        True)
             t[index] = value
             note_ub_write(c, ub_offset(c, t, CALL_UB_SET_VALUE) + (index + 1) * t.itemsize)
@@ -113,8 +131,9 @@ def _set_value(c, t, index, value):
 
 
 # --- scalar GM atomics (AtomicAdd / AtomicExch) ---------------------------------------------------------------
-# The word is read and written under the stripe lock an atomic DataCopy to the same bytes takes (atomic.py), so a scalar atomic and an atomic copy from cores on other host threads never interleave.
-# AtomicAdd wraps integers and adds floats in IEEE fp32 / fp64; both return the word's value before.
+# The word is read and written under the stripe lock an atomic DataCopy to the same bytes takes (atomic.py), so a scalar
+# atomic and an atomic copy from cores on other host threads never interleave. AtomicAdd wraps integers and adds floats
+# in IEEE fp32 / fp64; both return the word's value before.
 @aicore
 def _gm_atomic(c, g, value, call, exchange):
     i = _gm_index(c, call, g, 0)

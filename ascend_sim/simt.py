@@ -36,18 +36,44 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from ._jit import DEVICE_JIT_OPTIONS, aicore
-from ._memory import data_address
-from .atomic import spin_lock, unlock, stripe_lock
-from .dtypes import (CAST_RINT, DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT32, bf16_bits_to_f32_bits, f16_bits_to_f32_bits,
-                     f32_bits_to_bf16_bits, f32_bits_to_f16_bits, f32_from_bits, view_f32_as_u32)
-from .faults import fault, faulted, issue
-from .layout import (CALL_SIMT, CAP_NPU_ARCH, CNT_S_GM_READS, CNT_S_GM_WRITES,
-                     CHK_MODE, CNT_S_UB_OPS, CNT_V_ELEMS, F_ELEM_TYPE, F_SIMT_ARCH, F_SIMT_OOB, F_SIMT_RACE,
-                     F_SIMT_THREADS, PIPE_V, SLOT_SIMT_GM_LATENCY, SLOT_SIMT_LAUNCH, TL_CPR)
-from .local import note_ub_write, ub_offset
 from . import check as chk
 from . import timeline as tl
+from ._jit import DEVICE_JIT_OPTIONS, aicore
+from ._memory import data_address
+from .atomic import spin_lock, stripe_lock, unlock
+from .dtypes import (
+    CAST_RINT,
+    DT_BF16,
+    DT_FLOAT,
+    DT_FLOAT16,
+    DT_INT32,
+    bf16_bits_to_f32_bits,
+    f16_bits_to_f32_bits,
+    f32_bits_to_bf16_bits,
+    f32_bits_to_f16_bits,
+    f32_from_bits,
+    view_f32_as_u32,
+)
+from .faults import fault, faulted, issue
+from .layout import (
+    CALL_SIMT,
+    CAP_NPU_ARCH,
+    CHK_MODE,
+    CNT_S_GM_READS,
+    CNT_S_GM_WRITES,
+    CNT_S_UB_OPS,
+    CNT_V_ELEMS,
+    F_ELEM_TYPE,
+    F_SIMT_ARCH,
+    F_SIMT_OOB,
+    F_SIMT_RACE,
+    F_SIMT_THREADS,
+    PIPE_V,
+    SLOT_SIMT_GM_LATENCY,
+    SLOT_SIMT_LAUNCH,
+    TL_CPR,
+)
+from .local import note_ub_write, ub_offset
 from .vector import as_elem
 
 SIMT_MAX_THREADS = 2048     # asc_vf_call: dimx * dimy * dimz <= 2048 (GetSimtMaxThreadNum() also returns 2048)

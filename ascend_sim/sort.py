@@ -11,15 +11,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import check as chk
 from ._jit import aicore
 from ._outline import outline
-from . import check as chk
-from .layout import (CALL_ARITH_PROGRESSION, CALL_CONCAT, CALL_DUPLICATE_MASK, CALL_EXTRACT, CALL_MRG_SORT, CALL_SORT,
-                     CHK_MODE, CNT_V_ELEMS, F_PARAM, F_UB_OOB, PIPE_V, P_COUNT, P_MASK, P_REPEAT)
-from .timeline import repeats_of, vector
-from .faults import fault, issue
 from .dtypes import view_f32_as_u32
+from .faults import fault, issue
+from .layout import (
+    CALL_ARITH_PROGRESSION,
+    CALL_CONCAT,
+    CALL_DUPLICATE_MASK,
+    CALL_EXTRACT,
+    CALL_MRG_SORT,
+    CALL_SORT,
+    CHK_MODE,
+    CNT_V_ELEMS,
+    F_PARAM,
+    F_UB_OOB,
+    P_COUNT,
+    P_MASK,
+    P_REPEAT,
+    PIPE_V,
+)
 from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset
+from .timeline import repeats_of, vector
 
 ONE_REPEAT_SORT_NUM = 32
 MAX_REPEAT = 255

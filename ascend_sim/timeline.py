@@ -20,8 +20,8 @@ Each call adds a few integer operations to the core's state. With a trace (attac
 every call also writes one row: call number, call id, pipe, start, end, two arguments and the
 call number of the flag-setting call it waited for, which the trace writer turns into Perfetto
 slices and flow arrows. A flag-setting call (SetFlag, EnQue, FreeTensor) is a zero-length row at
-the cycle its pipe signals; the flag rises `event_cycles` later. The per-core clocks are independent of host threads, so estimates do not
-depend on the thread count.
+the cycle its pipe signals; the flag rises `event_cycles` later. The per-core clocks are independent of host threads, so
+estimates do not depend on the thread count.
 """
 from __future__ import annotations
 
@@ -29,21 +29,86 @@ import functools
 
 import numpy as np
 
-from ._jit import aicore
-from .layout import (CALL_ALLOC_TENSOR, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_NAMES, CALL_PIPE_BARRIER,
-                     CALL_SET_FLAG, CALL_SIMT, CALL_WAIT_FLAG, CHK_MODE, CNT_CALLS, CNT_MTE2_INSTR, CNT_MTE3_INSTR, CNT_V_INSTR,
-                     DCACHE_MAX_LINES, EVENT_IDS, HARD_EVENT_NAMES, N_CALL_IDS, N_PIPES, PIPE_ALL, PIPE_MTE2, PIPE_MTE3,
-                     PIPE_NAMES, PIPE_S, PIPE_V, POS_VECIN, SLOT_SIMT_GM_LATENCY, SLOT_SIMT_LAUNCH, POS_VECOUT, Q_DST_POS, Q_FREE_CALL, Q_FREE_T, Q_FREE_V,
-                     Q_READY_CALL, Q_READY_T, Q_READY_V, Q_SRC_POS, RATE_SCALE, TL_BARRIER, TL_BASE, TL_BURST, TL_BUSY,
-                     TL_CALL, TL_CPR, TL_DCACHE, TL_DCACHE_MASK, TL_DCACHE_SHIFT, TL_DMA_ISSUE, TL_DONE, TL_END,
-                     TL_EVENT, TL_FLAG_CALL, TL_FLAG_T, TL_GM_HIT, TL_GM_MISS, TL_GM_WRITE, TL_LATENCY, TL_ON, TL_RATE,
-                     TL_SCALAR_UB, TL_TRACE_ADDR, TL_TRACE_CAP, TL_TRACE_N, TL_VEC_ISSUE, TRACE_COLS)
-from .layout import (TL_L2_HIT_BYTES, TL_L2_MASK, TL_L2_RATE, TL_L2_SHIFT, TL_LAUNCH, TL_SAME_WINDOW, TL_VEC_WIDTH,
-                     TRACE_L2_SHIFT)
 from . import check as chk
+from ._jit import aicore
 from ._memory import store_i64
-from .gm_cost import l2_hits, log_same_address
 from .cost import CostModel
+from .gm_cost import l2_hits, log_same_address
+from .layout import (
+    CALL_ALLOC_TENSOR,
+    CALL_DEQUE,
+    CALL_ENQUE,
+    CALL_FREE_TENSOR,
+    CALL_NAMES,
+    CALL_PIPE_BARRIER,
+    CALL_SET_FLAG,
+    CALL_SIMT,
+    CALL_WAIT_FLAG,
+    CHK_MODE,
+    CNT_CALLS,
+    CNT_MTE2_INSTR,
+    CNT_MTE3_INSTR,
+    CNT_V_INSTR,
+    DCACHE_MAX_LINES,
+    EVENT_IDS,
+    HARD_EVENT_NAMES,
+    N_CALL_IDS,
+    N_PIPES,
+    PIPE_ALL,
+    PIPE_MTE2,
+    PIPE_MTE3,
+    PIPE_NAMES,
+    PIPE_S,
+    PIPE_V,
+    POS_VECIN,
+    POS_VECOUT,
+    Q_DST_POS,
+    Q_FREE_CALL,
+    Q_FREE_T,
+    Q_FREE_V,
+    Q_READY_CALL,
+    Q_READY_T,
+    Q_READY_V,
+    Q_SRC_POS,
+    RATE_SCALE,
+    SLOT_SIMT_GM_LATENCY,
+    SLOT_SIMT_LAUNCH,
+    TL_BARRIER,
+    TL_BASE,
+    TL_BURST,
+    TL_BUSY,
+    TL_CALL,
+    TL_CPR,
+    TL_DCACHE,
+    TL_DCACHE_MASK,
+    TL_DCACHE_SHIFT,
+    TL_DMA_ISSUE,
+    TL_DONE,
+    TL_END,
+    TL_EVENT,
+    TL_FLAG_CALL,
+    TL_FLAG_T,
+    TL_GM_HIT,
+    TL_GM_MISS,
+    TL_GM_WRITE,
+    TL_L2_HIT_BYTES,
+    TL_L2_MASK,
+    TL_L2_RATE,
+    TL_L2_SHIFT,
+    TL_LATENCY,
+    TL_LAUNCH,
+    TL_ON,
+    TL_RATE,
+    TL_SAME_WINDOW,
+    TL_SCALAR_UB,
+    TL_TRACE_ADDR,
+    TL_TRACE_CAP,
+    TL_TRACE_N,
+    TL_VEC_ISSUE,
+    TL_VEC_WIDTH,
+    TRACE_COLS,
+    TRACE_L2_SHIFT,
+)
 
 _PIPE_BY_NAME = {name: i for i, name in enumerate(PIPE_NAMES)}
 # HardEvent SRC_DST: the pipe that sets the flag and the pipe that waits, read from the event's name
@@ -220,9 +285,9 @@ def _dma_cycles(c, pipe, rows, nbytes, hit_bytes):
 
 @aicore
 def dma_read(c, call, rows, row_bytes, address, pitch):
-    """One GM -> UB (MTE2) instruction of `rows` rows of `row_bytes` bytes, the first at device `address` (gm_cost.device_address), each
-    `pitch` bytes after the one before; the bytes still in the core's L2 move at the L2 rate (counted in
-    TL_L2_HIT_BYTES and, in the trace, in the row's second argument above TRACE_L2_SHIFT)."""
+    """One GM -> UB (MTE2) instruction of `rows` rows of `row_bytes` bytes, the first at device `address`
+    (gm_cost.device_address), each `pitch` bytes after the one before; the bytes still in the core's L2 move at the L2
+    rate (counted in TL_L2_HIT_BYTES and, in the trace, in the row's second argument above TRACE_L2_SHIFT)."""
     c.state[CNT_MTE2_INSTR] += 1
     if c.state[TL_ON] == 0:
         return
@@ -286,7 +351,8 @@ def scalar_ub(c, call, index):
 
 @aicore
 def scalar_gm_read(c, call, address):
-    """GlobalTensor::GetValue of the byte at device `address` (gm_cost.device_address), through the direct-mapped data cache."""
+    """GlobalTensor::GetValue of the byte at device `address` (gm_cost.device_address), through the direct-mapped
+    data cache."""
     if c.state[TL_ON] == 0:
         return
     line = address >> c.state[TL_DCACHE_SHIFT]

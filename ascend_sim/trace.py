@@ -8,9 +8,9 @@ Tracing is asked for around the calls to trace:
 
 Every launch inside the block (on this thread: the request is a context variable) gives the
 selected cores a trace buffer; together the launches keep at most `max_events` calls in all, what is
-left shared evenly by the traced cores of each launch (with fewer calls left than cores, the first ones). Calls past a core's share are counted, not kept,
-and the JSON says how many were left out. Without a request no core has a buffer and the
-timeline writes nothing but its clocks.
+left shared evenly by the traced cores of each launch (with fewer calls left than cores, the first ones). Calls past a
+core's share are counted, not kept, and the JSON says how many were left out. Without a request no core has a buffer and
+the timeline writes nothing but its clocks.
 """
 from __future__ import annotations
 
@@ -21,11 +21,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .layout import TRACE_L2_SHIFT
-from .layout import (CALL_ALLOC_TENSOR, CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DATA_COPY_PAD_IN,
-                     CALL_DATA_COPY_PAD_OUT, CALL_DEQUE, CALL_ENQUE, CALL_FREE_TENSOR, CALL_INIT_OUTPUT, CALL_NAMES,
-                     CALL_PIPE_BARRIER, CALL_SET_FLAG, CALL_WAIT_FLAG, HARD_EVENT_NAMES, PIPE_NAMES)
 from .errors import ConfigError, whole_number
+from .layout import (
+    CALL_ALLOC_TENSOR,
+    CALL_DATA_COPY_IN,
+    CALL_DATA_COPY_OUT,
+    CALL_DATA_COPY_PAD_IN,
+    CALL_DATA_COPY_PAD_OUT,
+    CALL_DEQUE,
+    CALL_ENQUE,
+    CALL_FREE_TENSOR,
+    CALL_INIT_OUTPUT,
+    CALL_NAMES,
+    CALL_PIPE_BARRIER,
+    CALL_SET_FLAG,
+    CALL_WAIT_FLAG,
+    HARD_EVENT_NAMES,
+    PIPE_NAMES,
+    TRACE_L2_SHIFT,
+)
 from .occupancy import plot_occupancy  # noqa: F401   (the occupancy plot: occupancy.py)
 
 DEFAULT_MAX_EVENTS = 1_000_000

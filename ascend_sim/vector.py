@@ -22,19 +22,54 @@ from numba import types
 from numba.extending import overload
 from numba.np.numpy_support import as_dtype
 
+from . import check as chk
 from ._jit import DEVICE_JIT_OPTIONS, aicore
 from ._outline import outline
-from . import check as chk
-from .layout import (CALL_ADD, CALL_ADDS, CALL_BLOCK_REDUCE_SUM, CALL_CAST, CALL_COPY, CALL_DUPLICATE, CALL_MUL,
-                     CALL_MULS, CALL_WHOLE_REDUCE_SUM, CHK_MODE, CNT_V_ELEMS, F_CAST_PAIR, F_ELEM_TYPE, F_PARAM,
-                     F_UB_ALIGN, F_UB_OOB, PIPE_V, P_BLK_STRIDE, P_COUNT, P_MASK, P_REPEAT)
-from .timeline import repeats_of, vector
-from .dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16,
-                     DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
-                     f32_bits_to_bf16_bits_rint,
-                     f32_bits_to_f16_bits, f32_from_bits, i64_to_f32_bits, view_f32_as_u32)
+from .dtypes import (
+    CAST_CEIL,
+    CAST_FLOOR,
+    CAST_NONE,
+    CAST_ODD,
+    CAST_RINT,
+    CAST_ROUND,
+    CAST_TRUNC,
+    DT_BF16,
+    DT_FLOAT16,
+    bf16_bits_to_f32_bits,
+    f16_bits_to_f32_bits,
+    f32_bits_to_bf16_bits,
+    f32_bits_to_bf16_bits_rint,
+    f32_bits_to_f16_bits,
+    f32_from_bits,
+    i64_to_f32_bits,
+    view_f32_as_u32,
+)
 from .faults import fault, issue
+from .layout import (
+    CALL_ADD,
+    CALL_ADDS,
+    CALL_BLOCK_REDUCE_SUM,
+    CALL_CAST,
+    CALL_COPY,
+    CALL_DUPLICATE,
+    CALL_MUL,
+    CALL_MULS,
+    CALL_WHOLE_REDUCE_SUM,
+    CHK_MODE,
+    CNT_V_ELEMS,
+    F_CAST_PAIR,
+    F_ELEM_TYPE,
+    F_PARAM,
+    F_UB_ALIGN,
+    F_UB_OOB,
+    P_BLK_STRIDE,
+    P_COUNT,
+    P_MASK,
+    P_REPEAT,
+    PIPE_V,
+)
 from .local import check_count, note_ub_write, ub_aligned_offset, ub_offset, vector_operands
+from .timeline import repeats_of, vector
 
 CopyRepeatParams = namedtuple("CopyRepeatParams", ["dstStride", "srcStride", "dstRepeatSize", "srcRepeatSize"])
 """Copy strides in 32-byte blocks: between blocks of a repeat, and between repeats."""

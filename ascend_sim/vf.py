@@ -9,10 +9,10 @@ views directly without leaving the tensors it was given.
 """
 from __future__ import annotations
 
+from . import check as chk
 from ._jit import aicore
 from .layout import CALL_VF, CHK_MODE, PIPE_V
 from .local import note_ub_write
-from . import check as chk
 from .vector import _begin, _operand
 
 

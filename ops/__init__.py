@@ -7,8 +7,7 @@ compiles that operator's kernels only. `from ops import moe_token_permute` works
 """
 from importlib import import_module
 
-from tiling.status import (AclnnError, InnerNullptrError, ParamInvalidError, ParamNullptrError,  # noqa: F401
-                           TilingError)
+from tiling.status import AclnnError, InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError  # noqa: F401
 
 _LAZY = {
     # public name: (module, attribute or None for the module itself)

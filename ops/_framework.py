@@ -16,10 +16,10 @@ import numpy as np
 from ascend_sim import CoreReport, Kernel, OutOfBoundsError, RunReport, launch, stage_calls
 from ascend_sim.check import resolve as resolve_check
 from ascend_sim.datacopy import GlobalTensor
+from ascend_sim.dtypes import dt_of, gm_view
 from ascend_sim.estimate import LaunchSequence
 from ascend_sim.host_cost import HostWork, modelled_estimate
 from ascend_sim.launch import chip_cost
-from ascend_sim.dtypes import dt_of, gm_view
 from tiling.common import TilingResult, dtype_name
 from tiling.reference import reference
 from tiling.status import ParamInvalidError, ParamNullptrError
@@ -426,8 +426,8 @@ def run_executor(api: str, workspace, workspace_size: int, executor: Executor | 
         raise ParamInvalidError(f"executor must come from the matching {api}GetWorkspaceSize call, got "
                                 f"{type(executor).__name__}")
     if executor.api != api:
-        raise ParamInvalidError(f"this executor was made by {executor.api}GetWorkspaceSize; run it with {executor.api}, "
-                                f"not {api}")
+        raise ParamInvalidError(f"this executor was made by {executor.api}GetWorkspaceSize; "
+                                f"run it with {executor.api}, not {api}")
     workspace_size = byte_count("workspace_size", workspace_size)
     if workspace_size < executor.workspace_size:
         raise ParamInvalidError(f"workspace_size {workspace_size} is smaller than the {executor.workspace_size} "

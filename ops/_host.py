@@ -389,7 +389,8 @@ def _zero_bits(arr: np.ndarray) -> None:
 
 def zeros_like_step(arr: np.ndarray):
     """l0op::ZerosLike into a preallocated array."""
-    return HostStep("l0op::ZerosLike", lambda: _zero_bits(arr), host_cost.fill(arr.nbytes, arr.size, arr.dtype.itemsize))
+    return HostStep("l0op::ZerosLike", lambda: _zero_bits(arr),
+                    host_cost.fill(arr.nbytes, arr.size, arr.dtype.itemsize))
 
 
 def view_copy_step(src: np.ndarray, dst: np.ndarray):
@@ -420,8 +421,9 @@ def sort_ids_as_fp32_step(ids: np.ndarray, values: np.ndarray, order: np.ndarray
 
 def index_add_rows_step(var: np.ndarray, ids: np.ndarray, source: np.ndarray, bad_id):
     """l0op::MoeInplaceIndexAddAiCore where it is not simulated (910B / 910_93: InplaceIndexAdd of another
-    library; 950: the MoeInplaceIndexAdd templates ops.l0.moe_inplace_index_add does not model): var[ids[i]] += source[i] for the slots both cover, accumulated in fp32 in slot order and
-    written back in var's dtype (round half to even). The real kernel adds with atomics in a timing-dependent
+    library; 950: the MoeInplaceIndexAdd templates ops.l0.moe_inplace_index_add does not model): var[ids[i]] +=
+    source[i] for the slots both cover, accumulated in fp32 in slot order and written back in var's dtype (round half to
+    even). The real kernel adds with atomics in a timing-dependent
     order; this stands in with one fixed order. An id outside [0, rows) calls bad_id(slot, id) -> the
     exception to raise, as the kernel's out-of-range write would fail."""
     def run():

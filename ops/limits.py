@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Callable
 
 from ascend_sim.errors import ConfigError
 from tiling import get_soc
-
+from tiling.common import TilingResult
 from tiling.status import AclnnError
 
 VARY = ("hidden", "tokens", "topk", "experts")
@@ -59,7 +60,7 @@ INVALID = 0
 """Outcome.status of a shape the operator's shape rules refuse before any tiling (e.g. topK > experts)."""
 
 
-def outcome_of(tile: Callable[[int], object], value: int) -> Outcome:
+def outcome_of(tile: Callable[[int], TilingResult], value: int) -> Outcome:
     """The outcome of `tile(value)` (a TilingResult, or an AclnnError raised; any other error of the
     shape rules, such as the command line's CliError, is an INVALID outcome)."""
     try:
@@ -71,7 +72,7 @@ def outcome_of(tile: Callable[[int], object], value: int) -> Outcome:
     return Outcome(t.tiling_key, bool(t.ub_fits), t.ub_plan_bytes, t.soc.ub_size)
 
 
-def explore(tile: Callable[[int], object], low: int, high: int) -> list[Segment]:
+def explore(tile: Callable[[int], TilingResult], low: int, high: int) -> list[Segment]:
     """Segments of [low, high] with one outcome each: samples at low, powers of two and high, then every
     bracket whose ends differ is bisected to the first value of the new outcome."""
     if low > high:
@@ -95,16 +96,16 @@ def explore(tile: Callable[[int], object], low: int, high: int) -> list[Segment]
 
     samples = sorted({low, high, *(1 << k for k in range(high.bit_length() + 1) if low < 1 << k < high)})
     starts = [low]
-    for a, b in zip(samples, samples[1:]):
+    for a, b in pairwise(samples):
         v = a
         while not at(v).same(at(b)):        # the outcome may change more than once before b
             v = first_change(v, b)
             starts.append(v)
     bounds = starts + [high + 1]
-    return [Segment(s, e - 1, at(s)) for s, e in zip(bounds, bounds[1:])]
+    return [Segment(s, e - 1, at(s)) for s, e in pairwise(bounds)]
 
 
-def brute_force(tile: Callable[[int], object], low: int, high: int) -> list[Segment]:
+def brute_force(tile: Callable[[int], TilingResult], low: int, high: int) -> list[Segment]:
     """The same segments from tiling every value (for tests)."""
     segments: list[Segment] = []
     for v in range(low, high + 1):
@@ -116,7 +117,7 @@ def brute_force(tile: Callable[[int], object], low: int, high: int) -> list[Segm
     return segments
 
 
-def tiler(adapter, base: argparse.Namespace, vary: str, soc) -> Callable[[int], object]:
+def tiler(adapter, base: argparse.Namespace, vary: str, soc) -> Callable[[int], TilingResult]:
     """tile(value): the operator's tiling for the shape in `base` with `vary` set to value, on `soc`."""
     def tile(value: int):
         a = argparse.Namespace(**vars(base))

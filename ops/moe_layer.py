@@ -244,7 +244,7 @@ def _f32(a) -> np.ndarray:
 def simulated_layer(p: LayerParams, style: str, topk: int, capacity: int | None, soc, dtype: np.dtype):
     """Forward and backward with the simulated operators: (y, grads, runs). Router and experts in fp32 NumPy;
     the operators move `dtype` tensors."""
-    import ops   # the operators package imports this module
+    import ops  # the operators package imports this module
 
     x, wr, we, dy = (a.astype(np.float32) for a in (p.x, p.w_router, p.w_experts, p.upstream))
     n, e_num = x.shape[0], wr.shape[1]

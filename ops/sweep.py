@@ -5,8 +5,20 @@ parsers and functions it calls per point; see its docstring for the table's colu
 """
 from __future__ import annotations
 
-from .cli.sweep_grid import (AXES, COMMANDS, LIMITS_COLUMNS, RESULT_COLUMNS, SweepError, columns, inputs_hash, plot,
-                             points, read_table, run_point, sweep)
+from .cli.sweep_grid import (
+                             AXES,
+                             COMMANDS,
+                             LIMITS_COLUMNS,
+                             RESULT_COLUMNS,
+                             SweepError,
+                             columns,
+                             inputs_hash,
+                             plot,
+                             points,
+                             read_table,
+                             run_point,
+                             sweep,
+)
 
 __all__ = ["AXES", "COMMANDS", "LIMITS_COLUMNS", "RESULT_COLUMNS", "SweepError", "columns", "inputs_hash", "plot",
            "points", "read_table", "run_point", "sweep"]

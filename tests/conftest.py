@@ -35,3 +35,16 @@ def pytest_collection_modifyitems(config, items):
     rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
     # a stable sort: tests keep their order inside a file, and the other files their alphabetical order
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(HEAVY_FIRST)))
+
+
+# The smoke tests all live in one file (tests/test_smoke.py). A run selecting them alone (`pytest -m smoke`) would
+# still import every test module to read its marks (half a minute of collection on a loaded 2-core machine, more
+# with a worker per CPU); it collects that one file instead.
+SMOKE_FILE = "test_smoke.py"
+
+
+def pytest_ignore_collect(collection_path, config):
+    if config.getoption("markexpr", "") == "smoke" and collection_path.is_file() and \
+            collection_path.name.startswith("test_") and collection_path.name != SMOKE_FILE:
+        return True
+    return None

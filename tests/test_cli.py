@@ -376,8 +376,9 @@ def test_python_dash_m_and_the_console_script_run_the_package():
     import os
     import subprocess
     import sys
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     import ops.cli
     root = Path(__file__).resolve().parents[1]

@@ -3,8 +3,8 @@ by the reports of the operators' runs; no module names another tree as its sourc
 from __future__ import annotations
 
 import json
-import re
 import pathlib
+import re
 
 import numpy as np
 import pytest

@@ -123,7 +123,8 @@ def test_bad_axes_are_one_line_errors(argv, fragment, tmp_path, capsys):
     given = {a.partition("=")[0] for a in argv if "=" in a}
     held = {"tokens": "8", "hidden": "8", "experts": "4", "topk": "2"}
     base = [f"--grid={k}={v}" for k, v in held.items() if k not in given and not (k == "topk" and "capacity" in given)]
-    rc = main(["sweep", "tiling", "moe_token_unpermute_with_routing_map", *base, *argv, "--out", str(tmp_path / "x.csv")])
+    out = str(tmp_path / "x.csv")
+    rc = main(["sweep", "tiling", "moe_token_unpermute_with_routing_map", *base, *argv, "--out", out])
     err = capsys.readouterr().err
     assert rc == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "x.csv").exists()

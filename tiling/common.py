@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence, overload
 
 import ml_dtypes
 import numpy as np
@@ -87,8 +87,16 @@ class TensorDesc(_TensorDescFields):
     def __new__(cls, shape, dtype):
         return super().__new__(cls, _checked_shape(shape), _checked_dtype(dtype))
 
+    @overload
     @classmethod
-    def of(cls, t) -> "TensorDesc | None":
+    def of(cls, t: None) -> None: ...
+
+    @overload
+    @classmethod
+    def of(cls, t: Any) -> TensorDesc: ...
+
+    @classmethod
+    def of(cls, t) -> TensorDesc | None:
         """The description of anything with `.shape` and `.dtype` (None stays None)."""
         if t is None or isinstance(t, TensorDesc):
             return t
@@ -266,7 +274,7 @@ def memoised_tiling(tiling):
             hit = results.get(key)
         except (_Uncacheable, TypeError):
             return tiling(*args, **kwargs)
-        if hit is None or any(a is not b for a, b in zip(hit[0], keep)):
+        if hit is None or any(a is not b for a, b in zip(hit[0], keep, strict=True)):
             hit = (keep, tiling(*args, **kwargs))
             with lock:
                 if len(results) >= MAX_REMEMBERED_TILINGS:

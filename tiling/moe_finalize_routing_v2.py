@@ -30,6 +30,8 @@ x1 / x2 / bias / expert_idx / x / a1 / a2 / v.
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import numpy as np
 
 from ascend_sim.pipe import UbBuffer
@@ -65,7 +67,7 @@ _I32 = np.dtype(np.int32)
 _INVALID_DIM = -(2 ** 63)       # gert::Shape::GetDim past the last dimension
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 
@@ -201,8 +203,12 @@ def ub_plan(key: int, f: dict, s: _Shape) -> tuple[UbBuffer, ...]:
     template = key // 10000 * 10000
     t, sb = s.dt, s.st
     rf, h, k, h_aligned = f["row_factor"], f["h"], f["k"], f["h_aligned"]
-    que = lambda name, nbytes, depth=DOUBLE_BUFFER, pos="VECIN": UbBuffer(name, nbytes, depth, "TQue", pos, depth)
-    y = lambda elems: que("yQue", _round_up(elems, 4) * 4, pos="VECOUT")
+    def que(name, nbytes, depth=DOUBLE_BUFFER, pos="VECIN"):
+        return UbBuffer(name, nbytes, depth, "TQue", pos, depth)
+
+    def y(elems):
+        return que("yQue", _round_up(elems, 4) * 4, pos="VECOUT")
+
     bias = s.bias and s.expert_idx               # hasBiasAndExpertIdx
     rows_t = _round_up(rf * h, t) * t
     const_names = ("constExpertAlpha1", "constExpertAlpha2", "v")
@@ -406,7 +412,7 @@ def moe_finalize_routing_v2(expanded_x, expanded_row_idx, x1=None, x2=None, bias
     # CheckExpertRangeValidity: each range inside [0, E] (skipped while E is unknown: dropless without bias) ...
     names = ("zero expert", "copy expert", "constant expert")
     ranges = (zero, copy, const_range)
-    for name, (start, end) in zip(names, ranges):
+    for name, (start, end) in zip(names, ranges, strict=True):
         if (start, end) != NO_RANGE and e != 0 and not 0 <= start < end <= e:
             _fail(f"{name} range [{start}, {end}) must satisfy 0 <= start < end <= E = {e}")
     # ... and no two of them overlapping

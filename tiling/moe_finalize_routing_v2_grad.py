@@ -25,6 +25,8 @@ expert_idx, dropPadMode 0 and activeNum = len(sorted_indices).
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import numpy as np
 
 from ascend_sim.pipe import UbBuffer
@@ -67,7 +69,7 @@ _FLOATS = ("float32", "float16", "bfloat16")
 _I32 = np.dtype(np.int32)
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 
@@ -101,6 +103,15 @@ def binary_add_params(factor: int) -> tuple[int, int, int]:
 
 class _Shapes:
     """What GetShapeAttrsInfo leaves (sizes in elements)."""
+    mode: int
+    rows: int
+    dim0: int
+    hidden: int
+    top_k: int
+    dt_bytes: int
+    has_scales: bool
+    has_bias: bool
+    ub: int                 # set by the tiling once it knows the chip
 
     def __init__(self, **kw):
         self.__dict__.update(kw)
@@ -298,8 +309,8 @@ def moe_finalize_routing_v2_grad(grad_y, expanded_row_idx, expanded_x=None, scal
     s = _check(gy, idx, ex, sc, ei, bs, gex, gsc, int(drop_pad_mode), int(active_num), int(expert_num),
                int(expert_capacity))
     s.ub, cores = soc.ub_size_for_tiling, soc.aiv_num
-    base = dict(zip(BASE_FIELDS[:3], _core_split(s.dim0, cores)))
-    base.update(zip(BASE_FIELDS[3:6], _core_split(s.rows, cores)))
+    base = dict(zip(BASE_FIELDS[:3], _core_split(s.dim0, cores), strict=True))
+    base.update(zip(BASE_FIELDS[3:6], _core_split(s.rows, cores), strict=True))
     base.update(drop_pad_mode=s.mode, top_k=s.top_k, hidden=s.hidden, expanded_x_dim0=s.dim0)
     t = s.dt_bytes
     if not s.has_scales:                                        # template 2000
@@ -318,7 +329,7 @@ def moe_finalize_routing_v2_grad(grad_y, expanded_row_idx, expanded_x=None, scal
         h_align, pre_part = _not_split_h_plan(s)
         if pre_part > 0 and pre_part >= h_align:                # template 3000 IsCapable
             key = KEY_NOT_CUT_H_BIAS if s.has_bias else KEY_NOT_CUT_H
-            f = dict(base, h_align=h_align, **dict(zip(BIN_ADD_FIELDS, binary_add_params(s.hidden))))
+            f = dict(base, h_align=h_align, **dict(zip(BIN_ADD_FIELDS, binary_add_params(s.hidden), strict=True)))
         else:                                                   # template 4000
             dtype_bytes = 4 if t == 4 else 2
             buffers = BUFFER_NUM_WITH_BIAS if s.has_bias else BUFFER_NUM_WITHOUT_BIAS
@@ -336,8 +347,8 @@ def moe_finalize_routing_v2_grad(grad_y, expanded_row_idx, expanded_x=None, scal
             key = KEY_CUT_H_BIAS if s.has_bias else KEY_CUT_H
             f = dict(base, main_factor=main, main_block_num=main_blocks, fold_factor=fold, fold_block_num=fold_blocks,
                      fold_tail_len=tail, fold_tail_block_num=2 if tail > fold else (1 if tail > 0 else 0),
-                     **{f"main_{n}": v for n, v in zip(BIN_ADD_FIELDS, binary_add_params(main))},
-                     **{f"fold_{n}": v for n, v in zip(BIN_ADD_FIELDS, binary_add_params(fold))})
+                     **{f"main_{n}": v for n, v in zip(BIN_ADD_FIELDS, binary_add_params(main), strict=True)},
+                     **{f"fold_{n}": v for n, v in zip(BIN_ADD_FIELDS, binary_add_params(fold), strict=True)})
     f = {n: int(f[n]) for n in FIELDS_BY_KEY[key]}
     block_dim = max(f["init_out_need_core_num"], f["compute_need_core_num"])
     return TilingResult(tiling_key=key, block_dim=block_dim, workspace_size=WORKSPACE_BYTES, fields=f,

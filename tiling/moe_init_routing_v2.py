@@ -26,6 +26,7 @@ buffers are not listed.
 from __future__ import annotations
 
 import math
+from typing import NoReturn
 
 import numpy as np
 
@@ -67,7 +68,7 @@ EXPERT_TOKENS_COUNT = 2
 LIB_API_WORKSPACE = 16 * 1024 * 1024
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 
@@ -243,6 +244,7 @@ def regbase_ub_plan(f: dict, idx_is_int64: bool, x_bytes: int) -> tuple[UbBuffer
         tile = tdiv(_align_bytes(f["vbs_last_core_per_loop_elements"], 4), 4)
         sort_num = ceil_div(tile, 32) * 32
         kv = sort_num * 4 * 2
+        sort: tuple[UbBuffer, ...]
         sort = (UbBuffer("sortDataCopyInQueue", kv + (sort_num * 4 if idx_is_int64 else 0), 1, "TQue", "VECIN", 1,
                          "sortPipe"),
                 UbBuffer("sortDataCopyOutQueue", kv, 1, "TQue", "VECOUT", 1, "sortPipe"),

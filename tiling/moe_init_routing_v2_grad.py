@@ -21,6 +21,8 @@ vector register 64 fp32 lanes. The workspace is always 16 MiB (no template uses 
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import numpy as np
 
 from ascend_sim.pipe import UbBuffer
@@ -53,7 +55,7 @@ FULL_LOAD_MAX_TOPK = 10          # MAX_FULL_LOAD_CNT
 _FLOATS = ("float16", "bfloat16", "float32")
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 
@@ -201,7 +203,7 @@ def moe_init_routing_v2_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_
     n, h = _shape_attrs(xd, rd, gd, k, drop_pad, active)
     ts = 4 if np.dtype(xd.dtype) == np.dtype(np.float32) else 2
     aiv, ub = soc.aiv_num, soc.ub_size_for_tiling
-    for template, fn in ((KEY_SPLIT_H, _split_h), (KEY_FULL_LOAD, _full_load), (KEY_REGBASE, _regbase)):
+    for template, fn in ((KEY_SPLIT_H, _split_h), (KEY_FULL_LOAD, _full_load), (KEY_REGBASE, _regbase)):  # noqa: B007 - the template that fit is read after the loop
         got = fn(n, h, k, ts, aiv, ub)
         if got is not None:
             break

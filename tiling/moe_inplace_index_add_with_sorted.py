@@ -13,6 +13,8 @@ of row-sized buffers (2 Avg, 7 fp16/bf16 Fix, 3 fp32 Fix).
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import ml_dtypes
 import numpy as np
 
@@ -53,7 +55,7 @@ _KEY_BY_DTYPE = {np.dtype(np.float32): KEY_FLOAT32, np.dtype(np.float16): KEY_FL
 _SIZE = {KEY_FLOAT32: 4, KEY_FLOAT16: 2, KEY_BF16: 2, KEY_INT16: 2, KEY_INT32: 4, KEY_FLOAT32_FIX: 4}
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 
@@ -83,7 +85,7 @@ def ub_plan(tiling_key: int, max_size: int) -> tuple[UbBuffer, ...]:
     if tiling_key in AVG_KEYS:
         return (UbBuffer("inQueueValueAvg", row, 1, "TQue", "VECIN", 1), index,
                 UbBuffer("outQueueOutAvg", row, 1, "TQue", "VECOUT", 1))
-    plan = (UbBuffer("inQueueSelfFix", row, 1, "TQue", "VECIN", 1),
+    plan: tuple[UbBuffer, ...] = (UbBuffer("inQueueSelfFix", row, 1, "TQue", "VECIN", 1),
             UbBuffer("inQueueValueFix", row, 1, "TQue", "VECIN", 1), index,
             UbBuffer("outQueueOutFix", row, 1, "TQue", "VECOUT", 1))
     if tiling_key in (KEY_FLOAT16, KEY_BF16):

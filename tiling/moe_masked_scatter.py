@@ -21,6 +21,8 @@ at 25fb6b92890d); tests/tiling/test_moe_masked_scatter_tiling.py works its cases
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import ml_dtypes
 import numpy as np
 
@@ -49,7 +51,7 @@ SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (np.float32, np.float16, np.float6
 """SUPPORT_DTYPE of the OpDef and the tiling (x, updates, y); the mask is bool."""
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

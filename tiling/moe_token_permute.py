@@ -17,15 +17,24 @@ profile `moe_token_permute` therefore returns the tiling of the MoeInitRoutingV3
 from __future__ import annotations
 
 import math
+from typing import NoReturn
 
 import ml_dtypes
 import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from .common import TensorDesc, TilingResult, memoised_tiling, align_up, ceil_div, struct_fields, tdiv, tmod
-from .moe_sort import (SORT_OUT_ONE_LOOP_MAX, VBS_FIELDS, checked_sort_loop_max_element, core_loop_elements,
-                       multi_core_index_num, multi_core_ub_plan, vbs_tiling, vms_middle_need_core_num)
+from .common import TensorDesc, TilingResult, align_up, ceil_div, memoised_tiling, struct_fields, tdiv, tmod
+from .moe_sort import (
+    SORT_OUT_ONE_LOOP_MAX,
+    VBS_FIELDS,
+    checked_sort_loop_max_element,
+    core_loop_elements,
+    multi_core_index_num,
+    multi_core_ub_plan,
+    vbs_tiling,
+    vms_middle_need_core_num,
+)
 from .platform import get_soc
 from .status import TilingError
 
@@ -62,7 +71,7 @@ QUANT_MXFP4_E2M1 = 9
 INT64_MAX = 2 ** 63 - 1
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

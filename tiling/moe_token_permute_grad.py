@@ -19,6 +19,8 @@ failure path (its parameter check is empty); degenerate figures come out as the 
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import ml_dtypes
 import numpy as np
 
@@ -40,7 +42,7 @@ TILINGKEY_MIX = {np.dtype(ml_dtypes.bfloat16): 8, np.dtype(np.float16): 16, np.d
 KERNEL_KEYS = (0, 2, 4)       # TILING_KEY_IS branches of moe_token_permute_grad.cpp (PROBS always false)
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

@@ -20,6 +20,7 @@ is computed with no per-core reservation). Workspace: see `workspace_bytes`.
 from __future__ import annotations
 
 import math
+from typing import NoReturn
 
 import numpy as np
 
@@ -27,8 +28,13 @@ from ascend_sim.pipe import UbBuffer
 
 from .common import TensorDesc, TilingResult, struct_fields, tdiv
 from .masked_select import MS_FIELDS, masked_select_tiling, masked_select_ub_plan
-from .moe_sort import (SORT_OUT_ONE_LOOP_MAX, VBS_FIELDS, checked_sort_loop_max_element, vbs_tiling,
-                       vms_middle_need_core_num)
+from .moe_sort import (
+    SORT_OUT_ONE_LOOP_MAX,
+    VBS_FIELDS,
+    checked_sort_loop_max_element,
+    vbs_tiling,
+    vms_middle_need_core_num,
+)
 from .moe_sort_last_dim import last_dim_sort_tiling, last_dim_sort_ub_plan, permute_prob_ub_plan
 from .moe_token_permute import INDEX_COPY_FIELDS, _index_copy, index_copy_ub_plan, sort_ub_plan
 from .platform import get_soc
@@ -69,7 +75,7 @@ SCATTER_UB_SIZE = 192 * 1024
 SCATTER_PER_LOOP_ALIGN = 512
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 
@@ -154,7 +160,8 @@ def _gather_simd(f: dict, num_out_tokens: int, token_bytes: int, ub: int, aiv_nu
     need = real_core_num if block_factor > 0 else tail
     f.update(index_copy_need_core_num=need, index_copy_once_indices=INDICES_SIZE // 4,
              index_copy_one_token_btype_size=improve, index_copy_num_out_tokens=num_out_tokens,
-             index_copy_once_ub_token_nums=tdiv(cols, tdiv(improve, token_bytes)), index_copy_core_calc_num=block_factor,
+             index_copy_once_ub_token_nums=tdiv(cols, tdiv(improve, token_bytes)),
+             index_copy_core_calc_num=block_factor,
              index_copy_tail_core_num=tail,
              index_copy_token_ub=tdiv(tdiv(tdiv(ub - INDICES_SIZE, 32) * 32, improve), 2))
     return max(aiv_num, need)

@@ -21,6 +21,8 @@ Both branches ask for the 16 MiB system workspace only. Divisions are the tiling
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 from ascend_sim.pipe import UbBuffer
 
 from .common import TensorDesc, TilingResult, as_dtype, length_by_type, struct_fields, tdiv
@@ -45,7 +47,7 @@ GATHER_PIPE = "pipe"            # KernelMoeTokenUnpermute's TPipe
 DROP_PAD_PIPE = "pipe_"         # KernelMoeTokenPermuteWithRoutingMap's TPipe (member pipe_)
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

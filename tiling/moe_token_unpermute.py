@@ -27,8 +27,10 @@ H > 0, scales 2-D with K > 0, expanded_row_idx 1-D with L // K > 0 rows and exac
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
+from .common import TensorDesc, TilingResult, as_dtype, length_by_type, memoised_tiling, struct_fields, tdiv
 from .moe_finalize_routing_v2 import moe_finalize_routing_v2
-from .common import TensorDesc, TilingResult, memoised_tiling, as_dtype, length_by_type, struct_fields, tdiv
 from .platform import get_soc
 from .status import TilingError
 from .unpermute_gather import GATHER_FIELDS, gather_tiling, gather_ub_plan
@@ -65,11 +67,11 @@ def tiling_key(token_dtype, probs_dtype=None) -> int:
     return key
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 
-def _fail_950(message: str):
+def _fail_950(message: str) -> NoReturn:
     raise TilingError(f"{L0_950} tiling (Ascend 950): {message}")
 
 

@@ -1,12 +1,14 @@
 """Tiling of MoeTokenUnpermuteGrad (op_host/moe_token_unpermute_grad_tiling.cpp).
 
-source: moe/moe_token_unpermute_grad/op_host/moe_token_unpermute_grad_tiling.cpp, moe_token_unpermute_grad_tiling.h @ 25fb6b92890d.
+source: moe/moe_token_unpermute_grad/op_host/moe_token_unpermute_grad_tiling.cpp,
+moe_token_unpermute_grad_tiling.h @ 25fb6b92890d.
 
 Order of the real function:
 
 1. tokensNum = unpermuted_tokens_grad dim 0, hiddenSize = its dim 1, topK = probs dim 1 (1 without probs),
    numOutTokens = len(sorted_indices) (an older version took permuted_tokens dim 0; master reads
-   the indices, which is why permuted_tokens could become optional). Any of them 0 -> "input shape has 0" (561002); topK > 512 -> 561002.
+   the indices, which is why permuted_tokens could become optional). Any of them 0 -> "input shape has 0" (561002);
+   topK > 512 -> 561002.
 2. Core split over tokens with every vector core: the first tokensNum mod C ("former") cores take one
    token more; block dim = C (idle cores get 0 tokens).
 3. In-core split. Its status is LOGGED BUT IGNORED by the real tiling: a 0-byte dtype (size table of
@@ -24,6 +26,8 @@ The host code mixes uint64 (the UB size) with int64 values; where a C++ expressi
 UB size minus a larger reservation wraps around) the figures here wrap the same way.
 """
 from __future__ import annotations
+
+from typing import NoReturn
 
 from ascend_sim.pipe import UbBuffer
 
@@ -69,7 +73,7 @@ def _udiv(a: int, b: int) -> int:
     return _i64((a % _U64) // (b % _U64))
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

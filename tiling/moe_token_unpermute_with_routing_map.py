@@ -24,6 +24,8 @@ the real host process faults; this tiling raises TilingError instead.
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 from ascend_sim.pipe import UbBuffer
 
 from .common import TensorDesc, TilingResult, as_dtype, length_by_type, struct_fields, tdiv
@@ -61,7 +63,7 @@ PAD_PIPE = "padPipe"       # KernelMoeTokenUnpermuteWithRoutingMapPad's member T
 PAD_QUEUE = "unpermutedTokensOutQue"
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 
@@ -162,7 +164,7 @@ def _tiling_not_pad(f: dict, p: TensorDesc, s: TensorDesc, pr: TensorDesc | None
 def not_pad_ub_plan(key: int, f: dict, token_dtype, probs_dtype) -> tuple[UbBuffer, ...]:
     """Key 1: the masked select's TPipe, then kernel G's; key 0: kernel G's alone."""
     token_bytes = as_dtype(token_dtype).itemsize
-    rows = ()
+    rows: tuple[UbBuffer, ...] = ()
     prob_bytes = None
     if key == KEY_PROBS:
         prob_bytes = as_dtype(probs_dtype).itemsize

@@ -21,14 +21,27 @@ launch always uses every vector core; the workspace is the library's system work
 """
 from __future__ import annotations
 
-from .common import (TensorDesc, TilingResult, align_down, align_up, as_dtype, ceil_div, length_by_type,
-                     struct_fields, tdiv, tmod)
-from .platform import get_soc
-from .status import TilingError
-from ascend_sim.pipe import UbBuffer
+from typing import NoReturn
 
 import ml_dtypes
 import numpy as np
+
+from ascend_sim.pipe import UbBuffer
+
+from .common import (
+    TensorDesc,
+    TilingResult,
+    align_down,
+    align_up,
+    as_dtype,
+    ceil_div,
+    length_by_type,
+    struct_fields,
+    tdiv,
+    tmod,
+)
+from .platform import get_soc
+from .status import TilingError
 
 OP = "MoeTokenUnpermuteWithRoutingMapGrad"
 
@@ -62,7 +75,7 @@ KEY_MIX_PROB = 101
 KEY_MIX_PAD_PROB = 111
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

@@ -1,9 +1,9 @@
 """Host tiling T-G of the shared gather-and-reduce kernel G (KernelMoeTokenUnpermute).
 
-source: moe/moe_token_unpermute/op_host/moe_token_unpermute_tiling.cpp (TilingCompute), moe/moe_token_permute_grad/op_host/
-moe_token_permute_grad_tiling.cpp, moe/moe_token_permute_with_routing_map_grad/op_host/
-moe_token_permute_with_routing_map_grad_tiling.cpp, moe/moe_token_unpermute_with_routing_map/op_host/
-moe_token_unpermute_with_routing_map_tiling.cpp @ 25fb6b92890d.
+source: moe/moe_token_unpermute/op_host/moe_token_unpermute_tiling.cpp (TilingCompute),
+moe/moe_token_permute_grad/op_host/moe_token_permute_grad_tiling.cpp,
+moe/moe_token_permute_with_routing_map_grad/op_host/moe_token_permute_with_routing_map_grad_tiling.cpp,
+moe/moe_token_unpermute_with_routing_map/op_host/moe_token_unpermute_with_routing_map_tiling.cpp @ 25fb6b92890d.
 
 The same routine appears, copied, in four tilings: moe_token_unpermute_tiling.cpp (TilingCompute),
 moe_token_permute_grad_tiling.cpp, moe_token_permute_with_routing_map_grad_tiling.cpp (non-pad path)
@@ -145,7 +145,7 @@ def gather_tiling(*, ub_bytes: int, core_num: int, token_bytes: int, num_tokens:
 
     values = (hidden, top_k, num_out_tokens, h_len, h_num, h_remain, core_len, core_remain, t_len, t_num, t_remain,
               buffer_num)
-    return GatherTiling(dict(zip(GATHER_FIELDS, (int(v) for v in values))), int(used))
+    return GatherTiling(dict(zip(GATHER_FIELDS, (int(v) for v in values), strict=True)), int(used))
 
 
 def gather_buffers(tokens_fp32: bool, has_probs: bool, probs_fp32: bool) -> tuple[str, ...]:

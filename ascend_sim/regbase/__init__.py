@@ -39,28 +39,125 @@ Not modelled: the other LoadDist / StoreDist modes and width casts.
 The underscored helpers exported here (`_instr`, the operand checks, the UB span checks, the register views'
 words) are the pieces a new instruction module builds on.
 """
-from .registers import (HALF_LANES, KIND_ARITH, KIND_CAST, KIND_CMPSEL, KIND_LOAD, KIND_MASK,  # noqa: F401
-                        KIND_MOVE, KIND_REDUCE, KIND_STORE, MERGING, MODE_NO_SCOPE, REGBASE_ARCH, VL,
-                        ZEROING, mreg, vec_scope_begin, vec_scope_end, vreg_f32, vreg_i16, vreg_i32,
-                        vreg_i8, vreg_u16, vreg_u32, vreg_u8, _b16_operands, _instr, _int_operands,
-                        _same_type, _vreg_words, _vtmp_u8)
-from .masks import (PAT_ALL, PAT_ALLF, PAT_H, PAT_M3, PAT_M4, PAT_Q, create_mask, update_mask,  # noqa: F401
-                    vmask_and, vmask_deinterleave, vmask_or)
-from .ub_access import _ub_reach, _ub_span  # noqa: F401
-from .loads import (LOAD_BRC, LOAD_NORM, reg_gather, reg_load, reg_load_align, reg_load_dintlv,  # noqa: F401
-                    reg_load_e2b, reg_load_span, reg_load_unalign, reg_load_unpack4_b8,
-                    reg_load_unpack_b16)
-from .stores import (STORE_NORM, reg_store, reg_store_pack4, reg_store_pack4_span, reg_store_pack_b16,  # noqa: F401
-                     reg_store_pack_b32, reg_store_span, reg_store_unalign, reg_store_unalign_post,
-                     reg_store_unalign_stream, unalign_reg, _ureg_words)
-from .arith import (vabs, vadd, vadds, vand, vdiv, vmax, vmaxs, vmin, vmul, vmul_bf16, vmuls,  # noqa: F401
-                    vshift_lefts, vshift_rights, vsub)
-from .compare import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE, vcompare, vcompare_scalar, vselect  # noqa: F401
-from .reduce import vreduce_max, vreduce_max_with_datablock, vreduce_min, vreduce_sum  # noqa: F401
-from .moves import (varange, vcopy, vdeinterleave, vduplicate, vduplicate_all, vduplicate_reg,  # noqa: F401
-                    vgather_mask, vinterleave, vinterleave_inplace, vpack_lowest, vunpack_u16_to_u32)
-from .casts import (LAYOUT_ONE, LAYOUT_ZERO, NO_SAT, SAT, vcast_b16_to_f32, vcast_f16_to_bf16,  # noqa: F401
-                    vcast_f32_to_bf16, vcast_f32_to_f16, vcast_f32_to_i32, vcast_half_to_f32,
-                    vcast_i32_to_f32, vcast_i32_to_u8, vcast_u16_to_u32, vtruncate)
-from .mx_casts import vcast_bf16_to_fp4, vcast_f32_to_fp8  # noqa: F401
-from .first_element import reg_store_first_element  # noqa: F401,E402
+from .arith import (
+    vabs,
+    vadd,
+    vadds,
+    vand,
+    vdiv,
+    vmax,
+    vmaxs,
+    vmin,
+    vmul,
+    vmul_bf16,
+    vmuls,
+    vshift_lefts,
+    vshift_rights,
+    vsub,
+)
+from .casts import (
+    LAYOUT_ONE,
+    LAYOUT_ZERO,
+    NO_SAT,
+    SAT,
+    vcast_b16_to_f32,
+    vcast_f16_to_bf16,
+    vcast_f32_to_bf16,
+    vcast_f32_to_f16,
+    vcast_f32_to_i32,
+    vcast_half_to_f32,
+    vcast_i32_to_f32,
+    vcast_i32_to_u8,
+    vcast_u16_to_u32,
+    vtruncate,
+)
+from .compare import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE, vcompare, vcompare_scalar, vselect
+from .first_element import reg_store_first_element
+from .loads import (
+    LOAD_BRC,
+    LOAD_NORM,
+    reg_gather,
+    reg_load,
+    reg_load_align,
+    reg_load_dintlv,
+    reg_load_e2b,
+    reg_load_span,
+    reg_load_unalign,
+    reg_load_unpack4_b8,
+    reg_load_unpack_b16,
+)
+from .masks import (
+    PAT_ALL,
+    PAT_ALLF,
+    PAT_H,
+    PAT_M3,
+    PAT_M4,
+    PAT_Q,
+    create_mask,
+    update_mask,
+    vmask_and,
+    vmask_deinterleave,
+    vmask_or,
+)
+from .moves import (
+    varange,
+    vcopy,
+    vdeinterleave,
+    vduplicate,
+    vduplicate_all,
+    vduplicate_reg,
+    vgather_mask,
+    vinterleave,
+    vinterleave_inplace,
+    vpack_lowest,
+    vunpack_u16_to_u32,
+)
+from .mx_casts import vcast_bf16_to_fp4, vcast_f32_to_fp8
+from .reduce import vreduce_max, vreduce_max_with_datablock, vreduce_min, vreduce_sum
+from .registers import (
+    HALF_LANES,
+    KIND_ARITH,
+    KIND_CAST,
+    KIND_CMPSEL,
+    KIND_LOAD,
+    KIND_MASK,
+    KIND_MOVE,
+    KIND_REDUCE,
+    KIND_STORE,
+    MERGING,
+    MODE_NO_SCOPE,
+    REGBASE_ARCH,
+    VL,
+    ZEROING,
+    _b16_operands,
+    _instr,
+    _int_operands,
+    _same_type,
+    _vreg_words,
+    _vtmp_u8,
+    mreg,
+    vec_scope_begin,
+    vec_scope_end,
+    vreg_f32,
+    vreg_i8,
+    vreg_i16,
+    vreg_i32,
+    vreg_u8,
+    vreg_u16,
+    vreg_u32,
+)
+from .stores import (
+    STORE_NORM,
+    _ureg_words,
+    reg_store,
+    reg_store_pack4,
+    reg_store_pack4_span,
+    reg_store_pack_b16,
+    reg_store_pack_b32,
+    reg_store_span,
+    reg_store_unalign,
+    reg_store_unalign_post,
+    reg_store_unalign_stream,
+    unalign_reg,
+)
+from .ub_access import _ub_reach, _ub_span

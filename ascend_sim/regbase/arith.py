@@ -8,11 +8,32 @@ import operator
 import numpy as np
 
 from .._jit import aicore
-from ..dtypes import (CAST_RINT, bf16_bits_to_f32_bits, f32_bits_to_bf16_bits, f32_bits_to_bf16_bits_rint,
-                      f32_from_bits, view_f32_as_u32)
+from ..dtypes import (
+    CAST_RINT,
+    bf16_bits_to_f32_bits,
+    f32_bits_to_bf16_bits,
+    f32_bits_to_bf16_bits_rint,
+    f32_from_bits,
+    view_f32_as_u32,
+)
 from ..faults import fault
-from ..layout import (CALL_R_ABS, CALL_R_ADD, CALL_R_ADDS, CALL_R_AND, CALL_R_DIV, CALL_R_MAX, CALL_R_MAXS, CALL_R_MIN,
-                      CALL_R_MUL, CALL_R_MULS, CALL_R_SHIFT_LEFTS, CALL_R_SHIFT_RIGHTS, CALL_R_SUB, F_PARAM, P_COUNT)
+from ..layout import (
+    CALL_R_ABS,
+    CALL_R_ADD,
+    CALL_R_ADDS,
+    CALL_R_AND,
+    CALL_R_DIV,
+    CALL_R_MAX,
+    CALL_R_MAXS,
+    CALL_R_MIN,
+    CALL_R_MUL,
+    CALL_R_MULS,
+    CALL_R_SHIFT_LEFTS,
+    CALL_R_SHIFT_RIGHTS,
+    CALL_R_SUB,
+    F_PARAM,
+    P_COUNT,
+)
 from .registers import KIND_ARITH, ZEROING, _b16_operands, _instr, _int_operands, _same_type
 
 

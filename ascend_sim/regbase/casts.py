@@ -6,9 +6,22 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import aicore
-from ..dtypes import (CAST_CEIL, CAST_FLOOR, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC, DT_BF16, DT_FLOAT,
-                      DT_FLOAT16, DT_INT32, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_bits_to_bf16_bits,
-                      f32_bits_to_f16_bits)
+from ..dtypes import (
+    CAST_CEIL,
+    CAST_FLOOR,
+    CAST_ODD,
+    CAST_RINT,
+    CAST_ROUND,
+    CAST_TRUNC,
+    DT_BF16,
+    DT_FLOAT,
+    DT_FLOAT16,
+    DT_INT32,
+    bf16_bits_to_f32_bits,
+    f16_bits_to_f32_bits,
+    f32_bits_to_bf16_bits,
+    f32_bits_to_f16_bits,
+)
 from ..faults import fault
 from ..layout import CALL_R_CAST, CALL_R_TRUNCATE, F_CAST_PAIR, F_ELEM_TYPE, F_PARAM, P_MASK
 from .registers import KIND_CAST, ZEROING, _b16_operands, _instr

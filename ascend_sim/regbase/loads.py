@@ -9,8 +9,19 @@ from .. import check as chk
 from .._jit import aicore
 from .._memory import data_address, ub_view
 from ..faults import fault
-from ..layout import (CALL_R_GATHER, CALL_R_LOAD, CALL_R_LOAD_ALIGN, CALL_R_LOAD_UNALIGN, CALL_VF, F_ELEM_TYPE, F_PARAM,
-                      F_UB_OOB, P_COUNT, P_MASK, PIPE_V)
+from ..layout import (
+    CALL_R_GATHER,
+    CALL_R_LOAD,
+    CALL_R_LOAD_ALIGN,
+    CALL_R_LOAD_UNALIGN,
+    CALL_VF,
+    F_ELEM_TYPE,
+    F_PARAM,
+    F_UB_OOB,
+    P_COUNT,
+    P_MASK,
+    PIPE_V,
+)
 from ..local import ub_offset
 from .registers import HALF_LANES, KIND_LOAD, VL, _b16_operands, _instr
 from .ub_access import _ub_reach, _ub_span

@@ -7,8 +7,16 @@ import numpy as np
 
 from .._jit import aicore
 from ..faults import fault
-from ..layout import (CALL_R_CREATE_MASK, CALL_R_MASK_AND, CALL_R_MASK_DEINTERLEAVE, CALL_R_MASK_OR, CALL_R_UPDATE_MASK,
-                      F_PARAM, P_COUNT, P_MASK)
+from ..layout import (
+    CALL_R_CREATE_MASK,
+    CALL_R_MASK_AND,
+    CALL_R_MASK_DEINTERLEAVE,
+    CALL_R_MASK_OR,
+    CALL_R_UPDATE_MASK,
+    F_PARAM,
+    P_COUNT,
+    P_MASK,
+)
 from .registers import KIND_MASK, VL, _instr, _vtmp_u8
 
 # MaskPattern (CreateMask): a positive value n is VLn (the first n lanes); the others are:

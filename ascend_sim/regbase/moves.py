@@ -7,8 +7,19 @@ import numpy as np
 from .._jit import aicore
 from .._memory import data_address
 from ..faults import fault
-from ..layout import (CALL_R_ARANGE, CALL_R_COPY, CALL_R_DEINTERLEAVE, CALL_R_DUPLICATE, CALL_R_GATHER_MASK,
-                      CALL_R_INTERLEAVE, CALL_R_PACK, CALL_R_UNPACK, F_ELEM_TYPE, F_PARAM, P_MASK)
+from ..layout import (
+    CALL_R_ARANGE,
+    CALL_R_COPY,
+    CALL_R_DEINTERLEAVE,
+    CALL_R_DUPLICATE,
+    CALL_R_GATHER_MASK,
+    CALL_R_INTERLEAVE,
+    CALL_R_PACK,
+    CALL_R_UNPACK,
+    F_ELEM_TYPE,
+    F_PARAM,
+    P_MASK,
+)
 from .registers import KIND_CAST, KIND_MOVE, ZEROING, _instr, _same_type, _vtmp_u8
 
 

@@ -5,12 +5,20 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import aicore
-from ..dtypes import (CAST_RINT, DT_BF16, DT_FLOAT, DT_FLOAT4_E2M1, DT_FLOAT8_E4M3FN, DT_FLOAT8_E5M2,
-                      bf16_bits_to_f32_bits, f32_bits_to_mini_float_bits)
+from ..dtypes import (
+    CAST_RINT,
+    DT_BF16,
+    DT_FLOAT,
+    DT_FLOAT4_E2M1,
+    DT_FLOAT8_E4M3FN,
+    DT_FLOAT8_E5M2,
+    bf16_bits_to_f32_bits,
+    f32_bits_to_mini_float_bits,
+)
 from ..faults import fault
 from ..layout import CALL_R_CAST, F_CAST_PAIR, F_ELEM_TYPE
-from .registers import KIND_CAST, ZEROING, _instr
 from .casts import SAT
+from .registers import KIND_CAST, ZEROING, _instr
 
 
 @aicore

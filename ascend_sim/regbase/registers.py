@@ -12,8 +12,23 @@ import numpy as np
 from .._jit import aicore
 from ..dtypes import DT_FLOAT
 from ..faults import fault, issue
-from ..layout import (CALL_R_VEC_SCOPE, CALL_VF, CAP_NPU_ARCH, ERR_BASE, F_ELEM_TYPE, F_UNSUPPORTED, MREG_BASE,
-                      N_MREGS, N_VREGS, REG_BASE, VF_INSTR, VF_KIND_BASE, VF_OPEN, VREG_WORDS, VTMP_BASE)
+from ..layout import (
+    CALL_R_VEC_SCOPE,
+    CALL_VF,
+    CAP_NPU_ARCH,
+    ERR_BASE,
+    F_ELEM_TYPE,
+    F_UNSUPPORTED,
+    MREG_BASE,
+    N_MREGS,
+    N_VREGS,
+    REG_BASE,
+    VF_INSTR,
+    VF_KIND_BASE,
+    VF_OPEN,
+    VREG_WORDS,
+    VTMP_BASE,
+)
 from ..timeline import vector
 
 VL = 256                 # bytes of one vector register

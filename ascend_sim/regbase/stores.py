@@ -9,8 +9,19 @@ import numpy as np
 from .. import check as chk
 from .._jit import aicore
 from ..faults import fault
-from ..layout import (CALL_R_STORE, CALL_R_STORE_UNALIGN, CALL_R_STORE_UNALIGN_POST, CALL_VF, F_ELEM_TYPE, F_PARAM,
-                      N_UREGS, P_COUNT, PIPE_V, UREG_BASE, UREG_WORDS)
+from ..layout import (
+    CALL_R_STORE,
+    CALL_R_STORE_UNALIGN,
+    CALL_R_STORE_UNALIGN_POST,
+    CALL_VF,
+    F_ELEM_TYPE,
+    F_PARAM,
+    N_UREGS,
+    P_COUNT,
+    PIPE_V,
+    UREG_BASE,
+    UREG_WORDS,
+)
 from ..local import note_ub_write
 from .registers import KIND_STORE, VL, _instr
 from .ub_access import _ub_reach, _ub_span

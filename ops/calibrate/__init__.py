@@ -21,10 +21,10 @@ import numpy as np
 from ascend_sim.cost import CostModel
 from ascend_sim.cost_file import cost_file_text
 from ascend_sim.errors import ConfigError, SimulatorError
-from .fit import FitResult, fit_bounded
 from tiling import get_soc
 from tiling.status import AclnnError
 
+from .fit import FitResult, fit_bounded
 from .kernels import CALIBRATION_OPS, builder_for, register_op
 from .msprof import InputError, OpRow, read_op_summary, read_pipe_utilization
 
@@ -164,7 +164,7 @@ def calibrate(rows: list[OpRow], soc, figures: list[Figure], pipes: dict | None 
     estimators = [(row, builder_for(row)(row)) for row in rows]
 
     def chip(x):
-        return get_soc(base, cost={f.name: _value(f, v) for f, v in zip(figures, x)})
+        return get_soc(base, cost={f.name: _value(f, v) for f, v in zip(figures, x, strict=True)})
 
     def estimates(x):
         s = chip(x)
@@ -182,7 +182,7 @@ def calibrate(rows: list[OpRow], soc, figures: list[Figure], pipes: dict | None 
 
     def residuals(x):
         res = []
-        for (row, _), est in zip(estimators, estimates(x)):
+        for (row, _), est in zip(estimators, estimates(x), strict=True):
             res.append(math.log(est.time_us / row.duration_us))
             for pipe, measured in pipes.get(row.line, {}).items():
                 if pipe == "total":
@@ -198,6 +198,7 @@ def calibrate(rows: list[OpRow], soc, figures: list[Figure], pipes: dict | None 
     result = fit_bounded(residuals, start, [f.lower for f in figures], [f.upper for f in figures],
                          integer=[f.integer for f in figures])
     after = [e.time_us for e in estimates(result.x)]
-    fitted = {f.name: _value(f, v) for f, v in zip(figures, result.x)}
+    fitted = {f.name: _value(f, v) for f, v in zip(figures, result.x, strict=True)}
     return Calibration(base.name, tuple(figures), fitted,
-                       tuple(RowFit(row, b, a) for (row, _), b, a in zip(estimators, before, after)), result)
+                       tuple(RowFit(row, b, a)
+                             for (row, _), b, a in zip(estimators, before, after, strict=True)), result)

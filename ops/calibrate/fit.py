@@ -70,7 +70,7 @@ def fit_bounded(residuals: Callable[[Sequence[float]], np.ndarray], start: Seque
     x = snap(start)
     start_cost = cost = cost_of(x)
     damping, iterations = 1e-3, 0
-    for iterations in range(1, max_iterations + 1):
+    for iterations in range(1, max_iterations + 1):  # noqa: B007 - the count reached is read after the loop
         if cost <= tolerance:
             break
         r = evaluate(x)

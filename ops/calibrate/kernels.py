@@ -6,23 +6,25 @@ host_cost ModelledEstimate). It raises the row's InputError when the shapes do n
 builder makes the inputs once; the estimator runs the kernel again for every set of figures tried.
 
 Registered here: the family's l0 operators that run as one simulated kernel (MoeTokenPermute,
-MoeTokenUnpermute; MoeInitRoutingV3, the permute call's kernel on Ascend 950) and the generic l0 operators the composites use (Transpose, Cast, Mul, ZerosLike, Sort,
-GatherV2, ViewCopy), modelled by ascend_sim.host_cost. Others (a calibration kernel, another operator) add
+MoeTokenUnpermute; MoeInitRoutingV3, the permute call's kernel on Ascend 950) and the generic l0 operators the
+composites use (Transpose, Cast, Mul, ZerosLike, Sort, GatherV2, ViewCopy), modelled by ascend_sim.host_cost. Others (a
+calibration kernel, another operator) add
 theirs with `register_op`.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import ml_dtypes
 import numpy as np
 
 from ascend_sim import host_cost
+from tiling.platform import SocProfile
 
 from .._framework import recorded_runs
 from .msprof import OpRow
 
-Estimator = Callable[[object], object]
+Estimator = Callable[[SocProfile], Any]
 """chip profile -> Estimate-like (`.time_us`; a simulated one also `.cores` and `.cost`)."""
 
 Builder = Callable[[OpRow], Estimator]
@@ -82,7 +84,7 @@ def _step_estimate(report, op_type: str, row: OpRow, soc):
     return report.estimate
 
 
-def _run_estimate(row: OpRow, call: Callable[[object], None]) -> Estimator:
+def _run_estimate(row: OpRow, call: Callable[[SocProfile], object]) -> Estimator:
     def estimate(soc):
         with recorded_runs() as runs:
             call(soc)

@@ -130,7 +130,7 @@ def _dtypes(path: str, line: int, column: str, text: str) -> tuple:
     text = text.strip().strip('"')
     if not text:
         return ()
-    out = []
+    out: list = []
     for part in text.split(";"):
         name = part.strip().lower()
         if name.startswith("dt_"):
@@ -159,7 +159,7 @@ def read_op_summary(path: str) -> list[OpRow]:
             if len(record) < len(names):
                 raise InputError(path, line, f"{len(record)} fields, the header has {len(names)}")
 
-            def get(key, default=""):
+            def get(key, default="", record=record):
                 return record[cols[key]] if key in cols else default
 
             op_type = get(OP_TYPE).strip()

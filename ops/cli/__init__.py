@@ -24,7 +24,7 @@ import argparse
 import os
 import sys
 
-from ascend_sim import ConfigError, SimulatorError
+from ascend_sim import ConfigError, SimulatorError, __version__
 from tiling.reference import reference_line
 from tiling.status import AclnnError
 
@@ -41,16 +41,9 @@ COMMANDS = {"demo": demo, "warmup": warmup, "tiling": tiling, "run": run, "profi
 
 
 def version_line() -> str:
-    """`ascend-sim --version`: the package's version and the upstream commit its operators follow."""
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-        try:
-            ours = version("ascend-sim")
-        except PackageNotFoundError:    # run from a checkout that was never installed
-            ours = "(not installed)"
-    except ImportError:
-        ours = "(unknown)"
-    return f"ascend-sim {ours}, simulating {reference_line()}"
+    """`ascend-sim --version`: the package's version (ascend_sim.__version__, which the package metadata is built
+    from) and the upstream commit its operators follow."""
+    return f"ascend-sim {__version__}, simulating {reference_line()}"
 
 
 class _Version(argparse.Action):

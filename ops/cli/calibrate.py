@@ -16,7 +16,7 @@ from ascend_sim.cost_file import load_cost_file
 from tiling import get_soc
 
 from ..calibrate import calibrate, parse_fit, read_op_summary, read_pipe_utilization
-from .common import print_json, SOC_HELP, CliError, output_file
+from .common import SOC_HELP, CliError, output_file, print_json
 
 DEFAULT_FIT = "hbm_bytes_per_cycle,mte2_latency_cycles,scalar_call_cycles"
 

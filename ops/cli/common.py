@@ -199,7 +199,8 @@ def run_op(spec: OpSpec, args: dict, soc, *, check: bool = True) -> dict:
             facts["exact"] = spec.check(outs, want, args)
             facts["within_bound"] = bool(args.get("padded_mode", args.get("drop_and_pad", False)))
         else:      # a None in the golden is an output the op leaves unwritten
-            facts["exact"] = all(same_bits(o, w) for o, w in zip(outs, want) if w is not None or o is None)
+            facts["exact"] = all(same_bits(o, w) for o, w in zip(outs, want, strict=False)
+                                 if w is not None or o is None)
     return facts
 
 
@@ -269,7 +270,8 @@ def _soc_json(soc) -> dict:
 
 def ub_plan_json(plan) -> list[dict]:
     """A UB plan's buffers: name, bytes per buffer, count, TQue / TBuf, position, queue depth, TPipe."""
-    return [dict(zip(("name", "bytes", "count", "kind", "position", "depth", "pipe"), row)) for row in plan]
+    return [dict(zip(("name", "bytes", "count", "kind", "position", "depth", "pipe"), row, strict=True))
+            for row in plan]
 
 
 def tiling_json(op: str, t) -> dict:

@@ -10,17 +10,28 @@ import dataclasses
 import os
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
-from ascend_sim import SimulatorError, UBOverflowError, stage_signature
-from ascend_sim._jit import ensure_compiled
+from ascend_sim import SimulatorError, UBOverflowError, ensure_compiled, stage_signature
 from tiling import get_soc
 from tiling.status import AclnnError
 
 from .._framework import listening_to_compiles
 from ..common.cli_spec import DemoCase
 from ..common.routing import routing_name
-from .common import CompileProgress, add_chip_flags, add_routing_flag, announce_compile, cold_stages, prepare_op, \
-    print_json, print_run, run_op, soc_of, ub_plan_json
+from .common import (
+    CompileProgress,
+    add_chip_flags,
+    add_routing_flag,
+    announce_compile,
+    cold_stages,
+    prepare_op,
+    print_json,
+    print_run,
+    run_op,
+    soc_of,
+    ub_plan_json,
+)
 from .jsonout import call_estimate_json, steps_json, verdict
 from .operators import OPS
 
@@ -51,11 +62,13 @@ TOUR = [
      ["--topk", "4"]),
     ("moe_token_unpermute", "gathers each token's topK rows and sums them weighted by its probs",
      ["--topk", "4"]),
-    ("moe_token_unpermute_with_routing_map", "picks each slot's prob through the routing map, then the same weighted sum",
+    ("moe_token_unpermute_with_routing_map",
+     "picks each slot's prob through the routing map, then the same weighted sum",
      ["--topk", "4"]),
     ("moe_token_permute_grad", "sums each token's topK gradient rows back into one (no probs)",
      ["--topk", "4"]),
-    ("moe_token_permute_with_routing_map_grad", "sums each token's gradient rows; MaskedScatter puts the probs' gradient back in the map",
+    ("moe_token_permute_with_routing_map_grad",
+     "sums each token's gradient rows; MaskedScatter puts the probs' gradient back in the map",
      ["--topk", "4"]),
     ("moe_token_unpermute_grad", "scatters the output gradient to the permuted rows, probs gradient by row dots",
      ["--topk", "4"]),
@@ -117,7 +130,7 @@ def _compile_tickets(executors) -> list[list]:
     for op in ops_by_size:
         for stage, signatures in per_op[op].items():
             merged.setdefault(stage, {}).update(signatures)
-    owner = {}
+    owner: dict = {}
     for op in ops_by_size:
         for stage in per_op[op]:
             owner.setdefault(stage, op)
@@ -186,7 +199,7 @@ def tour_cases(soc, ub_size: int | None = None, aiv_num: int | None = None,
                zipf: float | None = None) -> list[TourCase]:
     """The quick tour's cases with their inputs (small; drawn as `ascend-sim run` draws them). A case pinned to
     another chip gets that chip's profile with the custom UB size / core count applied."""
-    from . import build_parser      # the `run` parser reads the flags; ops.cli imports this module
+    from . import build_parser  # the `run` parser reads the flags; ops.cli imports this module
     parser = build_parser()
     out = []
     for op, what, flags in TOUR:
@@ -219,7 +232,7 @@ def _command_tour(a) -> int:
     cold = cold_stages(list(executors.values()))
     worker = _start_compile_worker(list(executors.values())) if len(cold) > 2 and _usable_cpus() > 1 else None
     announce_compile(cold, 2 if worker else 1)
-    rows = [] if a.json else None
+    rows: list[dict] | None = [] if a.json else None
     if rows is None:
         print(f"ascend-sim quick tour: one small case of every operator on {soc.name}, then the Ascend 950 MX "
               "quantisation; each run through both aclnn phases and compared with its NumPy golden, bit for bit.")
@@ -247,7 +260,7 @@ def _command_tour(a) -> int:
 def _case_json(case: DemoCase, facts: dict | None, error: str | None) -> dict:
     """One demo case's row: what ran, its verdict (passed; status: the comparison in words, or the error), and
     for a case that ran its tiling key, block dim, UB plan, total work per pipe, steps and estimate."""
-    row = dict(op=case.op, label=case.label, shape=case.shape, soc=case.soc.name,
+    row: dict[str, Any] = dict(op=case.op, label=case.label, shape=case.shape, soc=case.soc.name,
                passed=bool(facts is not None and facts.get("exact")),
                status=verdict(facts) if facts is not None else error, error=error, tiling_key=None, block_dim=None,
                ub_plan_bytes=None, ub_plan=[], total=None, steps=[], estimate=None)
@@ -324,14 +337,14 @@ def _command_all(a) -> int:
                 worker[2].terminate()
         for k in deferred:
             results[k] = _run_demo_case(cases[k], soc, results, a.json)
-    results = [results[k] for k in range(len(cases))]
+    ordered = [results[k] for k in range(len(cases))]
     if a.json:
-        print_json(_demo_json("all", soc, [r[4] for r in results], time.perf_counter() - start, progress))
-        return 0 if all(r[1] for r in results) else 1
-    _print_demo_table(results)
-    ok = all(r[1] for r in results)
-    passed = sum(1 for r in results if r[1])
-    print(f"{'all cases match their goldens' if ok else f'{passed} of {len(results)} cases passed'} in "
+        print_json(_demo_json("all", soc, [r[4] for r in ordered], time.perf_counter() - start, progress))
+        return 0 if all(r[1] for r in ordered) else 1
+    _print_demo_table(ordered)
+    ok = all(r[1] for r in ordered)
+    passed = sum(1 for r in ordered if r[1])
+    print(f"{'all cases match their goldens' if ok else f'{passed} of {len(ordered)} cases passed'} in "
           f"{time.perf_counter() - start:.1f} s" + (f" ({progress.seconds:.1f} s of it compiling)"
                                                      if progress.count else ""))
     return 0 if ok else 1
@@ -348,7 +361,8 @@ def _run_demo_case(case: DemoCase, soc, done: dict, quiet: bool = False):
         if not quiet:
             print_run(facts, f"  {case.label:<44} {case.shape:<26} ")
         status = verdict(facts)
-        return case, facts["exact"], status, facts["tiling"].tiling_key, _case_json(case, facts, None) if quiet else None
+        row = _case_json(case, facts, None) if quiet else None
+        return case, facts["exact"], status, facts["tiling"].tiling_key, row
     except (AclnnError, SimulatorError) as e:
         say(f"  {case.label:<44} {case.shape:<26} FAILED: {_case_error(e)}")
         return case, False, _case_error(e), None, _case_json(case, None, _case_error(e)) if quiet else None

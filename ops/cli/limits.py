@@ -14,7 +14,7 @@ import argparse
 from ascend_sim.errors import ConfigError
 
 from ..limits import DEFAULT_MAX, DEFAULT_SHAPE, VARY, explore, profiles, tiler
-from .common import print_json, CliError, add_case_parser, check_flags_apply, output_file, positive
+from .common import CliError, add_case_parser, check_flags_apply, output_file, positive, print_json
 from .operators import op_spec
 
 _FIXABLE = ("tokens", "hidden", "experts", "topk", "capacity", "num_out_tokens")
@@ -115,7 +115,7 @@ def _plot(results, a, high) -> None:
     except ImportError:
         raise CliError("--plot needs matplotlib: pip install 'ascend-sim[plot]'") from None
     fig, ax = plt.subplots(figsize=(11, 1 + 0.7 * len(results)))
-    for y, (soc, segments) in enumerate(results):
+    for y, (_soc, segments) in enumerate(results):
         for s in segments:
             colour = "tab:green" if s.outcome.fits else ("tab:red" if s.outcome.status is None else "tab:gray")
             ax.broken_barh([(s.first, s.last + 1 - s.first)], (y + 0.1, 0.8), color=colour)

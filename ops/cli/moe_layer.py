@@ -14,8 +14,8 @@ def add_parser(sub) -> None:
     layer = sub.add_parser("moe-layer", help="a whole MoE layer forward and backward through the simulated "
                            "operators, checked against NumPy and finite differences")
     layer.add_argument("--style", default="all", choices=("all", "topk", "routing_map", "routing_map_pad"),
-                       help="token movement: topk (MoeTokenPermute indices), routing_map, routing_map_pad (drop-and-pad); "
-                            "all (default) runs the three")
+                       help="token movement: topk (MoeTokenPermute indices), routing_map, "
+                            "routing_map_pad (drop-and-pad); all (default) runs the three")
     layer.add_argument("--tokens", type=positive, default=64, help="tokens N (default 64)")
     layer.add_argument("--hidden", type=positive, default=64, help="hidden size H (default 64)")
     layer.add_argument("--experts", type=positive, default=8, help="experts E (default 8)")
@@ -23,8 +23,8 @@ def add_parser(sub) -> None:
     layer.add_argument("--capacity", type=positive,
                        help="routing_map_pad: rows per expert (default ceil(N*K/E), so tokens are dropped and padded)")
     layer.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"),
-                       help="dtype of the tensors the operators move: fp32 (default), fp16, bf16 (router and experts stay "
-                            "fp32)")
+                       help="dtype of the tensors the operators move: fp32 (default), fp16, bf16 "
+                            "(router and experts stay fp32)")
     layer.add_argument("--seed", type=integer, default=0, help="random seed (default 0)")
     layer.add_argument("--no-fd", action="store_true", help="skip the finite-difference gradient checks")
     add_chip_flags(layer)

@@ -15,10 +15,15 @@ import ops
 from ..common.cli_spec import CliError, OpSpec
 
 
-def _specs() -> list[OpSpec]:
+def _finder_path(finder) -> str:
+    """The directory a pkgutil module finder searches (ops' packages are found by a FileFinder, which has one)."""
+    return finder.path
+
+
+def _specs() -> list[tuple[OpSpec, str]]:
     # look for cli.py on disk: find_spec would import the package, and ops.torch needs the optional torch
     found = [info.name for info in pkgutil.iter_modules(ops.__path__)
-             if info.ispkg and os.path.exists(os.path.join(info.module_finder.path, info.name, "cli.py"))]
+             if info.ispkg and os.path.exists(os.path.join(_finder_path(info.module_finder), info.name, "cli.py"))]
     specs = [(import_module(f"ops.{name}.cli").SPEC, name) for name in found]
     return sorted(specs, key=lambda spec_name: spec_name[0].order)
 

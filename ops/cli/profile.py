@@ -14,6 +14,7 @@ bytes by ascend_sim.host_cost), and what bounds it; the call's estimate is their
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import numpy as np
 
@@ -25,9 +26,21 @@ from ascend_sim.trace import DEFAULT_MAX_EVENTS, plot_occupancy, tracing, write_
 from tiling import get_soc
 
 from .._framework import listening_to_compiles
-from .common import (print_json, CliError, CompileProgress, add_case_parser, add_routing_flag, announce_compile,
-                     check_flags_apply, check_inputs_fit_memory, cold_stages, output_file, positive, prepare_op,
-                     ub_plan_json)
+from .common import (
+    CliError,
+    CompileProgress,
+    add_case_parser,
+    add_routing_flag,
+    announce_compile,
+    check_flags_apply,
+    check_inputs_fit_memory,
+    cold_stages,
+    output_file,
+    positive,
+    prepare_op,
+    print_json,
+    ub_plan_json,
+)
 from .jsonout import call_estimate_json, estimate_json, steps_json
 from .operators import op_spec
 
@@ -195,14 +208,15 @@ def _write_files(a, soc, rep, request, *, quiet: bool) -> dict:
 def _json(a, soc, t, rep, stock_summary, files: dict) -> dict:
     """The profile's document: the tiling and UB plan, the call's estimate with one entry per estimated launch
     (`kernels`), the steps, the stock chip beside a custom one, the files written."""
-    out = dict(op=a.op, soc=soc.name, tiling_key=t.tiling_key, block_dim=t.block_dim, ub_size=soc.ub_size,
-               ub_plan_bytes=t.ub_plan_bytes,
+    out: dict[str, Any] = dict(op=a.op, soc=soc.name, tiling_key=t.tiling_key, block_dim=t.block_dim,
+                               ub_size=soc.ub_size, ub_plan_bytes=t.ub_plan_bytes,
                ub_plan=ub_plan_json(t.ub_plan),
                estimate=None, steps=steps_json(rep), files=files)
-    if rep is not None:
+    summary = call_estimate_json(rep)
+    if summary is not None:
         est = rep.estimate
         launches = est.launches if hasattr(est, "launches") else ((rep.kernel, est),)
-        out["estimate"] = dict(call_estimate_json(rep), kernels=[estimate_json(label, e) for label, e in launches])
+        out["estimate"] = dict(summary, kernels=[estimate_json(label, e) for label, e in launches])
     if stock_summary is not None:
         stock = stock_summary[1]
         here = _summary(t, rep)

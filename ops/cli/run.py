@@ -4,9 +4,21 @@ from __future__ import annotations
 from ascend_sim import default_threads
 
 from .._framework import listening_to_compiles
-from .common import (CompileProgress, add_case_parser, add_routing_flag, announce_compile, check_flags_apply,
-                     check_inputs_fit_memory, cold_stages, prepare_op, print_json, print_per_core, print_run, run_op,
-                     soc_of)
+from .common import (
+    CompileProgress,
+    add_case_parser,
+    add_routing_flag,
+    announce_compile,
+    check_flags_apply,
+    check_inputs_fit_memory,
+    cold_stages,
+    prepare_op,
+    print_json,
+    print_per_core,
+    print_run,
+    run_op,
+    soc_of,
+)
 from .jsonout import run_json
 from .operators import op_spec
 

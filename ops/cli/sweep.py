@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import sys
 
-from .sweep_grid import COMMANDS, SweepError, parse_grid_flag, plot, sweep
 from .common import CliError, output_file, positive
+from .sweep_grid import COMMANDS, SweepError, parse_grid_flag, plot, sweep
 
 
 def add_parser(sub) -> None:

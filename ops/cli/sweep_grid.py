@@ -35,6 +35,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 COMMANDS = ("profile", "tiling", "limits")
 
@@ -155,7 +156,7 @@ def load_grid_file(path: str) -> dict:
     return data
 
 
-def normalise_grid(grid: Mapping[str, object]) -> dict[str, list]:
+def normalise_grid(grid: Mapping[str, Any]) -> dict[str, list]:
     """{axis: values} with canonical names and values; a scalar is a one-value axis. Raises SweepError."""
     out: dict[str, list] = {}
     for name, values in grid.items():
@@ -178,7 +179,7 @@ def normalise_grid(grid: Mapping[str, object]) -> dict[str, list]:
 def points(grid: Mapping[str, list], socs: Sequence[str]) -> list[dict]:
     """Every point of the grid: the product of the axes' values (first axis slowest) and the chips (fastest)."""
     names = list(grid)
-    return [{**dict(zip(names, combo)), "soc": soc}
+    return [{**dict(zip(names, combo, strict=True)), "soc": soc}
             for combo in itertools.product(*(grid[n] for n in names)) for soc in socs]
 
 
@@ -239,7 +240,7 @@ def _digest(*parts) -> str:
 def inputs_hash(args: Mapping[str, object]) -> str:
     """Digest (16 hex digits) of an aclnn argument dict: names, dtypes, shapes and bytes of its arrays."""
     import numpy as np
-    parts = []
+    parts: list[object] = []
     for name, value in args.items():
         parts.append(name)
         parts.append(np.ascontiguousarray(value) if isinstance(value, np.ndarray) else value)
@@ -343,8 +344,8 @@ def _profile_row(row: dict, spec, a, soc) -> None:
 
 
 def _limits_row(row: dict, spec, a, soc, options: dict) -> None:
-    from .limits import _shape_rules_as_outcomes
     from ..limits import DEFAULT_MAX, DEFAULT_SHAPE, explore, outcome_of, tiler
+    from .limits import _shape_rules_as_outcomes
     vary = options["vary"]
     base = argparse.Namespace(**vars(a))
     for name, value in DEFAULT_SHAPE.items():
@@ -722,7 +723,7 @@ def plot(rows: Sequence[Mapping[str, object]], path: str, x: str, line: str | No
         if value in (None, ""):
             continue
         try:
-            xv, yv = float(r[x]), float(value)
+            xv, yv = float(cast(Any, r[x])), float(cast(Any, value))      # CSV cells (str) or numbers
         except (TypeError, ValueError):
             raise SweepError(f"cannot plot: {x}={r[x]!r} or {y}={value!r} is not a number") from None
         lines.setdefault(tuple(_cell(r[n]) for n in grouping), []).append((xv, yv))
@@ -740,7 +741,7 @@ def plot(rows: Sequence[Mapping[str, object]], path: str, x: str, line: str | No
         rest = rests[label[1 if by_line else 0:]]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colours.get(label[0]) if by_line else f"C{rest % 10}",
                 linestyle=styles[rest % len(styles)] if by_line else "-", marker=markers[rest % len(markers)],
-                label=", ".join(f"{n}={v}" for n, v in zip(grouping, label)) or y)
+                label=", ".join(f"{n}={v}" for n, v in zip(grouping, label, strict=True)) or y)
     ax.set_xlabel(x)
     ax.set_ylabel({"estimate_us": "estimate (us)", "ub_plan_bytes": "UB plan (bytes)"}.get(y, y))
     if len({p[0] for pts in lines.values() for p in pts}) > 2 and \

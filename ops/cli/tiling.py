@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import print_json, add_case_parser, check_flags_apply, soc_of, tiling_json
+from .common import add_case_parser, check_flags_apply, print_json, soc_of, tiling_json
 from .operators import op_spec
 
 
@@ -22,7 +22,7 @@ def command(a) -> int:
         print(f"{a.op} on {soc.name} ({soc.aiv_num} AIV, UB {soc.ub_size} B, tiling sees {soc.ub_size_for_tiling} B)")
         print(result)
     if not result.ub_fits:
-        print(f"ascend-sim: the UB plan needs {result.ub_plan_bytes} bytes but {soc.name} has {soc.ub_size}: the kernel "
-              "would fail in TPipe::InitBuffer (UBOverflowError)", file=sys.stderr)
+        print(f"ascend-sim: the UB plan needs {result.ub_plan_bytes} bytes but {soc.name} has {soc.ub_size}: "
+              "the kernel would fail in TPipe::InitBuffer (UBOverflowError)", file=sys.stderr)
         return 1
     return 0

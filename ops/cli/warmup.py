@@ -13,8 +13,7 @@ import os
 import sys
 import time
 
-from ascend_sim import cache_state, stage_signature
-from ascend_sim._jit import ensure_compiled
+from ascend_sim import cache_state, ensure_compiled, stage_signature
 from tiling import get_soc
 
 from .common import CliError, positive, print_json
@@ -42,7 +41,9 @@ def selected_cases(op_names, soc_names) -> tuple[list, list]:
     for the 950 only)."""
     socs = [get_soc(s) for s in soc_names]
     wanted = {s.name for s in socs}
-    tour, demo, seen = [], [], set()
+    tour: list = []
+    demo: list = []
+    seen: set = set()
     for soc in socs:
         for out, cases in ((tour, [t.case for t in tour_cases(soc)]), (demo, demo_cases(soc, values=False))):
             for case in cases:
@@ -66,12 +67,14 @@ def cold_tickets(executors) -> list[list]:
 def cache_location() -> tuple[str, list[str]]:
     """Where numba keeps the compiled kernels: (what to tell the user, the directories to measure)."""
     from numba.core import config
-    if config.CACHE_DIR:
-        return config.CACHE_DIR, [config.CACHE_DIR]
+    # numba's config sets its attributes from the environment at import: mypy sees none of them
+    cache_dir = config.CACHE_DIR  # type: ignore[attr-defined]
+    if cache_dir:
+        return cache_dir, [cache_dir]
     import ascend_sim
     import ops
     import tiling
-    roots = [os.path.dirname(m.__file__) for m in (ascend_sim, ops, tiling)]
+    roots = [os.path.dirname(path) for path in (ascend_sim.__file__, ops.__file__, tiling.__file__) if path]
     return "__pycache__ beside the sources in " + ", ".join(roots), roots
 
 

@@ -18,8 +18,9 @@ from typing import Callable
 
 import numpy as np
 
-from tiling.common import TensorDesc, as_dtype
+from tiling.common import TensorDesc, TilingResult, as_dtype
 from tiling.moe_token_permute import effective_num_out_tokens
+from tiling.platform import SocProfile
 
 
 class CliError(Exception):
@@ -38,7 +39,7 @@ class DemoCase:
     `shape` are the printed names."""
     op: str
     label: str
-    soc: object
+    soc: SocProfile
     args: dict
     shape: str
 
@@ -57,13 +58,13 @@ class OpSpec:
     descs: Callable[[argparse.Namespace], dict]
     """TensorDescs in aclnn order straight from the flags (any shape, no data)."""
     make_inputs: Callable[[argparse.Namespace], dict]
-    tiling: Callable[..., object]
+    tiling: Callable[..., TilingResult]
     get_workspace_size: Callable[..., tuple]
     run: Callable[..., None]
-    outputs: Callable[[dict, object], tuple]
-    golden: Callable[[dict, object], tuple]
+    outputs: Callable[[dict, SocProfile], tuple]
+    golden: Callable[[dict, TilingResult], tuple]
     flags: frozenset
-    demo_title: Callable[[object], str]
+    demo_title: Callable[[SocProfile], str]
     """The heading of the operator's demo group on a chip profile."""
     demo_cases: Callable[..., list]
     """demo_cases(soc, ub_size, aiv_num, values, zipf) -> [DemoCase]; values=False leaves the large float tensors
@@ -86,7 +87,7 @@ def close_to_golden(outs, want, args) -> bool:
     """Index-add paths (drop-and-pad token gradients and unpermute): the real op adds rows in an order it does
     not fix, so compare within a bound derived from the terms: each output element is a sum of at most
     `terms` values, so it may differ from the golden by terms * eps * the sum of their magnitudes."""
-    for o, w in zip(outs, want):
+    for o, w in zip(outs, want, strict=False):
         if w is None:
             continue
         if o is None or o.shape != w.shape:
@@ -107,7 +108,7 @@ def pad_close_or_exact(outs, want, args) -> bool:
     pad = args.get("padded_mode", args.get("drop_and_pad", False))
     if pad:
         return close_to_golden(outs, want, args)
-    return all(same_bits(o, w) for o, w in zip(outs, want) if w is not None or o is None)
+    return all(same_bits(o, w) for o, w in zip(outs, want, strict=False) if w is not None or o is None)
 
 
 # --- the routing-map family: a (tokens, experts) map, rows tokens * topK or experts * capacity ---------------

@@ -2,7 +2,7 @@
 MoeTokenUnpermuteWithRoutingMapGrad): the first former_core_num cores take one token more than the others."""
 from __future__ import annotations
 
-from ascend_sim._jit import aicore
+from ascend_sim.kernel_api import aicore
 
 
 @aicore

@@ -34,9 +34,9 @@ import ml_dtypes
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim.check import InitWaiver
 from ascend_sim import Kernel
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.check import InitWaiver
+from ascend_sim.kernel_api import aicore, global_aicore
 from tiling import get_soc
 from tiling.moe_inplace_index_add_with_sorted import FIELDS, UB_INDEX_NUM
 from tiling.moe_inplace_index_add_with_sorted import moe_inplace_index_add_with_sorted as _tiling

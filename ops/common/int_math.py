@@ -5,7 +5,7 @@ the kernels' safe helpers do.
 """
 from __future__ import annotations
 
-from ascend_sim._jit import aicore
+from ascend_sim.kernel_api import aicore
 
 
 @aicore

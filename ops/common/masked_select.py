@@ -36,10 +36,10 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
-from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.check import InitWaiver
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import DT_FLOAT, DT_INT32, DT_UINT32
+from ascend_sim.kernel_api import aicore, global_aicore
 from ops.common import int_math
 from ops.common.moe_sort import arith_progression_support_int32
 from tiling.masked_select import MS_FIELDS

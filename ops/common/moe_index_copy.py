@@ -25,7 +25,7 @@ from collections import namedtuple
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from tiling.moe_token_permute import INDEX_COPY_FIELDS
 
 IndexCopyTilingData = namedtuple("IndexCopyTilingData", ("cols", "cols_align", "top_k")

@@ -25,8 +25,8 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
-from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.check import InitWaiver
+from ascend_sim.kernel_api import aicore, global_aicore
 from ops.common import int_math
 from tiling.moe_sort import MULTI_CORE_BUFFERS, core_loop_elements, multi_core_index_num
 

@@ -30,13 +30,27 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
-from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.check import InitWaiver
+from ascend_sim.kernel_api import aicore, global_aicore
 from ops.common import int_math
-from ops.common.moe_sort import (MAX_MRGSORT_LIST, MULTI_INDEX_CONCAT, MULTI_IN_QUEUE, MULTI_OUT_QUEUE,
-                                 MULTI_SORTED_BUFFER, ONE_REPEAT_SORT_NUM, SORT_WAIVED_QUEUES, WORK_GM_NUM, _align,
-                                 _index_num, _pad_last_group, _sort_len, arith_progression_support_int32,
-                                 merge_lists, mrgsort_out, sort_loop_keys)
+from ops.common.moe_sort import (
+    MAX_MRGSORT_LIST,
+    MULTI_IN_QUEUE,
+    MULTI_INDEX_CONCAT,
+    MULTI_OUT_QUEUE,
+    MULTI_SORTED_BUFFER,
+    ONE_REPEAT_SORT_NUM,
+    SORT_WAIVED_QUEUES,
+    WORK_GM_NUM,
+    _align,
+    _index_num,
+    _pad_last_group,
+    _sort_len,
+    arith_progression_support_int32,
+    merge_lists,
+    mrgsort_out,
+    sort_loop_keys,
+)
 from tiling.moe_sort import MULTI_CORE_BUFFERS
 
 LAST_DIM_TD_FIELDS = (

@@ -14,7 +14,7 @@ blocks) until the row fits the tier's window, fold the window onto its lower par
 from __future__ import annotations
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore
+from ascend_sim.kernel_api import aicore
 
 from . import int_math
 

@@ -34,7 +34,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from tiling.unpermute_gather import GATHER_FIELDS, gather_buffers  # noqa: F401  (re-exported for the ops)
 
 GatherGm = namedtuple("GatherGm", ["permuted_tokens", "sorted_indices", "probs", "unpermuted_tokens"])

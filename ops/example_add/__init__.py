@@ -16,7 +16,7 @@ from ascend_sim import Kernel, RunReport, UbBuffer, launch
 from tiling import get_soc
 from tiling.platform import SocProfile
 
-from .kernel import BUFFER_NUM, BUFFERS, KERNEL, KERNEL_BROKEN, OP, AddGm, AddTilingData
+from .kernel import BUFFER_NUM, BUFFERS, KERNEL, KERNEL_BROKEN, AddGm, AddTilingData
 
 BLOCK_BYTES = 32
 
@@ -50,7 +50,7 @@ def tiling(total_length: int, soc="ascend910b") -> AddTiling:
     tile_length = min(tile_bytes // 4, block_length)
     data = AddTilingData(int(total_length), block_length, tile_length)
     plan = tuple(UbBuffer(name, tile_length * 4, BUFFER_NUM, "TQue", pos, 1)
-                 for name, pos in zip(BUFFERS, ("VECIN", "VECIN", "VECOUT")))
+                 for name, pos in zip(BUFFERS, ("VECIN", "VECIN", "VECOUT"), strict=True))
     return AddTiling(soc, block_dim, data, plan)
 
 

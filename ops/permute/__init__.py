@@ -37,10 +37,18 @@ import numpy as np
 
 from ascend_sim.dtypes import dt_of, gm_view
 from tiling import get_soc
-from tiling.moe_token_permute import (FIELDS, LIB_API_WORKSPACE, QUANT_MXFP4_E2M1, QUANT_MXFP8_E4M3FN,
-                                      QUANT_MXFP8_E5M2, QUANT_NONE, effective_num_out_tokens, mx_scale_cols,
-                                      moe_token_permute as _tiling)
-from tiling.status import InnerNullptrError, ParamInvalidError
+from tiling.moe_token_permute import (
+    FIELDS,
+    LIB_API_WORKSPACE,
+    QUANT_MXFP4_E2M1,
+    QUANT_MXFP8_E4M3FN,
+    QUANT_MXFP8_E5M2,
+    QUANT_NONE,
+    effective_num_out_tokens,
+    mx_scale_cols,
+)
+from tiling.moe_token_permute import moe_token_permute as _tiling
+from tiling.status import ParamInvalidError
 
 from .._framework import Executor, gm_tensor, match_dtype_columns, run_executor, run_friendly, validate_check
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require

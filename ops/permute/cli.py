@@ -10,8 +10,7 @@ from tiling import moe_token_permute as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
 from ..common.cli_spec import CliError, DemoCase, OpSpec, zipf_of
-from . import allocate_outputs, get_workspace_size_v2, run_v2
-from . import examples, golden
+from . import allocate_outputs, examples, get_workspace_size_v2, golden, run_v2
 
 NAME = "moe_token_permute"
 

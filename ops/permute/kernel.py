@@ -24,6 +24,7 @@ from collections import namedtuple
 
 from ascend_sim import Kernel, PipePhase
 from ops.common import moe_sort
+
 # the index copy (MoeindexCopyOp / MoeindexCopySpiltDOp) is shared with MoeTokenPermuteWithRoutingMap:
 # ops/common/moe_index_copy.py
 from ops.common.moe_index_copy import IndexCopyGm, IndexCopyTemplate, index_copy, index_copy_split_d, index_copy_td

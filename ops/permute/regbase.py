@@ -75,7 +75,7 @@ def _slice_copy(api: str, name: str, src: np.ndarray, dst: np.ndarray) -> list[H
     the caller's `dst`. On the chip these are two copies of dst's bytes (the Slice kernel into a tensor of its own,
     then the ViewCopy); here the Slice writes the caller's array and the ViewCopy moves nothing, each keeping the
     modelled cost of its copy."""
-    if dst.ndim != src.ndim or any(d > s for d, s in zip(dst.shape, src.shape)):
+    if dst.ndim != src.ndim or any(d > s for d, s in zip(dst.shape, src.shape, strict=True)):
         _l0_fail(api, "Slice", f"{name} has shape {dst.shape}, which is not a leading slice of the "
                                f"MoeInitRoutingV3 result of shape {src.shape}")
     region = src[tuple(slice(0, d) for d in dst.shape)]

@@ -50,12 +50,23 @@ import numpy as np
 
 from ascend_sim.dtypes import dt_of
 from tiling import TensorDesc, get_soc
-from tiling.moe_init_routing_v2_grad import KEY_REGBASE, moe_init_routing_v2_grad as _l0_tiling
-from tiling.moe_token_permute_grad import FIELDS, moe_token_permute_grad as _tiling
+from tiling.moe_init_routing_v2_grad import KEY_REGBASE
+from tiling.moe_init_routing_v2_grad import moe_init_routing_v2_grad as _l0_tiling
+from tiling.moe_token_permute_grad import FIELDS
+from tiling.moe_token_permute_grad import moe_token_permute_grad as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, TilingError
 
-from .._framework import (Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor,
-                          run_friendly, validate_check)
+from .._framework import (
+    Composite,
+    Executor,
+    IndexLink,
+    KernelStep,
+    gm_tensor,
+    match_dtype_columns,
+    run_executor,
+    run_friendly,
+    validate_check,
+)
 from .._host import view_copy_step
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require
 from ..common.unpermute_gather import gather_template

@@ -10,8 +10,7 @@ from tiling import moe_token_permute_grad as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
 from ..common.cli_spec import INDEX_DEMO_SHAPE, OpSpec, index_demo, index_topk, kept_rows, zipf_of
-from . import allocate_outputs, arch35_k_chunk, get_workspace_size, run
-from . import examples, golden
+from . import allocate_outputs, arch35_k_chunk, examples, get_workspace_size, golden, run
 
 NAME = "moe_token_permute_grad"
 

@@ -42,17 +42,31 @@ from collections import namedtuple
 import ml_dtypes
 import numpy as np
 
-from ascend_sim.dtypes import DT_FLOAT16, dt_of, gm_view
 from ascend_sim.datacopy import GlobalTensor
+from ascend_sim.dtypes import DT_FLOAT16, dt_of, gm_view
 from tiling import get_soc
-from tiling.moe_token_permute_with_routing_map import (FIELDS, LIB_API_WORKSPACE, PAD_KEY, SORT_LIMIT_LENGTH,
-                                                       l0_num_out_tokens)
+from tiling.moe_token_permute_with_routing_map import (
+    FIELDS,
+    LIB_API_WORKSPACE,
+    PAD_KEY,
+    SORT_LIMIT_LENGTH,
+    l0_num_out_tokens,
+)
 from tiling.moe_token_permute_with_routing_map import moe_token_permute_with_routing_map as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError
 
+from .._framework import (
+    Composite,
+    Executor,
+    HostStep,
+    IndexLink,
+    KernelStep,
+    gm_tensor,
+    run_executor,
+    run_friendly,
+    validate_check,
+)
 from .._host import gather_rows, gather_work, transpose_step, view_copy_step
-from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
-                          validate_check)
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
 from .kernel import SCATTER_ASSIST, GmTensors, Template, kernel_for, pad_kernel, pad_kernel_arch35
 
@@ -114,7 +128,8 @@ def _shape_checks(tokens, routing_map, probs, num_out_tokens, drop_and_pad, perm
     rows = l0_num_out_tokens(num_out_tokens, n, e, drop_and_pad)
     if permute_out.ndim < 1 or permute_out.shape[0] != rows:
         raise ParamInvalidError(f"permute_tokens_out dim 0 must be {rows} (num_out_tokens rounded down to a multiple "
-                                f"of {'experts' if drop_and_pad else 'tokens'} = {align}), got shape {permute_out.shape}")
+                                f"of {'experts' if drop_and_pad else 'tokens'} = {align}), "
+                                f"got shape {permute_out.shape}")
     if probs_out is not None and (probs_out.ndim < 1 or probs_out.shape[0] != rows):
         raise ParamInvalidError(f"permute_probs_out dim 0 must be {rows}, got shape {probs_out.shape}")
 

@@ -6,10 +6,18 @@ import argparse
 from tiling import moe_token_permute_with_routing_map as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
-from ..common.cli_spec import (ROUTING_FLAGS, OpSpec, map_desc, probs_desc, routing_demo, routing_inputs,
-                               routing_layout, routing_rows, routing_title)
-from . import allocate_outputs, get_workspace_size, run
-from . import examples, golden
+from ..common.cli_spec import (
+    ROUTING_FLAGS,
+    OpSpec,
+    map_desc,
+    probs_desc,
+    routing_demo,
+    routing_inputs,
+    routing_layout,
+    routing_rows,
+    routing_title,
+)
+from . import allocate_outputs, examples, get_workspace_size, golden, run
 
 NAME = "moe_token_permute_with_routing_map"
 

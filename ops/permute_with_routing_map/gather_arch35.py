@@ -36,8 +36,8 @@ from collections import namedtuple
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.datacopy import GlobalTensor
+from ascend_sim.kernel_api import aicore, global_aicore
 
 GATHER_TD_FIELDS = ("n", "capacity", "need_core_num", "front_core_num", "tail_core_num", "core_calc_num",
                     "one_token_btype_size", "once_ub_token_nums", "once_indices_token_nums", "once_indices",

@@ -45,21 +45,40 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Branch, Kernel, PipePhase
 from ascend_sim.check import InitWaiver, OverlapWaiver, RaceWaiver
-from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.datacopy import GlobalTensor
+from ascend_sim.kernel_api import aicore, global_aicore
 from ascend_sim.launch import member
 from ops.common import moe_sort
-from ops.common.masked_select import MASK_CAST_TAIL_READ_V3, M_ACTUAL_OUT_TOKENS, masked_select_gm, masked_select_phase, masked_select_td, \
-    pwrm_template
+from ops.common.masked_select import (
+    M_ACTUAL_OUT_TOKENS,
+    MASK_CAST_TAIL_READ_V3,
+    masked_select_gm,
+    masked_select_phase,
+    masked_select_td,
+    pwrm_template,
+)
 from ops.common.moe_index_copy import IndexCopyGm, IndexCopyTemplate, index_copy, index_copy_split_d, index_copy_td
 from ops.common.moe_sort import arith_progression_support_int32
 from ops.common.moe_sort_last_dim import INDEX_TAIL_READ, last_dim_sort_gm, last_dim_sort_phase
-from ops.permute_with_routing_map.gather_arch35 import (SIMD_BUFFERS, SIMT_PROB, SIMT_TOKEN, gather_simd_stage,
-                                                        gather_simt_stage, gather_td, simd_gather_gm, simt_gather_gm)
+from ops.permute_with_routing_map.gather_arch35 import (
+    SIMD_BUFFERS,
+    SIMT_PROB,
+    SIMT_TOKEN,
+    gather_simd_stage,
+    gather_simt_stage,
+    gather_td,
+    simd_gather_gm,
+    simt_gather_gm,
+)
 from ops.permute_with_routing_map.permute_prob import permute_prob_gm, permute_prob_phase
 from tiling.moe_token_permute import FIELDS as PERMUTE_FIELDS
-from tiling.moe_token_permute_with_routing_map import (ASSIST_INDEX_NUM, ASSIST_NUM, RANK_MAX_TOKEN_TILE_LENGTH,
-                                                       non_aligned_layout, scatter_per_loop_max_rows)
+from tiling.moe_token_permute_with_routing_map import (
+    ASSIST_INDEX_NUM,
+    ASSIST_NUM,
+    RANK_MAX_TOKEN_TILE_LENGTH,
+    non_aligned_layout,
+    scatter_per_loop_max_rows,
+)
 
 OP = "MoeTokenPermuteWithRoutingMap"
 
@@ -470,8 +489,8 @@ PERMUTE_PROB_RACES = (
 
 # MoeMrgsortOut::CopyIn (moe_mrgsort_out.h lines 146-147 @ 25fb6b92890d) copies a core's sorted list from its
 # workspace slice with DataCopy of Align(GetSortLen(length), sizeof(float)) floats, which moves whole 32-byte
-# blocks, so the last block runs past the slice into the next core's, which that core may still be writing (VBSCopyOut) with no SyncAll between;
-# MrgSort never reads those lanes
+# blocks, so the last block runs past the slice into the next core's, which that core may still be writing (VBSCopyOut)
+# with no SyncAll between; MrgSort never reads those lanes
 LAST_DIM_SORT_SLICE_READ = RaceWaiver(
     "MTE3", "DataCopyPad(UB->GM)", "MTE2", "DataCopy(GM->UB)",
     "MoeMrgsortOut::CopyIn's whole-block DataCopy reads past the core's workspace slice into the next core's",

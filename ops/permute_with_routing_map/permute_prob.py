@@ -25,10 +25,14 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from ops.common.moe_sort_last_dim import _core_tasks, last_dim_tiling_data
-from tiling.moe_sort_last_dim import (PERMUTE_PROB_BUFFERS, PROB_BUFFER_LEN_DB_ELEMS, PROB_BUFFER_LEN_ELEMS,
-                                      permute_prob_ub_plan)  # noqa: F401  (ub rows re-exported for the op)
+from tiling.moe_sort_last_dim import (
+    PERMUTE_PROB_BUFFERS,
+    PROB_BUFFER_LEN_DB_ELEMS,
+    PROB_BUFFER_LEN_ELEMS,
+    permute_prob_ub_plan,  # noqa: F401  (ub rows re-exported for the op)
+)
 
 PermuteProbGm = namedtuple("PermuteProbGm", ["permute_probs", "probs", "sorted_indices"])
 """permute_probs: (E * capacity) output (dstGm); probs: probsT (E, N) read-only (srcGm); sorted_indices:

@@ -33,7 +33,8 @@ as arch35 kernels, simulated here, while 910B / 910_93 take MaskedScatter / Inpl
   SIMT / SIMD / SIMD-sort / SIMT-sort kernel [kernel, ops.l0.moe_inplace_index_add; ids repeating five times
   or more take SIMD sort with rows of 128 bytes or more, SIMT sort with shorter rows; the switch never gets
   here: it takes the sorted path], on 910B / 910_93 InplaceIndexAdd of another library [host: fp32
-  adds in slot order]; ViewCopy [host]. Every profile (910B, 910_93, 950) takes the sorted path under that condition, as the real aclnn does.
+  adds in slot order]; ViewCopy [host]. Every profile (910B, 910_93, 950) takes the sorted path under that condition, as
+  the real aclnn does.
 
 Ascend 950 runs the same l0 kernel (the op has no arch35 variant); the simulator uses the same code with the
 950 profile's core count and UB.
@@ -47,14 +48,32 @@ import numpy as np
 
 from ascend_sim.dtypes import dt_of
 from tiling import get_soc
-from tiling.moe_token_permute_with_routing_map_grad import (FIELDS, TILING_KEY_DROP_PAD,
-                                                            moe_token_permute_with_routing_map_grad as _tiling)
+from tiling.moe_token_permute_with_routing_map_grad import FIELDS, TILING_KEY_DROP_PAD
+from tiling.moe_token_permute_with_routing_map_grad import moe_token_permute_with_routing_map_grad as _tiling
 from tiling.status import ParamInvalidError, ParamNullptrError, TilingError
 
-from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
-                          validate_check)
-from .._host import (cast_work, index_add_rows_step, masked_scatter_rows, masked_scatter_work, nonzero_mask, sort_ids_as_fp32_step, transpose_step,
-                     view_copy_step, zeros_like_step)
+from .._framework import (
+    Composite,
+    Executor,
+    HostStep,
+    IndexLink,
+    KernelStep,
+    gm_tensor,
+    run_executor,
+    run_friendly,
+    validate_check,
+)
+from .._host import (
+    cast_work,
+    index_add_rows_step,
+    masked_scatter_rows,
+    masked_scatter_work,
+    nonzero_mask,
+    sort_ids_as_fp32_step,
+    transpose_step,
+    view_copy_step,
+    zeros_like_step,
+)
 from .._validate import as_input, as_output, check_no_alias, flag, int_attr, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from ..common.unpermute_gather import gather_template

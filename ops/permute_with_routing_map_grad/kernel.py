@@ -24,9 +24,14 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, PipePhase
 from ascend_sim.check import RaceWaiver
-from ascend_sim._jit import global_aicore
-from tiling.moe_token_permute_with_routing_map_grad import (DROP_PAD_FIELDS, DROP_PAD_PIPE, GATHER_PIPE,
-                                                            TILING_KEY_DROP_PAD, TILING_KEY_GATHER)
+from ascend_sim.kernel_api import global_aicore
+from tiling.moe_token_permute_with_routing_map_grad import (
+    DROP_PAD_FIELDS,
+    DROP_PAD_PIPE,
+    GATHER_PIPE,
+    TILING_KEY_DROP_PAD,
+    TILING_KEY_GATHER,
+)
 
 from ..common.unpermute_gather import gather_buffers, gather_gm, gather_phase
 
@@ -111,7 +116,8 @@ def _gather_select(td, gm, tmpl):
 # the real key-1000 kernel sets each pass's prob with SetValue while the previous pass's copy-out may still read
 # the tile: it syncs S -> MTE3 but never MTE3 -> S (moe_token_permute_with_routing_map_grad.h); waived in checked mode
 REFILL_RACE = RaceWaiver("MTE3", "DataCopyPad(UB->GM)", "S", "LocalTensor::SetValue",
-                         "the real kernel refills its out tile with SetValue with no MTE3 -> S event after the copy-out")
+                         "the real kernel refills its out tile with SetValue with no MTE3 -> S event after the "
+                         "copy-out")
 KERNELS = {
     TILING_KEY_GATHER: {
         tokens_fp32: Kernel(OP, "KernelMoeTokenUnpermute",

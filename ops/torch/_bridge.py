@@ -28,7 +28,8 @@ _BIT_VIEWS = {
 _PLAIN = (torch.float32, torch.float16, torch.float64, torch.int8, torch.uint8, torch.int16, torch.int32,
           torch.int64, torch.bool)
 
-_SOC = contextvars.ContextVar("ascend_sim_torch_soc", default=get_soc("ascend910b"))
+# B039 cannot see that a SocProfile is a frozen dataclass: the shared default is immutable
+_SOC = contextvars.ContextVar("ascend_sim_torch_soc", default=get_soc("ascend910b"))  # noqa: B039
 
 
 class TorchArgumentError(ValueError):

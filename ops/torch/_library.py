@@ -21,8 +21,16 @@ import ops.aclnn as aclnn
 from ascend_sim.errors import SimulatorError
 from tiling.status import AclnnError
 
-from ._bridge import (_BIT_VIEWS, as_numpy, check_tensor, current_soc, deterministic, device, raise_as_runtime_error,
-                      workspace)
+from ._bridge import (
+    _BIT_VIEWS,
+    as_numpy,
+    check_tensor,
+    current_soc,
+    deterministic,
+    device,
+    raise_as_runtime_error,
+    workspace,
+)
 
 NS = "npu"
 NS_EXT = "cann_ops_transformer"
@@ -122,7 +130,8 @@ def _check_dim(op, name, t, dims):
     """op-plugin's TORCH_CHECK on a tensor's rank (a RuntimeError, as there)."""
     if t.dim() not in dims:
         want = " or ".join(str(d) for d in dims)
-        raise RuntimeError(f"{op}: the dims of input {name} should be {want} dimensional, but got {t.dim()}-dimensional.")
+        raise RuntimeError(f"{op}: the dims of input {name} should be {want} dimensional, "
+                           f"but got {t.dim()}-dimensional.")
 
 
 def _actual_num_out_tokens(num_out_tokens, flatten_size):

@@ -45,11 +45,21 @@ import numpy as np
 
 from ascend_sim.dtypes import dt_of
 from tiling import get_soc
-from tiling.moe_token_unpermute import DROP_PAD_MODE_ROW, FIELDS, L0_950, moe_token_unpermute as _tiling
+from tiling.moe_token_unpermute import DROP_PAD_MODE_ROW, FIELDS, L0_950
+from tiling.moe_token_unpermute import moe_token_unpermute as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, TilingError
 
-from .._framework import (Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor,
-                          run_friendly, validate_check)
+from .._framework import (
+    Composite,
+    Executor,
+    IndexLink,
+    KernelStep,
+    gm_tensor,
+    match_dtype_columns,
+    run_executor,
+    run_friendly,
+    validate_check,
+)
 from .._host import view_copy_step
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
 from ..common.unpermute_gather import gather_template

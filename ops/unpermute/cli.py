@@ -12,8 +12,7 @@ from tiling import moe_token_unpermute as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
 from ..common.cli_spec import INDEX_DEMO_SHAPE, INDEX_FLAGS, OpSpec, index_demo, kept_rows, slots_per_token, zipf_of
-from . import allocate_outputs, get_workspace_size, run
-from . import examples, golden
+from . import allocate_outputs, examples, get_workspace_size, golden, run
 
 NAME = "moe_token_unpermute"
 

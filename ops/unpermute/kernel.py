@@ -1,6 +1,7 @@
 """Kernels of MoeTokenUnpermute, by tilingKey (op_kernel/moe_token_unpermute.cpp).
 
-source: moe/moe_token_unpermute/op_kernel/moe_token_unpermute.cpp, moe_token_unpermute.h, moe_token_unpermute_common.h @ 25fb6b92890d.
+source: moe/moe_token_unpermute/op_kernel/moe_token_unpermute.cpp, moe_token_unpermute.h,
+moe_token_unpermute_common.h @ 25fb6b92890d.
 
     keys 0 1 17 25 / 2 3 11 27 / 4 5 13 21    KernelMoeTokenUnpermute<T1, int32_t, T3, PROBS> of
                                              moe_token_unpermute.h: kernel G (ops.common.unpermute_gather)

@@ -1,7 +1,8 @@
 """MoeTokenUnpermuteGrad: gradient of MoeTokenUnpermute (aclnnMoeTokenUnpermuteGrad).
 
-source: moe/moe_token_unpermute_grad/op_host/op_api/aclnn_moe_token_unpermute_grad.cpp, op_host/moe_token_unpermute_grad_def.cpp and
-moe/moe_finalize_routing_v2_grad/op_host/op_api/moe_finalize_routing_v2_grad.cpp (the 950 l0) @ 25fb6b92890d.
+source: moe/moe_token_unpermute_grad/op_host/op_api/aclnn_moe_token_unpermute_grad.cpp,
+op_host/moe_token_unpermute_grad_def.cpp and moe/moe_finalize_routing_v2_grad/op_host/op_api/
+moe_finalize_routing_v2_grad.cpp (the 950 l0) @ 25fb6b92890d.
 
     permuted_tokens_grad[S[j]] = G[j // K] * probs[j // K, j % K]    (G[j] without probs, K = 1)
     probs_grad[t, k]           = sum_h permuted_tokens[S[t*K + k], h] * G[t, h]
@@ -52,17 +53,27 @@ from collections import namedtuple
 import ml_dtypes
 import numpy as np
 
-from ascend_sim.dtypes import dt_of, gm_view
 from ascend_sim.datacopy import GlobalTensor
+from ascend_sim.dtypes import dt_of, gm_view
 from tiling import get_soc
-from tiling.moe_token_unpermute_grad import FIELDS, in_core_split_done, moe_token_unpermute_grad as _tiling
-from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError
+from tiling.moe_token_unpermute_grad import FIELDS, in_core_split_done
+from tiling.moe_token_unpermute_grad import moe_token_unpermute_grad as _tiling
+from tiling.status import InnerNullptrError, ParamInvalidError, TilingError
 
-from .._framework import (Composite, Executor, IndexLink, KernelStep, gm_tensor, match_dtype_columns, run_executor,
-                          run_friendly, validate_check)
+from .._framework import (
+    Composite,
+    Executor,
+    IndexLink,
+    KernelStep,
+    gm_tensor,
+    match_dtype_columns,
+    run_executor,
+    run_friendly,
+    validate_check,
+)
 from .._host import view_copy_step
-from ..l0 import moe_finalize_routing_v2_grad as _l0_grad
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require
+from ..l0 import moe_finalize_routing_v2_grad as _l0_grad
 from .kernel import KERNELS, GmTensors, Template
 
 OP = "MoeTokenUnpermuteGrad"
@@ -218,11 +229,12 @@ def get_workspace_size(permuted_tokens, unpermuted_tokens_grad, sorted_indices, 
                     ("permuted_tokens_grad_out", permuted_tokens_grad_out), ("probs_grad_out", probs_grad_out))
     for name, t in required:
         require(name, t)
-    ins = [as_input(n, t) for n, t in zip(NAMES[:4], (permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs))]
+    ins = [as_input(n, t) for n, t in zip(NAMES[:4], (permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs),
+                                          strict=True)]
     outs = [as_output("permuted_tokens_grad_out", permuted_tokens_grad_out),
             as_output("probs_grad_out", probs_grad_out)]
-    tensors = dict(zip(NAMES, ins + outs))
-    check_no_alias(dict(zip(NAMES[:4], ins)), dict(zip(NAMES[4:], outs)))
+    tensors = dict(zip(NAMES, ins + outs, strict=True))
+    check_no_alias(dict(zip(NAMES[:4], ins, strict=True)), dict(zip(NAMES[4:], outs, strict=True)))
     return (_regbase if soc.is_regbase else _inner)(tensors, padded_mode, restore_shape, soc,
                                                     np.ndim(sorted_indices))
 

@@ -1,6 +1,7 @@
 """MoeTokenUnpermuteGrad on the command line: its flags, inputs, golden and demo cases.
 
-source: moe/moe_token_unpermute_grad/op_host/op_api/aclnn_moe_token_unpermute_grad.h (the aclnn arguments) @ 25fb6b92890d.
+source: moe/moe_token_unpermute_grad/op_host/op_api/aclnn_moe_token_unpermute_grad.h
+(the aclnn arguments) @ 25fb6b92890d.
 """
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from tiling import moe_token_unpermute_grad as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
 from ..common.cli_spec import INDEX_DEMO_SHAPE, OpSpec, index_demo, slots_per_token, zipf_of
-from . import allocate_outputs, get_workspace_size, run
-from . import examples, golden
+from . import allocate_outputs, examples, get_workspace_size, golden, run
 
 NAME = "moe_token_unpermute_grad"
 
@@ -67,7 +67,9 @@ SPEC = OpSpec(
     descs=_descs,
     make_inputs=_inputs,
     tiling=_tiling,
-    get_workspace_size=lambda args, outs, soc: get_workspace_size(*args.values(), None, *outs, soc=soc),
+    # mypy cannot tell that the unpacked arguments stop before the keyword-only soc
+    get_workspace_size=lambda args, outs, soc: get_workspace_size(*args.values(), None, *outs,  # type: ignore[misc]
+                                                                  soc=soc),
     run=run,
     outputs=lambda args, soc: allocate_outputs(args["permuted_tokens"], args["unpermuted_tokens_grad"],
                                                args["sorted_indices"], args["probs"]),

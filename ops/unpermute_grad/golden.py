@@ -1,7 +1,8 @@
 """NumPy golden of MoeTokenUnpermuteGrad, written from the op's formulas (facts §6.a) in the kernel's fp32 order.
 
-source: moe/moe_token_unpermute_grad/docs/aclnnMoeTokenUnpermuteGrad.md (formulas), op_kernel/moe_token_unpermute_grad_prob_not_none.h
-and moe/moe_finalize_routing_v2_grad/op_kernel/arch35/ (the summation orders) @ 25fb6b92890d.
+source: moe/moe_token_unpermute_grad/docs/aclnnMoeTokenUnpermuteGrad.md (formulas),
+op_kernel/moe_token_unpermute_grad_prob_not_none.h and moe/moe_finalize_routing_v2_grad/op_kernel/arch35/ (the summation
+orders) @ 25fb6b92890d.
 
 Shapes: G = unpermuted_tokens_grad (N, H); S = sorted_indices (N * K,) int32; probs (N, K) or None
 (K = 1 then); P = permuted_tokens (M, H) with M = len(S) = numOutTokens (the tiling's len(sorted_indices)).
@@ -25,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 
 from ops.common.half_cast import cast, to_f32
-
 from ops.common.reduce_sum_golden import reduce_sum_rows, tree_lanes
 
 VL_FP32 = 64

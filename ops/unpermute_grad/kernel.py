@@ -27,7 +27,7 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel
 from ascend_sim.check import InitWaiver, RaceWaiver
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from ops.common import int_math
 from ops.common.core_split import former_tail_offsets
 from ops.common.reduce_sum import FP32_ONE_REPEAT, copy_fp32, reduce_sum

@@ -27,12 +27,12 @@ Steps of one run (`executor.report` lists them), in the real aclnn's order:
   is on (910B / 910_93 only); otherwise l0op::MoeInplaceIndexAddAiCore: on 950 MoeInplaceIndexAdd's arch35
   SIMT / SIMD / SIMD-sort / SIMT-sort kernel, or with the deterministic switch its deterministic template's
   kernel (ops.l0.moe_inplace_index_add; the deterministic id split, 32 columns or fewer, adds nothing), on
-  910B / 910_93 InplaceIndexAdd of another CANN library (a host step, fp32 adds in slot order); then ViewCopy of permute_probs, out_index, permute_token_id, the Cast back to
-  BF16, and ViewCopy of unpermuted_tokens.
+  910B / 910_93 InplaceIndexAdd of another CANN library (a host step, fp32 adds in slot order); then ViewCopy of
+  permute_probs, out_index, permute_token_id, the Cast back to BF16, and ViewCopy of unpermuted_tokens.
 
-Host steps (NumPy): ZerosLike, Cast, Mul, Sort, InplaceIndexAdd (AiCore, where not simulated), ViewCopy. Where an l0 result has the
-caller's shape and the caller's output is C-contiguous (always, see ops._validate.as_output), the simulator
-lets the l0 operator write the caller's array and the ViewCopy step moves nothing.
+Host steps (NumPy): ZerosLike, Cast, Mul, Sort, InplaceIndexAdd (AiCore, where not simulated), ViewCopy. Where an l0
+result has the caller's shape and the caller's output is C-contiguous (always, see ops._validate.as_output), the
+simulator lets the l0 operator write the caller's array and the ViewCopy step moves nothing.
 """
 from __future__ import annotations
 
@@ -48,10 +48,27 @@ from tiling.moe_token_unpermute_with_routing_map import FIELDS, KEY_PAD
 from tiling.moe_token_unpermute_with_routing_map import moe_token_unpermute_with_routing_map as _tiling
 from tiling.status import InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError
 
-from .._framework import (Composite, Executor, HostStep, IndexLink, KernelStep, gm_tensor, run_executor, run_friendly,
-                          validate_check)
-from .._host import (cast_work, index_add_rows_step, mul_rows, mul_work, round_to_half, sort_ids_as_fp32_step, view_copy_step,
-                     zeros_like_step)
+from .._framework import (
+    Composite,
+    Executor,
+    HostStep,
+    IndexLink,
+    KernelStep,
+    gm_tensor,
+    run_executor,
+    run_friendly,
+    validate_check,
+)
+from .._host import (
+    cast_work,
+    index_add_rows_step,
+    mul_rows,
+    mul_work,
+    round_to_half,
+    sort_ids_as_fp32_step,
+    view_copy_step,
+    zeros_like_step,
+)
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require, routing_map_dtype
 from ..common.inplace_index_add_with_sorted import index_add_with_sorted_executor
 from ..l0.moe_inplace_index_add import aicore_step
@@ -152,7 +169,7 @@ def get_workspace_size(permuted_tokens, sorted_indices, routing_map=None, probs=
     p, s = as_input("permuted_tokens", permuted_tokens), as_input("sorted_indices", sorted_indices)
     rm, pr = as_input("routing_map", routing_map), as_input("probs", probs)
     outs = dict(zip(_OUTPUT_NAMES, (as_output(n, t) for n, t in zip(
-        _OUTPUT_NAMES, (unpermuted_tokens, out_index, permute_token_id, permute_probs)))))
+        _OUTPUT_NAMES, (unpermuted_tokens, out_index, permute_token_id, permute_probs), strict=True)), strict=True))
     out, oi, tid, opp = outs.values()
     ins = dict(permuted_tokens=p, sorted_indices=s, routing_map=rm, probs=pr)
     check_no_alias(ins, outs)

@@ -1,6 +1,7 @@
 """MoeTokenUnpermuteWithRoutingMap on the command line: its flags, inputs, golden and demo cases.
 
-source: moe/moe_token_unpermute_with_routing_map/op_host/op_api/aclnn_moe_token_unpermute_with_routing_map.h (the aclnn arguments) @ 25fb6b92890d.
+source: moe/moe_token_unpermute_with_routing_map/op_host/op_api/aclnn_moe_token_unpermute_with_routing_map.h (the aclnn
+arguments) @ 25fb6b92890d.
 """
 from __future__ import annotations
 
@@ -11,10 +12,19 @@ import numpy as np
 from tiling import moe_token_unpermute_with_routing_map as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
-from ..common.cli_spec import (ROUTING_FLAGS, OpSpec, map_desc, pad_close_or_exact, probs_desc, routing_demo,
-                               routing_inputs, routing_layout, routing_rows, routing_title)
-from . import allocate_outputs, get_workspace_size, run
-from . import examples, golden
+from ..common.cli_spec import (
+    ROUTING_FLAGS,
+    OpSpec,
+    map_desc,
+    pad_close_or_exact,
+    probs_desc,
+    routing_demo,
+    routing_inputs,
+    routing_layout,
+    routing_rows,
+    routing_title,
+)
+from . import allocate_outputs, examples, get_workspace_size, golden, run
 
 NAME = "moe_token_unpermute_with_routing_map"
 

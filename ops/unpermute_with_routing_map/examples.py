@@ -7,7 +7,8 @@ A softmax-like router scores every (token, expert); probs are those softmax valu
 * padded: every expert keeps its `capacity` best-scoring tokens (ascending token id in the expert's block);
   sorted_indices[e * capacity + j] is the token of permuted row e * capacity + j.
 
-source: moe/moe_token_unpermute_with_routing_map/docs/aclnnMoeTokenUnpermuteWithRoutingMap.md (the arguments' meaning) @ 25fb6b92890d.
+source: moe/moe_token_unpermute_with_routing_map/docs/aclnnMoeTokenUnpermuteWithRoutingMap.md
+(the arguments' meaning) @ 25fb6b92890d.
 """
 from __future__ import annotations
 

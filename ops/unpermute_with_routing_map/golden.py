@@ -1,8 +1,9 @@
 """Independent NumPy golden of MoeTokenUnpermuteWithRoutingMap, written from the formulas (facts §9.a), not from
 the kernels.
 
-source: moe/moe_token_unpermute_with_routing_map/docs/aclnnMoeTokenUnpermuteWithRoutingMap.md (formulas), op_kernel/*_not_pad.h / *_pad.h and
-op_host/op_api/aclnn_moe_token_unpermute_with_routing_map.cpp (which slots are kept, the chain's order) @ 25fb6b92890d.
+source: moe/moe_token_unpermute_with_routing_map/docs/aclnnMoeTokenUnpermuteWithRoutingMap.md (formulas),
+op_kernel/*_not_pad.h / *_pad.h and op_host/op_api/aclnn_moe_token_unpermute_with_routing_map.cpp (which slots are kept,
+the chain's order) @ 25fb6b92890d.
 
 Not padded (topK = R / tokens):
     permute_probs = probs[routing_map == 1] in token-major (row-major) order, packed: entry j is the j-th one

@@ -23,13 +23,27 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Kernel, PipePhase
 from ascend_sim.check import RaceWaiver
-from ascend_sim._jit import global_aicore
 from ascend_sim.datacopy import GlobalTensor
-from ops.common.masked_select import MASK_CAST_TAIL_READ, masked_select_gm, masked_select_phase, masked_select_td, uwrm_template
+from ascend_sim.kernel_api import global_aicore
+from ops.common.masked_select import (
+    MASK_CAST_TAIL_READ,
+    masked_select_gm,
+    masked_select_phase,
+    masked_select_td,
+    uwrm_template,
+)
 from ops.common.unpermute_gather import gather_buffers, gather_gm, gather_phase, gather_template
 from tiling.masked_select import masked_select_ub_plan
-from tiling.moe_token_unpermute_with_routing_map import (GATHER_PIPE, KEY_NO_PROBS, KEY_PAD, KEY_PROBS, MS_PIPE,
-                                                         PAD_PIPE, PAD_QUEUE, pad_ub_plan)
+from tiling.moe_token_unpermute_with_routing_map import (
+    GATHER_PIPE,
+    KEY_NO_PROBS,
+    KEY_PAD,
+    KEY_PROBS,
+    MS_PIPE,
+    PAD_PIPE,
+    PAD_QUEUE,
+    pad_ub_plan,
+)
 
 OP = "MoeTokenUnpermuteWithRoutingMap"
 

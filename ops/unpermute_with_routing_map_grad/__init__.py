@@ -1,8 +1,9 @@
 """MoeTokenUnpermuteWithRoutingMapGrad: gradient of the routing-map unpermute.
 
 source: moe/moe_token_unpermute_with_routing_map_grad/op_host/moe_token_unpermute_with_routing_map_grad_def.cpp (the
-OpDef its auto-generated aclnn checks; master has no op_api/ for it) and docs/aclnnMoeTokenUnpermuteWithRoutingMapGrad.md
-(the status table) @ 25fb6b92890d. The OpDef gives ascend910b / 910_93 the membase binary (kernel.py) and ascend950
+OpDef its auto-generated aclnn checks; master has no op_api/ for it) and
+docs/aclnnMoeTokenUnpermuteWithRoutingMapGrad.md (the status table) @ 25fb6b92890d. The OpDef gives ascend910b / 910_93
+the membase binary (kernel.py) and ascend950
 the regbase one, moe_token_unpermute_with_routing_map_grad_apt (arch35.py).
 
 aclnn entry (auto-generated "inner" aclnn in CANN): null required tensor -> 161001,
@@ -24,12 +25,20 @@ import numpy as np
 
 from ascend_sim.dtypes import DT_FLOAT
 from tiling import get_soc
-from tiling.moe_token_unpermute_with_routing_map_grad import FIELDS, moe_token_unpermute_with_routing_map_grad as \
-    _tiling
+from tiling.moe_token_unpermute_with_routing_map_grad import FIELDS
+from tiling.moe_token_unpermute_with_routing_map_grad import moe_token_unpermute_with_routing_map_grad as _tiling
 from tiling.status import ParamNullptrError, TilingError
 
-from .._framework import (Executor, IndexLink, dtype_code, gm_tensor, match_dtype_columns, run_executor, run_friendly,
-                          validate_check)
+from .._framework import (
+    Executor,
+    IndexLink,
+    dtype_code,
+    gm_tensor,
+    match_dtype_columns,
+    run_executor,
+    run_friendly,
+    validate_check,
+)
 from .._validate import as_input, as_output, check_no_alias, flag, int_list, output_array, require, routing_map_dtype
 from .arch35 import KERNELS as ARCH35_KERNELS
 from .kernel import KERNELS, GmTensors, Template
@@ -102,7 +111,7 @@ def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, rout
     pr = as_input("probs", probs)
     out_grad = as_output("permuted_tokens_grad_out", permuted_tokens_grad_out)
     out_probs_grad = as_output("probs_grad_out", probs_grad_out)
-    tensors = dict(zip(_INPUT_NAMES, (g, o, i, rm, p, pr, out_grad, out_probs_grad)))
+    tensors = dict(zip(_INPUT_NAMES, (g, o, i, rm, p, pr, out_grad, out_probs_grad), strict=True))
     check_no_alias({n: tensors[n] for n in _INPUT_NAMES[:6]}, {n: tensors[n] for n in _INPUT_NAMES[6:]})
     routing_map_dtype("routing_map", rm)        # the OpDef check names the map's dtype first
     match_dtype_columns(OP, list(tensors.items()), DTYPE_COLUMNS)
@@ -123,9 +132,11 @@ def get_workspace_size(unpermuted_tokens_grad, out_index, permute_token_id, rout
     td = TilingData(*result.fields.values())
     n, h = g.shape
     rows, experts = out_grad.shape[0], pr.shape[1] if pr is not None else 0
-    links = (IndexLink("out_index", "permuted_tokens_grad", h, rows), IndexLink("out_index", "permuted_tokens", h, rows),
+    links = (IndexLink("out_index", "permuted_tokens_grad", h, rows),
+             IndexLink("out_index", "permuted_tokens", h, rows),
              IndexLink("permute_token_id", "unpermuted_tokens_grad", h, n),
-             IndexLink("permute_token_id", "probs", experts, n), IndexLink("permute_token_id", "probs_grad", experts, n))
+             IndexLink("permute_token_id", "probs", experts, n),
+             IndexLink("permute_token_id", "probs_grad", experts, n))
     executor = Executor(OP, result, kernels_of(soc)[result.tiling_key], (td, gm, tmpl), _INPUT_NAMES, api=API,
                         tensors=tensors, ub_advice=_ub_advice(result), index_links=links)
     return result.workspace_size, executor

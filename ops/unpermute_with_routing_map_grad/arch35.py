@@ -29,12 +29,20 @@ from __future__ import annotations
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel
 from ascend_sim.check import OverlapWaiver
-from ascend_sim._jit import global_aicore
+from ascend_sim.kernel_api import global_aicore
 from ops.common.core_split import former_tail_offsets
 
-from .kernel import (OP, PROB_GRAD_LINE_RACES, ROUTING_MAP_ROW_RACE, _PAD_FALSE_BUFFERS, _PAD_TRUE_BUFFERS,
-                     prob_none_drop_pad_false_process, prob_none_drop_pad_true_process,
-                     prob_not_none_drop_pad_false_body, prob_not_none_drop_pad_true_body)
+from .kernel import (
+    _PAD_FALSE_BUFFERS,
+    _PAD_TRUE_BUFFERS,
+    OP,
+    PROB_GRAD_LINE_RACES,
+    ROUTING_MAP_ROW_RACE,
+    prob_none_drop_pad_false_process,
+    prob_none_drop_pad_true_process,
+    prob_not_none_drop_pad_false_body,
+    prob_not_none_drop_pad_true_body,
+)
 
 
 # --- keys 11 and 111: arch35/..._prob_not_none_drop_pad_true.h ----------------------------------------------

@@ -9,8 +9,7 @@ from tiling import moe_token_unpermute_with_routing_map_grad as tiling_op
 from tiling.common import TensorDesc, as_dtype
 
 from ..common.cli_spec import ROUTING_FLAGS, DemoCase, OpSpec, routing_inputs, routing_layout, routing_rows
-from . import get_workspace_size, run
-from . import examples, golden
+from . import examples, get_workspace_size, golden, run
 
 NAME = "moe_token_unpermute_with_routing_map_grad"
 
@@ -35,7 +34,7 @@ def _outputs(args: dict, soc) -> tuple:
     return out, (None if probs is None else np.zeros(probs.shape, dtype=probs.dtype))
 
 
-DEMO = [
+DEMO: list[tuple[str, dict]] = [
     # (label, make_inputs keywords); tokens 512, hidden 4096, experts 64, bf16
     ("key 0   no probs", dict(topk=8)),
     ("key 10  no probs, dropAndPad", dict(capacity=128, drop_and_pad=True)),
@@ -66,7 +65,9 @@ SPEC = OpSpec(
     descs=_descs,
     make_inputs=lambda a: routing_inputs(examples, a, NAME),
     tiling=lambda args, soc: tiling_op(*args.values(), soc=soc),
-    get_workspace_size=lambda args, outs, soc: get_workspace_size(*args.values(), None, *outs, soc=soc),
+    # mypy cannot tell that the unpacked arguments stop before the keyword-only soc
+    get_workspace_size=lambda args, outs, soc: get_workspace_size(*args.values(), None, *outs,  # type: ignore[misc]
+                                                                  soc=soc),
     run=run,
     outputs=_outputs,
     golden=lambda args, tiling: golden.golden(*args.values(), hidden_piece=tiling.fields["hidden_size_align"]),

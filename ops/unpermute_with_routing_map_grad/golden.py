@@ -45,7 +45,6 @@ from functools import partial
 import numpy as np
 
 from ops.common.half_cast import cast, to_f32
-
 from ops.common.reduce_sum_golden import reduce_sum_rows as _reduce_sum_rows
 
 ROW_CHUNK = 2048   # slots per vectorised step (bounds the fp32 temporaries)

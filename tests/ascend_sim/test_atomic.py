@@ -36,8 +36,9 @@ def _set_atomic(c, p):
 @global_aicore
 def add_rows(c, src, dst, p):
     """Each core copies its p[1] rows of p[2] elements in and adds (p[5] = 1: SetAtomicAdd<p[0]>), keeps the
-    larger (p[5] = 2: SetAtomicMax<p[0]>) or writes them (p[5] = 0) to dst at element p[6]. p[4]: MODE_PAD one row per DataCopyPad, MODE_DATA_COPY one row
-    per DataCopy, MODE_PAD_STRIDED all rows in one DataCopyPad each way, p[7] gap bytes between GM rows."""
+    larger (p[5] = 2: SetAtomicMax<p[0]>) or writes them (p[5] = 0) to dst at element p[6]. p[4]: MODE_PAD one row per
+    DataCopyPad, MODE_DATA_COPY one row per DataCopy, MODE_PAD_STRIDED all rows in one DataCopyPad each way, p[7] gap
+    bytes between GM rows."""
     T = asc.ub_like(c, src)
     buf = asc.tbuf_get(c, 0, T)
     rows, cols = p[1], p[2]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import SYNC_ALL, Branch, Kernel, PipePhase, SyncError, UBOverflowError, UbBuffer, launch
+from ascend_sim import SYNC_ALL, Branch, Kernel, PipePhase, SyncError, UbBuffer, UBOverflowError, launch
 from ascend_sim._jit import global_aicore
 from ascend_sim.launch import member
 from tiling import get_soc

@@ -31,7 +31,8 @@ def _mte2_bytes(root: Path, cache: Path) -> dict:
         "x = np.arange(64, dtype=np.float32); y = np.ones(64, dtype=np.float32); z = np.empty_like(x)\n"
         "size, executor = ea.get_workspace_size(x, y, z)\n"
         "report = ea.run(None, size, executor)\n"
-        "print(json.dumps({'mte2': int(report.total.mte2_bytes), 'copies': int(report.total.mte2_instr), 'z': [float(z[0]), float(z[63])]}))\n")
+        "print(json.dumps({'mte2': int(report.total.mte2_bytes), 'copies': int(report.total.mte2_instr), "
+        "'z': [float(z[0]), float(z[63])]}))\n")
     env = dict(os.environ, PYTHONPATH=str(root), NUMBA_CACHE_DIR=str(cache))
     env.pop("ASCEND_SIM_CHECK", None)
     out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
@@ -55,7 +56,8 @@ def test_editing_machine_model_sources_recompiles(tmp_path):
     assert _mte2_bytes(root, cache) == first                        # warm: loaded from the cache, same answer
 
     # an outlined call's own body (DataCopyPad GM -> UB, compiled once as a variant): count 1000 bytes more per copy
-    _edit(root / "ascend_sim" / "datacopy.py", "            _poison(c, tail_start, row + foot)\n    note_ub_write(c, ub0 + ub_need)\n"
+    _edit(root / "ascend_sim" / "datacopy.py",
+          "            _poison(c, tail_start, row + foot)\n    note_ub_write(c, ub0 + ub_need)\n"
           "    c.state[CNT_MTE2_BYTES] += n * blen\n",
           "            _poison(c, tail_start, row + foot)\n    note_ub_write(c, ub0 + ub_need)\n"
           "    c.state[CNT_MTE2_BYTES] += n * blen + 1000\n")

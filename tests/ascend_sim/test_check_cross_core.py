@@ -11,9 +11,9 @@ import pytest
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, OverlapError, PipeRaceError, launch
+from ascend_sim._jit import global_aicore
 from ascend_sim.check import OverlapWaiver, RaceWaiver
 from ascend_sim.datacopy import GlobalTensor
-from ascend_sim._jit import global_aicore
 
 from .harness import CHIP, tbuf
 

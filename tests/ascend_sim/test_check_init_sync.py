@@ -153,7 +153,8 @@ def _workspace_launch(variant, check, waivers=()):
     out = np.zeros(2 * N, dtype=np.float32)
     stages = (read_workspace,) if variant == 2 else (write_workspace, SYNC_ALL, read_workspace)
     kernel = Kernel("TestOp", "Workspace", (PipePhase("pipe", ("x", "y"), stages),), waivers)
-    report = launch(kernel, block_dim=2, plan=PLAN, args=(variant, asc.GlobalTensor(inp, 0, 0), asc.GlobalTensor(ws, 1, 0),
+    report = launch(kernel, block_dim=2, plan=PLAN, args=(variant, asc.GlobalTensor(inp, 0, 0),
+                                                          asc.GlobalTensor(ws, 1, 0),
                                                  asc.GlobalTensor(out, 2, 0)), chip=CHIP, check=check,
            gm_names=("inp", "workspace", "out"), workspace=workspace, threads=1)
     return inp, out, report

@@ -13,9 +13,26 @@ import numpy as np
 import pytest
 
 from ascend_sim import check as chk
-from ascend_sim.layout import (CHK_E, CHK_FLAG_V, CHK_K, CHK_SHADOW_BLOCKS, CNT_CALLS, ERR_BASE, F_PIPE_RACE, MODE_RACE,
-                               MODES, N_PIPES, PIPE_S, PIPE_V, QUE_BASE, RAW, SHADOW_COLS, WAR, WAW)
 from ascend_sim.core import Core
+from ascend_sim.layout import (
+    CHK_E,
+    CHK_FLAG_V,
+    CHK_K,
+    CHK_SHADOW_BLOCKS,
+    CNT_CALLS,
+    ERR_BASE,
+    F_PIPE_RACE,
+    MODE_RACE,
+    MODES,
+    N_PIPES,
+    PIPE_S,
+    PIPE_V,
+    QUE_BASE,
+    RAW,
+    SHADOW_COLS,
+    WAR,
+    WAW,
+)
 
 COLS = SHADOW_COLS
 UB_BYTES = 6000                 # 188 blocks: the sentinel bit sits inside the third bitmap word

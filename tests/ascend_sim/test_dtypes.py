@@ -9,10 +9,25 @@ import numba
 import numpy as np
 import pytest
 
-from ascend_sim.dtypes import (CAST_CEIL, CAST_FLOOR, CAST_NONE, CAST_ODD, CAST_RINT, CAST_ROUND, CAST_TRUNC,
-                               DT_FLOAT4_E2M1, DT_FLOAT8_E4M3FN, DT_FLOAT8_E5M2, ROUND_MODE_NAMES,
-                               f32_array_to_half_bits, f32_array_to_mini_float_bits, half_bits_array_to_f32_bits,
-                               f32_bits_to_bf16_bits, f32_bits_to_bf16_bits_rint, int_array_to_f32_bits)
+from ascend_sim.dtypes import (
+    CAST_CEIL,
+    CAST_FLOOR,
+    CAST_NONE,
+    CAST_ODD,
+    CAST_RINT,
+    CAST_ROUND,
+    CAST_TRUNC,
+    DT_FLOAT4_E2M1,
+    DT_FLOAT8_E4M3FN,
+    DT_FLOAT8_E5M2,
+    ROUND_MODE_NAMES,
+    f32_array_to_half_bits,
+    f32_array_to_mini_float_bits,
+    f32_bits_to_bf16_bits,
+    f32_bits_to_bf16_bits_rint,
+    half_bits_array_to_f32_bits,
+    int_array_to_f32_bits,
+)
 from tests.bits import assert_bits_equal
 
 ALL_CODES = np.arange(65536, dtype=np.uint32).astype(np.uint16)

@@ -41,8 +41,10 @@ def _fingerprint(call, arrays, soc):
 CASES = {
     # hidden 100 fp32: rows of 400 bytes straddle L2 lines and 512-byte regions differently at each host offset
     "uwrmg-h100-fp32": (ops.moe_token_unpermute_with_routing_map_grad,
-                        lambda: list(uwrmg_inputs(512, 100, 64, topk=8, dtype="fp32", with_probs=True, seed=2).values())),
-    "permute-h333-fp16": (ops.moe_token_permute, lambda: list(permute_inputs(512, 333, 64, topk=8, dtype="fp16", seed=1))),
+                        lambda: list(uwrmg_inputs(512, 100, 64, topk=8, dtype="fp32", with_probs=True, seed=2)
+                                     .values())),
+    "permute-h333-fp16": (ops.moe_token_permute,
+                          lambda: list(permute_inputs(512, 333, 64, topk=8, dtype="fp16", seed=1))),
 }
 
 

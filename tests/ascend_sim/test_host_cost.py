@@ -41,7 +41,8 @@ def test_estimates_grow_with_bytes(kind):
                 "cast": lambda: host_cost.elementwise(2 * n, 4 * n, n, 4, call="Cast"),
                 "transpose": lambda: host_cost.elementwise(2 * n, 2 * n, n, 2),
                 "gather": lambda: host_cost.gather(n // 256, 1024, 4 * (n // 256)),
-                "sort": lambda: host_cost.sort(n), "index_add": lambda: host_cost.index_add(n // 256, 256, 2, 4 * (n // 256)),
+                "sort": lambda: host_cost.sort(n), "index_add":
+                    lambda: host_cost.index_add(n // 256, 256, 2, 4 * (n // 256)),
                 }[kind]()
     times = [host_cost.modelled_estimate(work(n), 48, STOCK).cycles for n in (1 << 12, 1 << 16, 1 << 20, 1 << 24)]
     assert times == sorted(times) and times[-1] > 4 * times[0], times

@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import Kernel, UBOverflowError, UbBuffer, launch
+from ascend_sim import Kernel, UbBuffer, UBOverflowError, launch, timeline
 from ascend_sim._jit import global_aicore
 from ascend_sim.core import make_core, start_pipe
 from ascend_sim.layout import CNT_UB_HWM, POISON, QUE_BASE, UB_DIRTY, UB_POISONED
-from ascend_sim import timeline
 from ascend_sim.pipe import plan_pipe
 from ascend_sim.report import CoreReport, RunReport, deferred
 from tiling import get_soc

@@ -113,9 +113,9 @@ def test_stages_are_compiled_before_the_cores_start():
 
 def test_kernel_cache_stamp_covers_every_inlined_module():
     """numba stamps a cached stage with its own file only; ours adds every module it can inline."""
-    from ascend_sim._jit import source_stamp, stamped_modules
     import ops.permute.kernel  # noqa: F401 - defines the kernels (`import ops` alone loads no operator)
     import ops.unpermute_with_routing_map_grad.kernel  # noqa: F401
+    from ascend_sim._jit import source_stamp, stamped_modules
     closure = stamped_modules("ops.permute.kernel")
     for name in ("ops.permute.kernel", "ops.common.moe_sort", "ops.common.moe_index_copy", "ascend_sim.datacopy",
                  "ascend_sim.queue", "ascend_sim.vector", "ascend_sim.sort", "ascend_sim.vf", "ascend_sim.dtypes"):

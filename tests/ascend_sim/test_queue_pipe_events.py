@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import ElementTypeError, QueueError, SyncError, UBOverflowError, UbBuffer, plan_pipe
+from ascend_sim import ElementTypeError, QueueError, SyncError, UbBuffer, UBOverflowError, plan_pipe
 from ascend_sim._jit import global_aicore
 
 from .harness import que, run, tbuf

@@ -90,7 +90,8 @@ def _inputs_fp32(seed):
     return np.concatenate([out, np.zeros(pad, np.uint32)])
 
 
-@pytest.mark.parametrize("dt,fmt", [(DT_FLOAT8_E4M3FN, ml_dtypes.float8_e4m3fn), (DT_FLOAT8_E5M2, ml_dtypes.float8_e5m2)],
+@pytest.mark.parametrize("dt,fmt", [(DT_FLOAT8_E4M3FN, ml_dtypes.float8_e4m3fn),
+                                    (DT_FLOAT8_E5M2, ml_dtypes.float8_e5m2)],
                          ids=["e4m3fn", "e5m2"])
 def test_cast_f32_to_fp8_every_bf16_pattern_and_tails(dt, fmt):
     words = _inputs_fp32(7)

@@ -26,7 +26,7 @@ def fault_name_kernel(c, p, src, dst):
     x = asc.tbuf_get(c, 0, asc.ub_f32(c))
     y = asc.tbuf_get(c, 1, asc.ub_f32(c))
     asc.data_copy(c, x, asc.gm_at(src, 0), x.size)
-    xh = asc.view_as(c, x, asc.ub_u16(c))
+    asc.view_as(c, x, asc.ub_u16(c))
     f0, f1 = rb.vreg_f32(c, 0), rb.vreg_f32(c, 1)
     i0, u0 = rb.vreg_i32(c, 2), rb.vreg_u32(c, 3)
     h0, h1 = rb.vreg_u16(c, 4), rb.vreg_u16(c, 5)

@@ -10,7 +10,7 @@ from ascend_sim import ConfigError, Kernel, checked, launch
 from ascend_sim.trace import TraceRequest, tracing
 
 from .harness import CHIP, que
-from .test_timeline import copy_kernel, copy_launch, TILE_ELEMS
+from .test_timeline import TILE_ELEMS, copy_kernel, copy_launch
 
 
 def _copy_kernel_launch(check):

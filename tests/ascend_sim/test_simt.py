@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import ascend_sim.kernel_api as asc
-from ascend_sim import OutOfBoundsError, ParamRangeError, SimulatorError, UBOverflowError, UbBuffer
+from ascend_sim import OutOfBoundsError, ParamRangeError, SimulatorError, UbBuffer, UBOverflowError
 from ascend_sim._jit import global_aicore
 from ascend_sim.cost import CostModel
-from ascend_sim.simt import SIMT_MAX_THREADS, plan_simt_pipe, simt_ub_capacity
 from ascend_sim.dtypes import DT_FLOAT, DT_INT32
+from ascend_sim.simt import SIMT_MAX_THREADS, plan_simt_pipe, simt_ub_capacity
 from tiling import get_soc
 from tiling.platform import SIMT_RESERVED_UB_BYTES
 

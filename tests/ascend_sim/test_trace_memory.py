@@ -22,7 +22,7 @@ CALLS = 1_000_000
 @global_aicore
 def many_calls(c, n):
     x = asc.tbuf_get(c, 0, asc.ub_f32(c))
-    for i in range(n):
+    for _ in range(n):
         asc.duplicate(c, x, 1.0, 64)
         asc.set_flag(c, asc.V_S, 0)
         asc.wait_flag(c, asc.V_S, 0)

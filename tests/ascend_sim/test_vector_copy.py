@@ -76,7 +76,8 @@ def test_copy_operand_checks(p, error):
         launch(p)
 
 
-@pytest.mark.parametrize("p", [(2, 512, 256, 70), (3, 512, 256, 16, 2)], ids=["count-u16-from-f32", "repeat-u16-from-f32"])
+@pytest.mark.parametrize("p", [(2, 512, 256, 70), (3, 512, 256, 16, 2)],
+                         ids=["count-u16-from-f32", "repeat-u16-from-f32"])
 def test_copy_takes_one_element_type(p):
     with pytest.raises(ElementTypeError) as exc:
         launch(p)

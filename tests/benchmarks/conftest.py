@@ -53,7 +53,8 @@ def pytest_terminal_summary(terminalreporter):
                 tr.write_line(f"{case}: median {m['median']:.2f}x, worst {m['worst']:.2f}x "
                               f"({m['worst_case']})")
                 continue
-            tr.write_line(f"{case:<{width}} {m['off'] * 1e3:>8.1f} {m['race'] * 1e3:>8.1f} {m['race'] / m['off']:>8.2f}x")
+            tr.write_line(f"{case:<{width}} {m['off'] * 1e3:>8.1f} {m['race'] * 1e3:>8.1f} "
+                          f"{m['race'] / m['off']:>8.2f}x")
     if not RESULTS:
         return
     tr = terminalreporter

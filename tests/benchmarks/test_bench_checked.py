@@ -19,10 +19,10 @@ import ops
 from ascend_sim import crosscore
 from ascend_sim.layout import CHK_GLOG
 from ops.cli import OPS, demo_cases, prepare_op
-from tiling import get_soc
 from ops.permute_grad.examples import make_inputs as permute_grad_inputs
 from ops.unpermute.examples import make_inputs as unpermute_inputs
 from ops.unpermute_with_routing_map_grad.examples import make_inputs as uwrmg_inputs
+from tiling import get_soc
 
 from .conftest import CHECKED
 

@@ -16,8 +16,18 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ops._host import (gather_rows, index_add_rows_step, masked_scatter_rows, mul_rows, nonzero_mask, round_to_half,
-                       sort_ids_as_fp32_step, transpose_step, view_copy_step, zeros_like_step)
+from ops._host import (
+    gather_rows,
+    index_add_rows_step,
+    masked_scatter_rows,
+    mul_rows,
+    nonzero_mask,
+    round_to_half,
+    sort_ids_as_fp32_step,
+    transpose_step,
+    view_copy_step,
+    zeros_like_step,
+)
 from tests.bits import assert_bits_equal
 
 from .conftest import record

@@ -11,8 +11,9 @@ import pytest
 import ops
 from ascend_sim import OutOfBoundsError, UBOverflowError
 from ops import aclnn
-from ops.permute import allocate_outputs, golden as permute_golden
+from ops.permute import allocate_outputs
 from ops.permute import examples as permute_examples
+from ops.permute import golden as permute_golden
 from ops.permute import kernel as permute_kernel
 from ops.unpermute_with_routing_map_grad import examples as uwrm_examples
 from tests.bits import assert_bits_equal

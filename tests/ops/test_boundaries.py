@@ -33,7 +33,8 @@ import ops
 from ops.unpermute_with_routing_map_grad.examples import make_inputs
 from ops.unpermute_with_routing_map_grad.golden import golden
 from tests.bits import assert_bits_equal
-from tiling import get_soc, moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
+from tiling import get_soc
+from tiling import moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
 
 aclnn = ops.aclnn
 BF16, F32 = ml_dtypes.bfloat16, np.float32

@@ -48,7 +48,8 @@ def test_the_fit_keeps_to_its_bounds():
     assert all(10.0 <= a <= 200.0 and b == 10.0 for a, b in seen)
 
 
-@pytest.mark.parametrize("lower, upper", [((0.0,), (1.0,)), ((2.0,), (1.0,)), ((), ())], ids=["zero", "crossed", "none"])
+@pytest.mark.parametrize("lower, upper", [((0.0,), (1.0,)), ((2.0,), (1.0,)), ((), ())],
+                         ids=["zero", "crossed", "none"])
 def test_bad_bounds_are_refused(lower, upper):
     with pytest.raises(ValueError):
         fit_bounded(lambda x: np.zeros(1), (1.0,) * len(lower), lower, upper)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import importlib.util
 import inspect
+import os
 import sys
 
 import numpy as np
@@ -15,9 +15,8 @@ import pytest
 
 from ascend_sim import PipeRaceError, QueueError, UninitializedReadError, checked
 from ops.cli import OPS, demo_cases, prepare_op, run_op
-from tiling import get_soc
-
 from tests.ops.demo_labels import demo_params
+from tiling import get_soc
 
 SOCS = ("ascend910b", "ascend950")
 CASES, CASE_IDS = demo_params(SOCS)
@@ -133,11 +132,13 @@ def test_mutant_without_enque_deque_is_a_pipe_race(tmp_path):
 
 def test_mutant_with_free_tensor_before_the_last_use_is_a_queue_error(tmp_path):
     from ops.unpermute_with_routing_map_grad import kernel
-    old = ("            asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, permute_token_id * td.hidden_size + h_off),\n"
+    old = ("            asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, "
+           "permute_token_id * td.hidden_size + h_off),\n"
            "                              in_out_local, copy_params)\n"
            "            asc.free_tensor(c, PAD_FALSE_IN_OUT_QUE, in_out_local)\n")
     new = ("            asc.free_tensor(c, PAD_FALSE_IN_OUT_QUE, in_out_local)   # mutant: freed before its last use\n"
-           "            asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, permute_token_id * td.hidden_size + h_off),\n"
+           "            asc.data_copy_pad(c, asc.gm_at(gm.permuted_tokens_grad, "
+           "permute_token_id * td.hidden_size + h_off),\n"
            "                              in_out_local, copy_params)\n")
     mod = _mutant(kernel, old, new, "early_free", tmp_path)
     case = _case(UWRMG, "key 0 ")

@@ -49,7 +49,8 @@ PERMUTE_TOPK = 8
 PERMUTE_TOKENS = {False: 20, True: 600}
 PERMUTE_SPLIT_ROW_BYTES = 73728
 PERMUTE_KEEP = 100
-PERMUTE_VARIANTS = [(multi, split, keep) for multi in (False, True) for split in (False, True) for keep in (False, True)]
+PERMUTE_VARIANTS = [(multi, split, keep)
+                    for multi in (False, True) for split in (False, True) for keep in (False, True)]
 MX_QUANT_MODES = (2, 3, 9)     # the 950's MXFP8 E5M2 / E4M3FN and MXFP4 copies of permute_tokens
 # on 950 the permute is MoeInitRoutingV3 (V2) / MoeInitRoutingV2 (V1, fp tokens) on the stock UB: 900 tokens x 8
 # slots pass both one-core sort limits (5856 keys for V3, 6624 int32 ids for V2)

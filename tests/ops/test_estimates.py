@@ -7,14 +7,13 @@ import functools
 import numpy as np
 import pytest
 
-from ascend_sim.layout import PIPE_NAMES
 from ascend_sim.estimate import PIPE_UTILIZATION_COLUMNS
+from ascend_sim.layout import PIPE_NAMES
 from ascend_sim.trace import tracing
 from ops import _framework
 from ops.cli import OPS, demo_cases, run_op
-from tiling import get_soc
-
 from tests.ops.demo_labels import demo_params
+from tiling import get_soc
 
 SOCS = ("ascend910b", "ascend950")
 CASES, CASE_IDS = demo_params(SOCS)

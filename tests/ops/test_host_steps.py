@@ -13,8 +13,18 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ops._host import (gather_rows, index_add_rows_step, masked_scatter_rows, mul_rows, nonzero_mask, round_to_half,
-                       sort_ids_as_fp32_step, transpose_2d, widen_half, zeros_like_step)
+from ops._host import (
+    gather_rows,
+    index_add_rows_step,
+    masked_scatter_rows,
+    mul_rows,
+    nonzero_mask,
+    round_to_half,
+    sort_ids_as_fp32_step,
+    transpose_2d,
+    widen_half,
+    zeros_like_step,
+)
 from tests.bits import assert_bits_equal
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
@@ -239,7 +249,7 @@ def test_zeros_like_writes_zeros(dtype):
 
 @pytest.mark.parametrize("dtype", [pytest.param(np.dtype(bool), id="bool"), pytest.param(np.dtype(np.int8), id="int8")])
 def test_routing_map_cast_to_bool_is_not_equal_zero(dtype):
-    rm = np.array([[0, 1, -3 if dtype != bool else 1], [0, 0, 1]], dtype=np.int8).astype(dtype)
+    rm = np.array([[0, 1, -3 if dtype != np.dtype(bool) else 1], [0, 0, 1]], dtype=np.int8).astype(dtype)
     out = np.empty(rm.shape, dtype=bool)
     nonzero_mask(rm, out)
     assert np.array_equal(out, np.not_equal(rm, 0))

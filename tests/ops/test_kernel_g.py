@@ -14,8 +14,14 @@ import pytest
 from ascend_sim import Kernel, OutOfBoundsError, launch
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import dt_of, gm_view
-from ops.common.unpermute_gather import (GatherTilingData, gather_buffers, gather_gm, gather_phase, gather_template,
-                                         gather_tiling_data)
+from ops.common.unpermute_gather import (
+    GatherTilingData,
+    gather_buffers,
+    gather_gm,
+    gather_phase,
+    gather_template,
+    gather_tiling_data,
+)
 from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.common import length_by_type
@@ -51,7 +57,8 @@ SCENARIOS = {
 def make_case(n, k, h, drop, token_dtype, prob_dtype, minus_one=False, seed=0):
     """Inputs of one gather: tokens (R, H), a permutation of the N*K slots as indices (those >= R are the
     dropped rows), probs (N, K) with exact zeros whose rows hold NaN (a kernel that gathered them would
-    show it), a column of -0.0, and for minus_one some -1 slots, among them every slot 0 of a few tokens and whole tokens."""
+    show it), a column of -0.0, and for minus_one some -1 slots, among them every slot 0 of a few tokens and whole
+    tokens."""
     rng = np.random.default_rng(seed)
     rows = n * k - drop
     tokens = rng.standard_normal((rows, h)).astype(np.float32)
@@ -131,7 +138,7 @@ def run_gather(tokens, indices, probs, *, top_k, soc, skip_negative, num_out_tok
 
 
 def _cases():
-    for (sc, spec) in SCENARIOS.items():
+    for sc in SCENARIOS:
         for (tname, tdt) in TOKEN_DTYPES.items():
             for (pname, pdt) in PROB_DTYPES.items():
                 yield pytest.param(sc, tdt, pdt, id=f"{sc}-{tname}-{pname}")

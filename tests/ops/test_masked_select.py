@@ -15,8 +15,14 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Kernel, OutOfBoundsError, PipePhase, launch
 from ascend_sim._jit import global_aicore
 from ascend_sim.dtypes import dt_of, gm_view
-from ops.common.masked_select import (M_ACTUAL_OUT_TOKENS, masked_select_gm, masked_select_phase, masked_select_td,
-                                      pwrm_template, uwrm_template)
+from ops.common.masked_select import (
+    M_ACTUAL_OUT_TOKENS,
+    masked_select_gm,
+    masked_select_phase,
+    masked_select_td,
+    pwrm_template,
+    uwrm_template,
+)
 from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.masked_select import masked_select_tiling, masked_select_ub_plan

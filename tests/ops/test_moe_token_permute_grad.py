@@ -11,7 +11,8 @@ import pytest
 import ops
 from ascend_sim import OutOfBoundsError, SimulatorError
 from ops._framework import KernelStep
-from ops.permute_grad import arch35_k_chunk, get_workspace_size, moe_token_permute_grad as permute_grad, run
+from ops.permute_grad import arch35_k_chunk, get_workspace_size, run
+from ops.permute_grad import moe_token_permute_grad as permute_grad
 from ops.permute_grad.examples import make_inputs
 from ops.permute_grad.golden import atk_golden, golden, golden_950
 from tests.bits import assert_bits_equal

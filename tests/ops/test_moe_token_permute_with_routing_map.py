@@ -12,14 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ops.permute_with_routing_map import allocate_outputs, get_workspace_size, moe_token_permute_with_routing_map, \
-    run
+from ascend_sim import SimulatorError
+from ops.permute_with_routing_map import allocate_outputs, get_workspace_size, moe_token_permute_with_routing_map, run
 from ops.permute_with_routing_map.examples import make_inputs
 from ops.permute_with_routing_map.golden import permute_with_routing_map_golden
 from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.status import AclnnError, InnerNullptrError, ParamInvalidError, ParamNullptrError, TilingError
-from ascend_sim import SimulatorError
 
 # the multi-core sort's buffers hold at least 4096 pairs (its merge rounds), so 128 KiB of UB is the smallest
 # that runs it: sort loops of 4096 keys, a 4200-slot sort is multi-core (key 2)

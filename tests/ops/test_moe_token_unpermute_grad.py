@@ -10,8 +10,7 @@ import pytest
 from ascend_sim import OutOfBoundsError, SimulatorError
 from ops._framework import KernelStep
 from ops.common.reduce_sum_golden import reduce_sum_rows
-from ops.unpermute_grad import allocate_outputs, moe_token_unpermute_grad
-from ops.unpermute_grad import get_workspace_size, run
+from ops.unpermute_grad import allocate_outputs, get_workspace_size, moe_token_unpermute_grad, run
 from ops.unpermute_grad.examples import make_inputs
 from ops.unpermute_grad.golden import golden, reduce_sum_rows_arch35
 from tests.bits import assert_bits_equal

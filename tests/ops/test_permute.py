@@ -17,12 +17,12 @@ import ops
 from ascend_sim import Kernel, OutOfBoundsError, UbBuffer, launch
 from ascend_sim._jit import global_aicore
 from ops.common import moe_sort
-from ops.l0.moe_init_routing_v3.tiling_data import kernel_tiling_data
 from ops.permute import allocate_outputs, get_workspace_size, get_workspace_size_v2
 from ops.permute.examples import make_inputs
 from ops.permute.golden import golden, golden_v2
 from tests.bits import assert_bits_equal
-from tiling import get_soc, moe_token_permute as tiling_permute
+from tiling import get_soc
+from tiling import moe_token_permute as tiling_permute
 
 aclnn = ops.aclnn
 BF16 = ml_dtypes.bfloat16

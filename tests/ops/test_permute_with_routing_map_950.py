@@ -24,7 +24,8 @@ from ops.permute_with_routing_map.golden import permute_with_routing_map_golden
 from tests.bits import assert_bits_equal
 from tiling import get_soc
 
-from ..ascend_sim.harness import run as run_stages, tbuf
+from ..ascend_sim.harness import run as run_stages
+from ..ascend_sim.harness import tbuf
 
 # 128 KiB for the pad sort's four 32 KiB buffers + the 40 KiB SIMT data cache + 256 bytes GetCoreMemSize keeps:
 # the SIMD gather's two buffers get 65408 bytes each, so a 16384-float row (65536 bytes) is split
@@ -246,8 +247,12 @@ def _simd_gather(indices, tokens, *, cores, token_ub_units, soc="ascend950"):
     """Launch only the SIMD token gather on `cores` cores with the tiling's split rule (coreCalcNum rows each,
     the first tailCoreNum one more) and a buffer of token_ub_units units; returns (out, RunReport)."""
     from ascend_sim import Kernel, PipePhase, UbBuffer, launch
-    from ops.permute_with_routing_map.gather_arch35 import (SIMD_BUFFERS, GatherTilingData, gather_simd_stage,
-                                                            simd_gather_gm)
+    from ops.permute_with_routing_map.gather_arch35 import (
+        SIMD_BUFFERS,
+        GatherTilingData,
+        gather_simd_stage,
+        simd_gather_gm,
+    )
     rows = indices.size
     unit = 8 if tokens.shape[1] * tokens.itemsize % 8 == 0 else tokens.itemsize
     td = GatherTilingData(n=tokens.shape[0], capacity=0, need_core_num=cores, front_core_num=0,

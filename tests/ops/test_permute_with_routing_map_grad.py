@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ascend_sim import SimulatorError
-from ops.permute_with_routing_map_grad import (allocate_outputs, get_workspace_size,
-                                               moe_token_permute_with_routing_map_grad as pwrm_grad, run)
+from ops.permute_with_routing_map_grad import allocate_outputs, get_workspace_size, run
+from ops.permute_with_routing_map_grad import moe_token_permute_with_routing_map_grad as pwrm_grad
 from ops.permute_with_routing_map_grad.examples import make_inputs
 from ops.permute_with_routing_map_grad.golden import forward_permute, golden
 from tests.bits import assert_bits_equal

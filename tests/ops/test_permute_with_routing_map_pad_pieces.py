@@ -20,8 +20,13 @@ from ops.permute_with_routing_map.permute_prob import permute_prob_gm, permute_p
 from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling.moe_sort import sort_loop_max_element
-from tiling.moe_sort_last_dim import (PWRM_VBS_FIELDS, last_dim_sort_tiling, last_dim_sort_ub_plan,
-                                      last_dim_sort_workspace_bytes, permute_prob_ub_plan)
+from tiling.moe_sort_last_dim import (
+    PWRM_VBS_FIELDS,
+    last_dim_sort_tiling,
+    last_dim_sort_ub_plan,
+    last_dim_sort_workspace_bytes,
+    permute_prob_ub_plan,
+)
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 PROB_DTYPES = {"noprobs": None, "bf16": BF16, "fp16": F16, "fp32": F32}

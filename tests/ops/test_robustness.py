@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import ops
 from ascend_sim import ConfigError, SimulatorError
-from ops.permute import golden as permute_golden
 from ops.permute import examples as permute_examples
+from ops.permute import golden as permute_golden
 from ops.unpermute_with_routing_map_grad import examples as uwrm_examples
 from ops.unpermute_with_routing_map_grad import golden as uwrm_golden
 from tests.bits import assert_bits_equal

@@ -19,7 +19,8 @@ from ops._framework import recorded_runs
 from ops.unpermute_with_routing_map_grad.examples import make_inputs
 from ops.unpermute_with_routing_map_grad.golden import golden, reduce_sum_rows
 from tests.bits import assert_bits_equal
-from tiling import get_soc, moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
+from tiling import get_soc
+from tiling import moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
 from tiling.common import ceil_div
 from tiling.status import AclnnError
 

@@ -18,7 +18,8 @@ from ops.unpermute_with_routing_map_grad import arch35, kernel, kernels_of
 from ops.unpermute_with_routing_map_grad.examples import make_inputs
 from ops.unpermute_with_routing_map_grad.golden import golden
 from tests.bits import assert_bits_equal
-from tiling import get_soc, moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
+from tiling import get_soc
+from tiling import moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
 
 aclnn = ops.aclnn
 BF16, F16, F32 = ml_dtypes.bfloat16, np.float16, np.float32
@@ -37,7 +38,7 @@ CORES = {  # id: (tokens, hidden, experts, topk, capacity, aiv_num)
 
 
 def _cases():
-    for key, (pad, probs, mixed) in KEYS.items():
+    for key, (_pad, _probs, mixed) in KEYS.items():
         for dt in DTYPES:
             if mixed and dt != "bf16":
                 continue

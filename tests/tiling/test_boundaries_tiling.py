@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from tiling import TensorDesc as T
-from tiling import TilingError, get_soc, moe_token_permute as tiling_permute
+from tiling import TilingError, get_soc
+from tiling import moe_token_permute as tiling_permute
 from tiling import moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
 
 BF16, F32 = ml_dtypes.bfloat16, np.float32

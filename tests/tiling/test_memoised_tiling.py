@@ -28,7 +28,8 @@ def _same(a, b) -> bool:
 
 CASES = [
     ("permute-bf16", moe_token_permute, lambda: ((np.zeros((8, 64), BF16), np.zeros((8, 2), np.int32)), {})),
-    ("permute-fp32-int64", moe_token_permute, lambda: ((np.zeros((8, 64), np.float32), np.zeros((8, 2), np.int64)), {})),
+    ("permute-fp32-int64", moe_token_permute,
+     lambda: ((np.zeros((8, 64), np.float32), np.zeros((8, 2), np.int64)), {})),
     ("permute-num-out", moe_token_permute, lambda: ((np.zeros((8, 64), BF16), np.zeros((8, 2), np.int32), 5), {})),
     ("permute-desc-950", moe_token_permute,
      lambda: ((TensorDesc((4096, 7168), BF16), TensorDesc((4096, 8), np.int32)), {"soc": "ascend950"})),

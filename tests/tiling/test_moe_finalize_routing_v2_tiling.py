@@ -93,7 +93,9 @@ def test_hand_worked_cases(case):
 def _ut(x, idx, x1, x2, bias, scales, expert_idx, y, mode, k, *, zero=NONE, copy=NONE, const=NONE, extra=None,
         dt=F32, sdt=None):
     """One case of the arch35 UT: shapes as it lists them (None = the empty shape the faker leaves absent)."""
-    d = lambda shape, t=None: None if shape is None else T(shape, t or dt)
+    def d(shape, t=None):
+        return None if shape is None else T(shape, t or dt)
+
     args = dict(expanded_x=d(x), idx=T(idx, I32), x1=d(x1), x2=d(x2), bias=d(bias), scales=d(scales, sdt),
                 expert_idx=None if expert_idx is None else T(expert_idx, I32), y=d(y), mode=mode, k=k,
                 zero_expert_range=list(zero), copy_expert_range=list(copy), constant_expert_range=list(const))

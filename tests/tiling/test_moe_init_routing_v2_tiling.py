@@ -106,8 +106,8 @@ def test_host_ut_failures(name, x, idx):
 
 # --- the 950 path of MoeTokenPermute V1 ------------------------------------------------------------------------
 # ascend950: 64 AIV, GetCoreMemSize 253952 - 256 = 253696; regbase keeps 40960 for SIMT -> ub = 212736.
-# sortLoopMaxElement = ub / (4*2*4 + int64?) floored to 32: int32 212736/32 = 6648 -> 6624; int64 212736/33 = 6446 -> 6432.
-# srcToDst perLoopMaxRows = (212736 - 256*4 - 64*32) / 64 / 2 = 1638. Gather half UB = 106368.
+# sortLoopMaxElement = ub / (4*2*4 + int64?) floored to 32: int32 212736/32 = 6648 -> 6624; int64 212736/33 = 6446 ->
+# 6432. srcToDst perLoopMaxRows = (212736 - 256*4 - 64*32) / 64 / 2 = 1638. Gather half UB = 106368.
 # key = 10000 + 1000 (expertNum 0 <= 256) + 0 (dropless) + 1 | 2; workspace = T*24 + T*8 + 64*8 + 0 + 16 MiB.
 PERMUTE_950 = [
     # fp16 (16, 64), 2-D int32 (16, 4): T = 64 one-core sort, numOutTokens 0 -> 0 + 64 = all 64 rows.

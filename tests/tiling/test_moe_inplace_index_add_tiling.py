@@ -12,10 +12,20 @@ import pytest
 
 import tiling
 from tiling import TensorDesc as T
-from tiling.moe_inplace_index_add import (DETERMINISTIC_FIELDS, SIMD_FIELDS, SIMD_SORT_FIELDS, SIMT_FIELDS,
-                                          SIMT_SORT_FIELDS,
-                                          TEMPLATE_DETERMINISTIC, TEMPLATE_SIMD, TEMPLATE_SIMD_SORT, TEMPLATE_SIMT,
-                                          TEMPLATE_SIMT_SORT, radix_sort_tmp_bytes, select_template)
+from tiling.moe_inplace_index_add import (
+    DETERMINISTIC_FIELDS,
+    SIMD_FIELDS,
+    SIMD_SORT_FIELDS,
+    SIMT_FIELDS,
+    SIMT_SORT_FIELDS,
+    TEMPLATE_DETERMINISTIC,
+    TEMPLATE_SIMD,
+    TEMPLATE_SIMD_SORT,
+    TEMPLATE_SIMT,
+    TEMPLATE_SIMT_SORT,
+    radix_sort_tmp_bytes,
+    select_template,
+)
 from tiling.status import TilingError
 
 SOC = "ascend950"        # 64 vector cores, GetCoreMemSize 253696: every template starts from 253696 - 32768

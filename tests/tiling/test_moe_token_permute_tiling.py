@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from tiling import TensorDesc as T
-from tiling import TilingError, get_soc, moe_token_permute as tiling_permute
+from tiling import TilingError, get_soc
+from tiling import moe_token_permute as tiling_permute
 from tiling.moe_sort import sort_loop_max_element
 from tiling.moe_token_permute import sort_ub_plan
 

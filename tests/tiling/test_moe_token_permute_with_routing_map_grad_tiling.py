@@ -6,7 +6,8 @@ import pytest
 
 from tiling import TensorDesc as T
 from tiling import TilingError, get_soc
-from tiling.moe_token_permute_with_routing_map_grad import FIELDS, moe_token_permute_with_routing_map_grad as tile
+from tiling.moe_token_permute_with_routing_map_grad import FIELDS
+from tiling.moe_token_permute_with_routing_map_grad import moe_token_permute_with_routing_map_grad as tile
 
 UT_SOC = get_soc("ascend910b", aiv_num=64, ub_size=262144)     # tiling sees 261888 bytes
 

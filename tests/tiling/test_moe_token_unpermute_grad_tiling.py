@@ -1,6 +1,6 @@
-"""MoeTokenUnpermuteGrad tiling: all 13 host UTs of moe/moe_token_unpermute_grad/tests/ut/op_host/test_moe_token_unpermute_grad_tiling.cpp
-@ 25fb6b92890d, the kernel UT's figures,
-and the cases where the real tiling fails or quietly leaves its in-core fields at 0."""
+"""MoeTokenUnpermuteGrad tiling: all 13 host UTs of
+moe/moe_token_unpermute_grad/tests/ut/op_host/test_moe_token_unpermute_grad_tiling.cpp @ 25fb6b92890d, the kernel UT's
+figures, and the cases where the real tiling fails or quietly leaves its in-core fields at 0."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -8,7 +8,8 @@ import pytest
 
 from tiling import TensorDesc as T
 from tiling import TilingError, get_soc
-from tiling.moe_token_unpermute_grad import in_core_split_done, moe_token_unpermute_grad as tiling_ug
+from tiling.moe_token_unpermute_grad import in_core_split_done
+from tiling.moe_token_unpermute_grad import moe_token_unpermute_grad as tiling_ug
 
 BF16, F16, F32 = ml_dtypes.bfloat16, "float16", "float32"
 # the host UTs run with 64 AIV cores and ub_size 262144 (GetCoreMemSize gives 261888)

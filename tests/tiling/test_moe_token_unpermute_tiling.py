@@ -9,7 +9,8 @@ import pytest
 from tiling import TensorDesc as D
 from tiling import get_soc
 from tiling.moe_finalize_routing_v2 import moe_finalize_routing_v2 as tiling_v2
-from tiling.moe_token_unpermute import FIELDS, KEYS_910B, moe_token_unpermute as tiling, tiling_key
+from tiling.moe_token_unpermute import FIELDS, KEYS_910B, tiling_key
+from tiling.moe_token_unpermute import moe_token_unpermute as tiling
 from tiling.status import TilingError
 
 UT_SOC = get_soc("ascend910b", ub_size=262144, aiv_num=64)      # the UTs' platform: 64 cores, UB 261888 for tiling

@@ -9,7 +9,8 @@ import pytest
 
 from tiling import TensorDesc as D
 from tiling import get_soc
-from tiling.moe_token_unpermute_with_routing_map import FIELDS, moe_token_unpermute_with_routing_map as tiling
+from tiling.moe_token_unpermute_with_routing_map import FIELDS
+from tiling.moe_token_unpermute_with_routing_map import moe_token_unpermute_with_routing_map as tiling
 from tiling.status import TilingError
 
 UT_SOC = get_soc("ascend910b", ub_size=262144, aiv_num=64)      # UT: 64 cores, UB 261888 for tiling

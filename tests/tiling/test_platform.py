@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
-import numpy as np
 
+import numpy as np
 import pytest
 
 from tiling import SocProfile, get_soc

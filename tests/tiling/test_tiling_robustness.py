@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tiling
-from tiling import AclnnError, TensorDesc as T, TilingError, TilingResult
+from tiling import AclnnError, TilingError, TilingResult
+from tiling import TensorDesc as T
 from tiling.platform import MIN_UB_BYTES
-
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 INT64_MAX = 2 ** 63 - 1

@@ -7,8 +7,14 @@ import itertools
 import pytest
 
 from ascend_sim import UBOverflowError, plan_pipe
-from tiling.unpermute_gather import (GATHER_FIELDS, align_n, gather_buffers, gather_tiling, gather_ub_plan,
-                                     unit_token_bytes)
+from tiling.unpermute_gather import (
+    GATHER_FIELDS,
+    align_n,
+    gather_buffers,
+    gather_tiling,
+    gather_ub_plan,
+    unit_token_bytes,
+)
 
 # id: (gather_tiling arguments, expected 12 fields as the UT prints them, used_core_num)
 FIGURES = {

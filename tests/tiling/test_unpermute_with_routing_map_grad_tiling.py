@@ -5,7 +5,8 @@ import ml_dtypes
 import pytest
 
 from tiling import TensorDesc as T
-from tiling import TilingError, get_soc, moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
+from tiling import TilingError, get_soc
+from tiling import moe_token_unpermute_with_routing_map_grad as tiling_uwrm_grad
 
 BF16, F16, F32 = ml_dtypes.bfloat16, "float16", "float32"
 # the UTs use socVersion Ascend910B with coreNum 40 and ub_size 196608

@@ -83,11 +83,15 @@ def both(run, monkeypatch):
     patched run must have gone through the simulated permute and unpermute."""
     reference = run()
     calls = []
+
+    def counting(fn, name):
+        def counted(*args, **kwargs):
+            calls.append(name)
+            return fn(*args, **kwargs)
+        return counted
+
     for name in ("permute", "unpermute"):
-        def counted(*args, _fn=getattr(patched, name), _name=name, **kwargs):
-            calls.append(_name)
-            return _fn(*args, **kwargs)
-        monkeypatch.setattr(patched, name, counted)
+        monkeypatch.setattr(patched, name, counting(getattr(patched, name), name))
     with nt.patch_megatron():
         simulated = run()
     assert {"permute", "unpermute"} <= set(calls), calls

@@ -22,15 +22,46 @@ import numpy as np
 from ..common import TilingResult, memoised_tiling, struct_fields, tdiv
 from ..platform import get_soc
 from .base import *  # noqa: F401,F403  (the constants and field tuples are this module's public names)
-from .base import (FIELDS, MX_QUANT, MX_QUANT_BLOCK_SIZE, FP8_BLOCK_SIZE, FP8_GROUP, FP8_PERBLOCK, DROPPAD,
-                   EMPTY_TENSOR_TILINGKEY, SIMT_DCACHE_SIZE, SIZE, SORT32_ALIGN_ELEMENT, SORT_API_MAX_ELEM, Ctx, desc,
-                   fail, mxfp8_no_quant, mxfpx_no_quant)
+from .base import (
+    DROPPAD,
+    EMPTY_TENSOR_TILINGKEY,
+    FIELDS,
+    FP8_BLOCK_SIZE,
+    FP8_GROUP,
+    FP8_PERBLOCK,
+    MX_QUANT,
+    MX_QUANT_BLOCK_SIZE,
+    SIMT_DCACHE_SIZE,
+    SIZE,
+    SORT32_ALIGN_ELEMENT,
+    SORT_API_MAX_ELEM,
+    Ctx,
+    desc,
+    fail,
+    mxfp8_no_quant,
+    mxfpx_no_quant,
+)
 from .buffers import empty_tensor_plan, ub_plan  # noqa: F401
-from .checks import (check_outputs, check_set_attrs, check_set_empty_tensor, check_set_inputs,
-                     check_set_list_attrs, expanded_scale_expect, expanded_x_dtype, x_dtypes)  # noqa: F401
-from .formulas import (expert_tokens_count, fp8_max_indices, gather_out, gather_out_drop_pad,
-                       gather_out_mxfp8_no_quant, gather_out_quant, is_full_load, mx_max_indices,
-                       src_to_dst_drop_pad, vbs, vms_middle_and_sort_out)
+from .checks import (
+    check_outputs,
+    check_set_attrs,
+    check_set_empty_tensor,
+    check_set_inputs,
+    check_set_list_attrs,
+)
+from .formulas import (
+    expert_tokens_count,
+    fp8_max_indices,
+    gather_out,
+    gather_out_drop_pad,
+    gather_out_mxfp8_no_quant,
+    gather_out_quant,
+    is_full_load,
+    mx_max_indices,
+    src_to_dst_drop_pad,
+    vbs,
+    vms_middle_and_sort_out,
+)
 from .key_workspace import empty_tensor_workspace, tiling_key, workspace
 
 

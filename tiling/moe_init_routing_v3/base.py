@@ -6,6 +6,8 @@ fields in this order) and moe/moe_init_routing_v3/op_host/moe_init_routing_v3_ti
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 import numpy as np
 
 from ..common import TensorDesc, ceil_div, tdiv
@@ -100,7 +102,7 @@ _ALIASES = {"float": "float32", "fp32": "float32", "fp16": "float16", "half": "f
             "float4_e2m1fn": "float4_e2m1", "fp4": "float4_e2m1"}
 
 
-def fail(message: str):
+def fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 
@@ -172,3 +174,24 @@ class Ctx:
     __slots__ = ("aiv", "avail_ub", "n", "k", "cols", "total", "x_dtype", "x_size", "scale_size", "is_scale",
                  "quant", "drop_pad", "row_idx_type", "expert_num", "capacity", "start", "end", "tokens_type",
                  "sort_loop_max", "f")
+    # declarations only (no class values, which __slots__ forbids): what mypy checks the tiling's reads against
+    aiv: int
+    avail_ub: int
+    n: int                  # rows of x
+    k: int                  # experts per row
+    cols: int               # elements per row of x
+    total: int              # n * k
+    x_dtype: str            # the dtype name of x ("bfloat16", "float8_e4m3fn", ...)
+    x_size: int             # bytes per element of x
+    scale_size: int
+    is_scale: int
+    quant: int
+    drop_pad: int
+    row_idx_type: int
+    expert_num: int
+    capacity: int
+    start: int
+    end: int
+    tokens_type: int
+    sort_loop_max: int
+    f: dict                 # the tiling struct's fields, by name

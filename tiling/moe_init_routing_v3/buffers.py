@@ -11,8 +11,18 @@ from __future__ import annotations
 from ascend_sim.pipe import UbBuffer
 
 from ..common import ceil_div
-from .base import (DROPPAD, KEY_VALUE, MX_QUANT_BLOCK_SIZE, MXFP4_E2M1, MXFP8_E5M2, MXFP8_ROUNDSCALE_AMAX_E5M2,
-                   SORT32_ALIGN_ELEMENT, TILINGKEY_BASE, align, align_bytes)
+from .base import (
+    DROPPAD,
+    KEY_VALUE,
+    MX_QUANT_BLOCK_SIZE,
+    MXFP4_E2M1,
+    MXFP8_E5M2,
+    MXFP8_ROUNDSCALE_AMAX_E5M2,
+    SORT32_ALIGN_ELEMENT,
+    TILINGKEY_BASE,
+    align,
+    align_bytes,
+)
 
 GATHER_OUT_BUFFER_NUM = 2            # moe_v3_common.h
 INT32_ONE_BLOCK_NUM = 8
@@ -54,6 +64,7 @@ def _count_plan(f: dict, block_idx: int) -> tuple[UbBuffer, ...]:
     else:
         counts = actual
     pipe = "histogramPipe"
+    plan: tuple[UbBuffer, ...]
     plan = (UbBuffer("sortedExpertIdxInQueue", align_bytes(in_len, 4), 1, "TQue", "VECIN", 1, pipe),
             UbBuffer("expertCountOutToTempQueue", align_bytes(actual, 4), 1, "TQue", "VECOUT", 1, pipe),
             UbBuffer("expertCountTempInQueue", align_bytes(actual, 4), 1, "TQue", "VECIN", 1, pipe),
@@ -94,6 +105,7 @@ def _gather_drop_pad_plan(f: dict, block_idx: int, x_bytes: int) -> tuple[UbBuff
     g = "gather_out_"
     who = "last_core" if block_idx == f[g + "need_core_num"] - 1 else "per_core"
     pipe = "gatherPipe"
+    plan: tuple[UbBuffer, ...]
     plan = (UbBuffer("expandedRowIdxCopyInQueue", align_bytes(f[f"{g}{who}_per_loop_indices_elements"], 4),
                      GATHER_OUT_BUFFER_NUM, "TQue", "VECIN", GATHER_OUT_BUFFER_NUM, pipe),)
     if f["is_input_scale"] == 1:

@@ -8,11 +8,40 @@ source: moe/moe_init_routing_v3/op_host/moe_init_routing_v3_tiling_arch35.cpp @ 
 from __future__ import annotations
 
 from ..common import ceil_div
-from .base import (COUNT, CUMSUM, DROPLESS, DROPPAD, DYNAMIC, EIGHT_BIT_QUANT, EXPERT_IDX_MAX, FP8_BLOCK_SIZE,
-                   FP8_GROUP, FP8_PERBLOCK, HIF8_CAST, HIF8_PERTOKEN, INT4_DYNAMIC, KEY_VALUE, KV_MODE_EXPERT_IDX_MAX,
-                   MX_QUANT_BLOCK_SIZE, MXFP4_E2M1, MXFP8_QUANT, MXFPX_SCALE_BLOCK_SIZE, QUANT_MODES, ROW_IDX_GATHER,
-                   ROW_IDX_SCATTER, STATIC, UB_BLOCK_SIZE, UNQUANT, DYNAMIC_QUANTS, Ctx, ceil_align, desc, dim, fail,
-                   mxfpx_no_quant)
+from .base import (
+    COUNT,
+    CUMSUM,
+    DROPLESS,
+    DROPPAD,
+    DYNAMIC,
+    DYNAMIC_QUANTS,
+    EIGHT_BIT_QUANT,
+    EXPERT_IDX_MAX,
+    FP8_BLOCK_SIZE,
+    FP8_GROUP,
+    FP8_PERBLOCK,
+    HIF8_CAST,
+    HIF8_PERTOKEN,
+    INT4_DYNAMIC,
+    KEY_VALUE,
+    KV_MODE_EXPERT_IDX_MAX,
+    MX_QUANT_BLOCK_SIZE,
+    MXFP4_E2M1,
+    MXFP8_QUANT,
+    MXFPX_SCALE_BLOCK_SIZE,
+    QUANT_MODES,
+    ROW_IDX_GATHER,
+    ROW_IDX_SCATTER,
+    STATIC,
+    UB_BLOCK_SIZE,
+    UNQUANT,
+    Ctx,
+    ceil_align,
+    desc,
+    dim,
+    fail,
+    mxfpx_no_quant,
+)
 
 
 def check_shape(name: str, shape: tuple, rank: int = -1, dims: tuple = ()) -> None:
@@ -214,6 +243,7 @@ def check_outputs(c: Ctx, expanded_x, expanded_row_idx, tokens, expanded_scale) 
             fail(f"x is {c.x_dtype}; INT4 dynamic quantisation (quant_mode 13) takes float32 or bfloat16 x")
     ri = desc(expanded_row_idx, "expanded_row_idx") or ((c.total,), "int32")
     check_shape("expanded_row_idx", ri[0], 1, (c.total,))
+    dims: tuple[int, ...]
     if c.tokens_type == KEY_VALUE:
         rank, dims = 2, (c.expert_num, 2)
     else:

@@ -11,12 +11,41 @@ import math
 
 from ..common import ceil_div, tdiv
 from ..moe_sort import arch35_vbs_split
-from .base import (DROPLESS, DROPPAD, DYNAMIC, DYNAMIC_QUANT_COLS_BUFFER, DYNAMIC_QUANT_FULLLOAD_COLS_BUFFER,
-                   DYNAMIC_QUANTS, FP8_BLOCK_SIZE, HIF8_CAST, HIF8_PERTENSOR, HIF8_PERTOKEN, HIF8_QUANT_COLS_BUFFER,
-                   INT4_DYNAMIC, KEY_VALUE, MAX_QUEUE_BUFFER_NUM, MRG_LIST_NUM, MRG_SORT_API_MAX_ELEM,
-                   MX_QUANT_BLOCK_SIZE, MXFPX_SCALE_BLOCK_SIZE, ONE_CORE_SORT_BUFFER, REG_SIZE, SCALE_FACTOR_WITH_X,
-                   SORT32_ALIGN_ELEMENT, STATIC, STATIC_QUANT_FULLLOAD_COLS_BUFFER, UB_BLOCK_SIZE, UNQUANT, VBS_FIELDS,
-                   Ctx, align, align_bytes, ceil_align, fail, mxfpx_no_quant)
+from .base import (
+    DROPLESS,
+    DROPPAD,
+    DYNAMIC,
+    DYNAMIC_QUANT_COLS_BUFFER,
+    DYNAMIC_QUANT_FULLLOAD_COLS_BUFFER,
+    DYNAMIC_QUANTS,
+    FP8_BLOCK_SIZE,
+    HIF8_CAST,
+    HIF8_PERTENSOR,
+    HIF8_PERTOKEN,
+    HIF8_QUANT_COLS_BUFFER,
+    INT4_DYNAMIC,
+    KEY_VALUE,
+    MAX_QUEUE_BUFFER_NUM,
+    MRG_LIST_NUM,
+    MRG_SORT_API_MAX_ELEM,
+    MX_QUANT_BLOCK_SIZE,
+    MXFPX_SCALE_BLOCK_SIZE,
+    ONE_CORE_SORT_BUFFER,
+    REG_SIZE,
+    SCALE_FACTOR_WITH_X,
+    SORT32_ALIGN_ELEMENT,
+    STATIC,
+    STATIC_QUANT_FULLLOAD_COLS_BUFFER,
+    UB_BLOCK_SIZE,
+    UNQUANT,
+    VBS_FIELDS,
+    Ctx,
+    align,
+    align_bytes,
+    ceil_align,
+    fail,
+    mxfpx_no_quant,
+)
 
 
 # --- sort and count (lines 1582-1732) ---------------------------------------------------------------------------

@@ -28,15 +28,37 @@ from __future__ import annotations
 
 from ..common import TilingResult
 from ..platform import get_soc
-from .base import (CAST_I32_I16, CAST_I32_U8, CAST_I64_I16, CAST_I64_I32, CAST_I64_U8, CAST_NONE,  # noqa: F401
-                   DCACHE_SIZE_SIMT, KEY_DETERMINISTIC, KEY_SIMD, KEY_SIMD_SORT, KEY_SIMT, KEY_SIMT_SORT, OP,
-                   TEMPLATE_DETERMINISTIC, TEMPLATE_SIMD, TEMPLATE_SIMD_SORT, TEMPLATE_SIMT, TEMPLATE_SIMT_SORT, Shapes,
-                   cast_mode, parse_shapes, radix_sort_tmp_bytes, regbase_only, select)
-from .deterministic import DETERMINISTIC_FIELDS, deterministic  # noqa: F401
-from .simd import SIMD_FIELDS, simd, simd_ub_plan  # noqa: F401
-from .simd_sort import SIMD_SORT_FIELDS, SIMD_SORT_VECTOR_QUE, simd_sort, simd_sort_ub_plan  # noqa: F401
-from .simt import SIMT_FIELDS, simt, simt_tiling_key  # noqa: F401
-from .simt_sort import SIMT_SORT_FIELDS, simt_sort  # noqa: F401
+from .base import (
+    CAST_I32_I16,
+    CAST_I32_U8,
+    CAST_I64_I16,
+    CAST_I64_I32,
+    CAST_I64_U8,
+    CAST_NONE,
+    DCACHE_SIZE_SIMT,
+    KEY_DETERMINISTIC,
+    KEY_SIMD,
+    KEY_SIMD_SORT,
+    KEY_SIMT,
+    KEY_SIMT_SORT,
+    OP,
+    TEMPLATE_DETERMINISTIC,
+    TEMPLATE_SIMD,
+    TEMPLATE_SIMD_SORT,
+    TEMPLATE_SIMT,
+    TEMPLATE_SIMT_SORT,
+    Shapes,
+    cast_mode,
+    parse_shapes,
+    radix_sort_tmp_bytes,
+    regbase_only,
+    select,
+)
+from .deterministic import DETERMINISTIC_FIELDS, deterministic
+from .simd import SIMD_FIELDS, simd, simd_ub_plan
+from .simd_sort import SIMD_SORT_FIELDS, SIMD_SORT_VECTOR_QUE, simd_sort, simd_sort_ub_plan
+from .simt import SIMT_FIELDS, simt, simt_tiling_key
+from .simt_sort import SIMT_SORT_FIELDS, simt_sort
 
 _TILINGS = {TEMPLATE_SIMT: simt, TEMPLATE_SIMD: simd, TEMPLATE_SIMT_SORT: simt_sort, TEMPLATE_SIMD_SORT: simd_sort,
             TEMPLATE_DETERMINISTIC: deterministic}

@@ -8,7 +8,7 @@ moe_inplace_index_add_tiling.cpp @ 25fb6b92890d.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, NoReturn
 
 import ml_dtypes
 import numpy as np
@@ -128,7 +128,7 @@ def column_factor(for_updates: int, after_axis: int, align: int, rows_bytes: Cal
     return shrink_until_fits(align_up(after_axis, align), align, lambda cols: for_updates - rows_bytes(cols)) or 1
 
 
-def fail(message: str):
+def fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
 
 

@@ -197,7 +197,7 @@ def quant_ub_plan(s: Shapes, f: dict) -> tuple[UbBuffer, ...]:
              que("quantaSumQue_", q * after_f * INT32_BYTES, "VECOUT", "step2"),
              que("rValueQue_", q * after_f * FP32_BYTES, "VECIN", "step2"))
     v = f["ub_var_opti_factor"] if f["is_opti"] else f["ub_var_factor"]
-    step3 = (que("sumQuanToIntQue_", v * after_f * INT32_BYTES, "VECIN", "step3"),
+    step3: tuple[UbBuffer, ...] = (que("sumQuanToIntQue_", v * after_f * INT32_BYTES, "VECIN", "step3"),
              que("rValueQue_", v * after_f * FP32_BYTES, "VECIN", "step3"),
              que("invQuanDataQue_", v * after_t * s.var_size, "VECOUT", "step3"))
     if f["is_opti"]:

@@ -12,8 +12,21 @@ from typing import NamedTuple
 from ascend_sim.pipe import UbBuffer
 
 from ..common import TilingResult, align_down, align_up, ceil_div, struct_fields, tdiv
-from .base import (BLOCK_BYTES, CAST_SIZE, HASH_BUCKET_BYTES, KEY_SIMD_SORT, LIB_WORKSPACE, SORT_PAD_BLOCKS, Shapes,
-                   cast_mode, column_factor, fail, radix_sort_tmp_bytes, shrink_until_fits, sort_value_size)
+from .base import (
+    BLOCK_BYTES,
+    CAST_SIZE,
+    HASH_BUCKET_BYTES,
+    KEY_SIMD_SORT,
+    LIB_WORKSPACE,
+    SORT_PAD_BLOCKS,
+    Shapes,
+    cast_mode,
+    column_factor,
+    fail,
+    radix_sort_tmp_bytes,
+    shrink_until_fits,
+    sort_value_size,
+)
 from .simd import SIMD_AFTER_HANDLE_BYTES, SIMD_DB_BUFFER, SIMD_INDICES_MIN_BLOCK, SIMD_RESERVE_BYTES
 
 SIMD_SORT_FIELDS = (
@@ -39,7 +52,8 @@ SIMD_SORT_VECTOR_QUE = "VECCALC"
 
 class _SortSizes(NamedTuple):
     """Element sizes the SIMD-sort budget uses: ids, cast ids (0 without a cast), the sorted type."""
-    index: int
+    # the field shadows tuple.index on purpose (it is read as .index); mypy reports any field named so
+    index: int  # type: ignore[assignment]
     cast: int
     sort: int
 

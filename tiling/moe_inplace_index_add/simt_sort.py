@@ -10,8 +10,19 @@ from __future__ import annotations
 from ascend_sim.pipe import UbBuffer
 
 from ..common import TilingResult, align_up, ceil_div, struct_fields, tdiv
-from .base import (BLOCK_BYTES, CAST_SIZE, HASH_BUCKET_BYTES, KEY_SIMT_SORT, LIB_WORKSPACE, SORT_PAD_BLOCKS, Shapes,
-                   cast_mode, radix_sort_tmp_bytes, sort_value_size, wide_offsets)
+from .base import (
+    BLOCK_BYTES,
+    CAST_SIZE,
+    HASH_BUCKET_BYTES,
+    KEY_SIMT_SORT,
+    LIB_WORKSPACE,
+    SORT_PAD_BLOCKS,
+    Shapes,
+    cast_mode,
+    radix_sort_tmp_bytes,
+    sort_value_size,
+    wide_offsets,
+)
 
 SIMT_SORT_FIELDS = (
     "pre_axis", "var_in_axis", "updates_in_axis", "after_axis", "indices_ub_factor", "indices_loop_size",
@@ -85,6 +96,7 @@ def simt_sort(s: Shapes, soc, ub_size: int) -> TilingResult:
              updates_pre_loop=pre_loop, used_core_num=used, indices_stride=1, indices_cast_mode=mode)
     blk = BLOCK_BYTES
     sort_size = sort_value_size(s, mode)
+    plan: tuple[UbBuffer, ...]
     plan = (UbBuffer("indicesInQueue_", align_up(window * s.index_size, blk), 1, "TQue", "VECIN", 1),
             UbBuffer("updatesInQueue_", align_up(window * s.after_axis * s.var_size, blk) * pre_num, 1, "TQue",
                      "VECIN", 1),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore
+from ascend_sim.kernel_api import aicore
 
 VL_FP32 = 64
 DROPLESS_COLUMN, DROP_PAD_COLUMN, DROPLESS_ROW, DROP_PAD_ROW = 0, 1, 2, 3
@@ -138,7 +138,7 @@ def process_expand_x_scale(c, y_local, y_off, x_local, x_off, scale, has_scale, 
     src_off = y_off
     dst_off = y_off
     x_pos = x_off
-    for i in range(loop_count):
+    for _ in range(loop_count):
         x_pos = _load_input_unalign(c, expanded_x, x_local, x_pos, x_t, preg_main, VL_FP32)
         src_off = asc.reg_load_unalign(c, src, y_local, src_off, VL_FP32)
         if has_scale:
@@ -146,7 +146,7 @@ def process_expand_x_scale(c, y_local, y_off, x_local, x_off, scale, has_scale, 
         asc.vadd(c, y, src, expanded_x, preg_main)
         dst_off = asc.reg_store_unalign(c, y_local, y, dst_off, VL_FP32)
     sreg = tail_num
-    for i in range(tail_loop):
+    for _ in range(tail_loop):
         sreg = asc.update_mask(c, preg_loop, 4, sreg)
         x_pos = _load_input_unalign(c, expanded_x, x_local, x_pos, x_t, preg_loop, tail_num)
         src_off = asc.reg_load_unalign(c, src, y_local, src_off, tail_num)
@@ -191,7 +191,7 @@ def process_expand_x_scale_optimized(c, y_local, y_off, x_local, x_off, scales_l
             asc.vadd(c, y, src, expanded_x, preg_main)
             dst_off = asc.reg_store_unalign(c, y_local, y, dst_off, VL_FP32)
         sreg = tail_num
-        for i in range(tail_loop):
+        for _ in range(tail_loop):
             sreg = asc.update_mask(c, preg_loop, 4, sreg)
             src_off = asc.reg_load_unalign(c, src, y_local, src_off, tail_num)
             _load_input(c, expanded_x, x_local, x_off + k * n_align + loop_count * VL_FP32, x_t, preg_loop)

@@ -9,10 +9,19 @@ then one VF adds them in slot order (the skip rule: base.skipped).
 from __future__ import annotations
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 
-from .base import (cast_y, copy_in, get_scale, process_expand_x_scale_optimized, scales_copy_in, set_scale, skipped,
-                   store_y, zero_y)
+from .base import (
+    cast_y,
+    copy_in,
+    get_scale,
+    process_expand_x_scale_optimized,
+    scales_copy_in,
+    set_scale,
+    skipped,
+    store_y,
+    zero_y,
+)
 
 X_QUE, Y_QUE, SCALES_QUE = 0, 1, 2
 BUFFERS = ("expandedXQue", "yQue")

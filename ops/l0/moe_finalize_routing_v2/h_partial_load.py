@@ -8,7 +8,7 @@ row is copied in and added (times its scale, read from GM by the scalar unit) by
 from __future__ import annotations
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import global_aicore
+from ascend_sim.kernel_api import global_aicore
 
 from .base import cast_y, copy_in, get_scale_gm, process_expand_x_scale, skipped, store_y, zero_y
 

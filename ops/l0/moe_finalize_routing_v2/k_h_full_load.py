@@ -14,13 +14,22 @@ Per loop rowFactor tokens: their scales (and, for k == 1, their indices) are cop
 """
 from __future__ import annotations
 
-import ascend_sim.kernel_api as asc
 import numpy as np
 
-from ascend_sim._jit import aicore, global_aicore
+import ascend_sim.kernel_api as asc
+from ascend_sim.kernel_api import aicore, global_aicore
 
-from .base import (cast_y, copy_in, get_scale, process_expand_x_scale_optimized, scales_copy_in, set_scale, skipped,
-                   store_y, zero_y)
+from .base import (
+    cast_y,
+    copy_in,
+    get_scale,
+    process_expand_x_scale_optimized,
+    scales_copy_in,
+    set_scale,
+    skipped,
+    store_y,
+    zero_y,
+)
 
 BATCH_COPY_SIZE = 16            # tokens per copy batch of ProcessYWithInputK4
 BATCH_COPY_EXPERT_NUM = 4       # the largest k of that path

@@ -1,5 +1,6 @@
-"""Kernel entry of MoeFinalizeRoutingV2 on Ascend 950: the tiling key picks the template (10000 H full load, 20000 split H, 30000 row-K-H full load, 40000 K-H full load), the drop-pad
-mode (tens digit) and the scales' type S (units: 0 fp32 or none, 1 fp16, 2 bf16); T is expanded_x's type.
+"""Kernel entry of MoeFinalizeRoutingV2 on Ascend 950: the tiling key picks the template (10000 H full load, 20000
+split H, 30000 row-K-H full load, 40000 K-H full load), the drop-pad mode (tens digit) and the scales' type S (units: 0
+fp32 or none, 1 fp16, 2 bf16); T is expanded_x's type.
 
 Each template is one TPipe whose InitBuffer calls depend on the inputs present (scales) and, for K-H full load, on
 k == 1: one Kernel per (template, scales present, k == 1) with the buffers of tiling.moe_finalize_routing_v2's

@@ -12,7 +12,7 @@ added by one VF straight from that copy (unaligned row starts), its scale read f
 from __future__ import annotations
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import global_aicore
+from ascend_sim.kernel_api import global_aicore
 
 from .base import cast_y, copy_in, get_scale, process_expand_x_scale, scales_copy_in, skipped, store_y, zero_y
 

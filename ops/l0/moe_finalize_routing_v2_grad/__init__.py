@@ -31,8 +31,8 @@ import numpy as np
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import DT_FLOAT, dt_of, gm_view
 from tiling import get_soc
-from tiling.moe_finalize_routing_v2_grad import (NOT_SPLIT_H_FIELDS, WITHOUT_SCALE_FIELDS,
-                                                 moe_finalize_routing_v2_grad as _tiling)
+from tiling.moe_finalize_routing_v2_grad import NOT_SPLIT_H_FIELDS, WITHOUT_SCALE_FIELDS
+from tiling.moe_finalize_routing_v2_grad import moe_finalize_routing_v2_grad as _tiling
 
 from ..._framework import Executor, IndexLink, gm_tensor, run_executor
 from ..._validate import as_input, as_output, check_no_alias, int_attr, require

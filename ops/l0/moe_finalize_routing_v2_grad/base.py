@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.dtypes import CAST_RINT, DT_BF16, DT_FLOAT
+from ascend_sim.kernel_api import aicore, global_aicore
 
 from ..moe_finalize_routing_v2.base import copy_in, copy_out  # noqa: F401  (one-burst DataCopyPad in / out)
 from ..moe_init_routing_v2_grad.base import to_ub_end  # noqa: F401  (the VF loads' UB reach)

@@ -75,7 +75,8 @@ TAIL_LOAD_RACE = RaceWaiver("V", "vector function (__VEC_SCOPE__)", "MTE2", "Dat
                             "buffer, which the next CopyIn refills")
 # the same loads read the row's bytes past what DataCopyPad wrote (masked-off lanes): bytes nothing wrote
 TAIL_LOADS_UNWRITTEN = tuple(
-    InitWaiver(buffer, "moe/moe_finalize_routing_v2_grad/op_kernel/arch35/moe_finalize_routing_v2_grad_regbase_not_cut_h"
+    InitWaiver(buffer,
+               "moe/moe_finalize_routing_v2_grad/op_kernel/arch35/moe_finalize_routing_v2_grad_regbase_not_cut_h"
                ".h:317 and :365-369 @ 25fb6b92890d (LoadOneTensorForDtypeT: whole-register loads, lanes masked off)")
     for buffer in ("gradYInQueue", "expandedXInQueue"))
 

@@ -31,11 +31,10 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.dtypes import DT_FLOAT
+from ascend_sim.kernel_api import aicore, global_aicore
 
-from .base import (F32_BYTES, VL_F32, compute_rows, copy_in, copy_out, load_t, reduce_sum, store_t, to_ub_end,
-                   valid_row)
+from .base import F32_BYTES, VL_F32, compute_rows, copy_in, copy_out, load_t, reduce_sum, store_t, to_ub_end, valid_row
 
 GRAD_Y_QUE, EXPANDED_X_QUE, GRAD_EXPANDED_X_QUE, GRAD_SCALES_QUE, BINARY_ADD_SUM_BUF = 0, 1, 2, 3, 4
 BUFFERS = ("gradYInQueue", "expandedXInQueue", "gradExpandedXOutQueue", "gradScalesOutQueue")
@@ -154,7 +153,7 @@ def _calc_grad_scale(c, td, x_t, s_t, grad_scales_ub, grad_y_ub, expanded_x_ub, 
     asc.update_mask(c, preg_loop, F32_BYTES, td.binary_add_last_num)
     # BinaryAddVF(gradScaleUb, binaryAddUb, x1 = sumReg, x2 = gradYReg, ...)
     cur = buf_floats // VL_F32
-    for k in range(td.binary_addk):
+    for _ in range(td.binary_addk):
         cur //= 2
         for j in range(cur):
             asc.reg_load(c, sum_reg, sums, j * VL_F32, asc.LOAD_NORM)

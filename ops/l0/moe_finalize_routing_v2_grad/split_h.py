@@ -50,8 +50,8 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Kernel, PipePhase
 from ascend_sim import regbase as rb
-from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.check import RaceWaiver
+from ascend_sim.kernel_api import aicore, global_aicore
 from ops.l0.moe_init_routing_v2_grad.base import to_ub_end
 from tiling.moe_finalize_routing_v2_grad import SPLIT_H_FIELDS
 
@@ -73,7 +73,8 @@ CACHE_LEVEL2_IDX = 512
 BLOCK_BYTES = 32
 F32_BYTES = 4
 
-# registers: products / loads 0..5, sums 6..7, 16-bit scratch 8 (base.load_t / store_t use 30); masks: all 0, loop 1, VL1 2
+# registers: products / loads 0..5, sums 6..7, 16-bit scratch 8 (base.load_t / store_t use 30); masks: all 0, loop 1,
+# VL1 2
 _XQ, _XR, _GQ, _GR, _TMP, _X3, _SUM, _SUM2, _HALF = range(9)
 _M_ALL, _M_LOOP, _M_ONE = 0, 1, 2
 
@@ -97,7 +98,7 @@ def _binary_add(c, cache, sums, k_loop, add_loop, last_num, pos):
     rb.create_mask(c, main, F32_BYTES, rb.PAT_ALL)
     _vl1(c, one)
     cur = add_loop
-    for i in range(k_loop & 0xFFFF):
+    for _ in range(k_loop & 0xFFFF):
         cur = cur // 2
         for j in range(cur):
             rb.reg_load(c, q, sums, j * VL_F32, rb.LOAD_NORM)

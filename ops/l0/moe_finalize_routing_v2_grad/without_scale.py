@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 
 from .base import compute_rows, copy_in, copy_out, init_out_rows, valid_row
 

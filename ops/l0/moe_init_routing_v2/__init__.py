@@ -24,7 +24,8 @@ import numpy as np
 
 from ascend_sim.dtypes import dt_of, gm_view
 from tiling import get_soc
-from tiling.moe_init_routing_v2 import FIELDS, LIB_API_WORKSPACE, moe_init_routing_v2 as _tiling
+from tiling.moe_init_routing_v2 import FIELDS, LIB_API_WORKSPACE
+from tiling.moe_init_routing_v2 import moe_init_routing_v2 as _tiling
 
 from ..._framework import Executor, IndexLink, gm_tensor, run_executor
 from ..._validate import as_input, as_output, check_no_alias, flag, int_attr, require

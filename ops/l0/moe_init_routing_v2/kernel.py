@@ -25,7 +25,7 @@ from ascend_sim import SYNC_ALL, Kernel, PipePhase
 from ascend_sim.check import InitWaiver, RaceWaiver
 
 from . import sort
-from .gather_out import (GATHER_BUFFERS, SCATTER_BUFFERS, GatherGm, gather_out_stage, scatter_out_stage)
+from .gather_out import GATHER_BUFFERS, SCATTER_BUFFERS, GatherGm, gather_out_stage, scatter_out_stage
 from .src_to_dst import SrcToDstGm, src_to_dst_stage
 
 OP = "MoeInitRoutingV2"

@@ -35,9 +35,8 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
-from ascend_sim._jit import aicore, global_aicore
-from ascend_sim._outline import outline
 from ascend_sim.dtypes import DT_INT64
+from ascend_sim.kernel_api import aicore, global_aicore, outline
 from ops.common import int_math
 from ops.common.moe_sort import _align, _copy_keys_in, _list_windows, _mrgsort_init, _pad_last_group, _sort_len
 

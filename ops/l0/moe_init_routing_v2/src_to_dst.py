@@ -14,7 +14,7 @@ from collections import namedtuple
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from ops.common.moe_sort import _align
 
 SrcToDstGm = namedtuple("SrcToDstGm", ["ws_i32", "expanded_row_idx"])

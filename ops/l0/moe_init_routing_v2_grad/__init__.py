@@ -20,7 +20,8 @@ import numpy as np
 from ascend_sim import UBOverflowError
 from ascend_sim.dtypes import dt_of
 from tiling import get_soc
-from tiling.moe_init_routing_v2_grad import FIELDS_BY_TEMPLATE, moe_init_routing_v2_grad as _tiling
+from tiling.moe_init_routing_v2_grad import FIELDS_BY_TEMPLATE
+from tiling.moe_init_routing_v2_grad import moe_init_routing_v2_grad as _tiling
 
 from ..._framework import Executor, IndexLink, gm_tensor, run_executor
 from ..._validate import as_input, as_output, check_no_alias, int_attr, require

@@ -11,9 +11,8 @@ source: moe/moe_init_routing_v2_grad/op_kernel/arch35/moe_init_routing_v2_grad.h
 """
 from __future__ import annotations
 
-
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 
 from .base import F32_BYTES, VL_F32, copy_in, copy_out, load_t, sequence_reduce_sum, store_t, to_ub_end
 

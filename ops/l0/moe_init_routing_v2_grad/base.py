@@ -21,9 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore
-from ascend_sim._memory import ub_view
 from ascend_sim.dtypes import CAST_RINT, DT_BF16
+from ascend_sim.kernel_api import aicore, ub_view
 from ascend_sim.layout import CALL_R_LOAD
 from ascend_sim.local import ub_offset
 

@@ -10,7 +10,7 @@ source: moe/moe_init_routing_v2_grad/op_kernel/arch35/moe_init_routing_v2_grad_f
 from __future__ import annotations
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 
 from .base import copy_in, copy_out, sequence_reduce_sum
 

@@ -30,14 +30,13 @@ from ascend_sim import SimulatorError
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import dt_of
 from tiling import get_soc
-from tiling.status import ParamInvalidError, ParamNullptrError
 from tiling.moe_init_routing_v3 import moe_init_routing_v3 as _tiling
+from tiling.status import ParamInvalidError, ParamNullptrError
 
 from ..._framework import Executor
 from ..._validate import as_input, as_output, check_no_alias
 from .kernel import KERNELS, KEY_EMPTY_TENSOR, MX_KEYS, OP, GmTensors, Template, launch_plan
 from .tiling_data import kernel_tiling_data
-
 
 API = "l0op::MoeInitRoutingV3"
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32}

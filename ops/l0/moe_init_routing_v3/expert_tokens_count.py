@@ -25,8 +25,8 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
-from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.dtypes import DT_INT32, DT_INT64
+from ascend_sim.kernel_api import aicore, global_aicore
 
 from .sort import count_temp_offset
 

@@ -6,8 +6,9 @@ arch35/moe_v3_common.h; the launch in op_kernel/moe_init_routing_v3_apt.cpp) @ 2
 
 Unlike the MXFP8 class it has one copy path, CopyExpandedXandMXQuant (one quantisation per output row, its
 source token read through expandedDstToSrcRow in the workspace, for GATHER row ids), one buffer per queue, and
-reads the expert total count without a DataCacheCleanAndInvalid. Its Process does not FreeTensor the row indices it dequeues: with a one-buffer queue a
-core's second row loop then finds no free buffer (the model raises the queue error the chip would hang on).
+reads the expert total count without a DataCacheCleanAndInvalid. Its Process does not FreeTensor the row indices it
+dequeues: with a one-buffer queue a core's second row loop then finds no free buffer (the model raises the queue error
+the chip would hang on).
 
 VFs (register model): vf_compute_amax with the exponent mask (vfMxfp4ComputeMaxExp), vf_compute_scale with the
 E2M1 lower bound 0x0100 (vfMxfp4ComputeScale) -- both shared with the MXFP8 floor rule in gather_mxfp8_quant --
@@ -27,13 +28,30 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
 from ascend_sim import regbase as rb
-from ascend_sim._jit import aicore, global_aicore
-from ascend_sim._outline import outline
+from ascend_sim.kernel_api import aicore, global_aicore, outline
 
-from .gather_mxfp8_quant import (B16, B32, BF16_EMASK_AND_INF_VAL, BUFFERS, LOWER_BOUND_OF_MAX_EXP_FOR_E2M1,
-                                 INV_SCALE_BUFFER, MAX_EXP_BUFFER, MX_SCALE_OUT_QUEUE, NUM_UB_BLOCKS_PER_VREG,
-                                 ROW_IDX_SCATTER, SORTED_ROW_IDX_IN_QUEUE, VL_B16, X_IN_QUEUE, X_QUANT_OUT_QUEUE,
-                                 align_elems, ceil_div, copy_in, copy_in_indices, vf_compute_amax, vf_compute_scale)
+from .gather_mxfp8_quant import (
+    B16,
+    B32,
+    BF16_EMASK_AND_INF_VAL,
+    BUFFERS,
+    INV_SCALE_BUFFER,
+    LOWER_BOUND_OF_MAX_EXP_FOR_E2M1,
+    MAX_EXP_BUFFER,
+    MX_SCALE_OUT_QUEUE,
+    NUM_UB_BLOCKS_PER_VREG,
+    ROW_IDX_SCATTER,
+    SORTED_ROW_IDX_IN_QUEUE,
+    VL_B16,
+    X_IN_QUEUE,
+    X_QUANT_OUT_QUEUE,
+    align_elems,
+    ceil_div,
+    copy_in,
+    copy_in_indices,
+    vf_compute_amax,
+    vf_compute_scale,
+)
 
 NEG_ZERO = -2147483648             # int32 0x80000000: fp32 -0
 FP32_EMASK_AND_INF_VAL = 0x7F800000

@@ -41,8 +41,8 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
 from ascend_sim import regbase as rb
-from ascend_sim._jit import aicore, global_aicore
-from ascend_sim._outline import outline
+from ascend_sim.kernel_api import aicore, global_aicore, outline
+
 from .tiling_data import MoeInitRoutingV3Arch35TilingData as TilingData  # noqa: F401  (the stages' td class)
 
 GatherMxGm = namedtuple("GatherMxGm", [

@@ -23,7 +23,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 
 from .expert_tokens_count import total_count_offset
 from .row_idx_gather import _ceil

@@ -43,14 +43,15 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, PipePhase
-from ascend_sim._jit import global_aicore
 from ascend_sim.check import InitWaiver, OverlapWaiver, RaceWaiver
+from ascend_sim.kernel_api import global_aicore
 
 from .expert_tokens_count import CountGm, count_phase, total_count_offset  # noqa: F401  (workspace layout)
 from .gather_mxfp4_quant import mxfp4_gather_phase
 from .gather_mxfp8_quant import GatherMxGm, MxTemplate, mxfp8_gather_phase
 from .gather_out import GatherGm, active_count, gather_phase
-from .row_idx_gather import PIPE as ROW_IDX_PIPE, RowIdxGm, init_buffer_rows, row_idx_gather_phase
+from .row_idx_gather import PIPE as ROW_IDX_PIPE
+from .row_idx_gather import RowIdxGm, init_buffer_rows, row_idx_gather_phase
 from .sort import V3SortGm, count_temp_offset, sort_phase, sorted_idx_offset  # noqa: F401  (workspace layout)
 
 OP = "MoeInitRoutingV3"

@@ -20,7 +20,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase, UbBuffer
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from ops.common import int_math
 
 from .expert_tokens_count import SIMT_THREAD_NUM, total_count_offset

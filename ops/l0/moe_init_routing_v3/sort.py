@@ -31,13 +31,27 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, PipePhase
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from ops.common import int_math
+
 # the 910B sort's helpers where the arch35 code is the same: the merge bookkeeping (Init's offsets and remaining
 # counts, the four windows), the last-group padding, the member slots kept across SyncAll and the VMS level count
-from ops.common.moe_sort import (M_LAST_LIST_ELEMENTS, M_LIST_NUM, M_PER_LIST_ELEMENTS, M_SRC_WS_INDEX,
-                                 MAX_MRGSORT_LIST, MIN_FP32, ONE_REPEAT_SORT_NUM, WORK_GM_NUM, _align, _list_windows,
-                                 _mrgsort_init, _pad_last_group, _sort_len, vms_levels)
+from ops.common.moe_sort import (
+    M_LAST_LIST_ELEMENTS,
+    M_LIST_NUM,
+    M_PER_LIST_ELEMENTS,
+    M_SRC_WS_INDEX,
+    MAX_MRGSORT_LIST,
+    MIN_FP32,
+    ONE_REPEAT_SORT_NUM,
+    WORK_GM_NUM,
+    _align,
+    _list_windows,
+    _mrgsort_init,
+    _pad_last_group,
+    _sort_len,
+    vms_levels,
+)
 
 V3SortGm = namedtuple("V3SortGm", ["expert_idx", "workspace", "workspace_f32"])
 """The GM the sort touches: the (n * k) int32 expert ids (read-only), the user workspace as int32 and the same

@@ -30,16 +30,40 @@ import numpy as np
 from ascend_sim.datacopy import GlobalTensor
 from ascend_sim.dtypes import dt_of
 from tiling import get_soc
-from tiling.moe_inplace_index_add import (DETERMINISTIC_FIELDS, KEY_DETERMINISTIC, KEY_SIMD, KEY_SIMD_SORT,
-                                          KEY_SIMT_SORT, SIMD_FIELDS, SIMD_SORT_FIELDS, SIMT_FIELDS, SIMT_SORT_FIELDS,
-                                          TEMPLATE_DETERMINISTIC, TEMPLATE_SIMD, TEMPLATE_SIMD_SORT, TEMPLATE_SIMT,
-                                          TEMPLATE_SIMT_SORT, moe_inplace_index_add as _tiling, select_template)
+from tiling.moe_inplace_index_add import (
+    DETERMINISTIC_FIELDS,
+    KEY_DETERMINISTIC,
+    KEY_SIMD,
+    KEY_SIMD_SORT,
+    KEY_SIMT_SORT,
+    SIMD_FIELDS,
+    SIMD_SORT_FIELDS,
+    SIMT_FIELDS,
+    SIMT_SORT_FIELDS,
+    TEMPLATE_DETERMINISTIC,
+    TEMPLATE_SIMD,
+    TEMPLATE_SIMD_SORT,
+    TEMPLATE_SIMT,
+    TEMPLATE_SIMT_SORT,
+    select_template,
+)
+from tiling.moe_inplace_index_add import moe_inplace_index_add as _tiling
 from tiling.status import InnerNullptrError, TilingError
 
 from ..._framework import Executor, IndexLink, gm_tensor, run_executor
 from ..._validate import as_input, as_output, check_no_alias, flag, require
-from .kernel import (DETERMINISTIC_KERNEL, SIMD_KERNEL, SIMD_SORT_KERNEL, SIMT_KERNEL, SIMT_SORT_CAST_KERNEL,
-                     SIMT_SORT_KERNEL, GmTensors, QuantGmTensors, Template, deterministic_quant_kernel)
+from .kernel import (
+    DETERMINISTIC_KERNEL,
+    SIMD_KERNEL,
+    SIMD_SORT_KERNEL,
+    SIMT_KERNEL,
+    SIMT_SORT_CAST_KERNEL,
+    SIMT_SORT_KERNEL,
+    GmTensors,
+    QuantGmTensors,
+    Template,
+    deterministic_quant_kernel,
+)
 
 OP = "MoeInplaceIndexAdd"
 API = "l0op::MoeInplaceIndexAddAiCore"

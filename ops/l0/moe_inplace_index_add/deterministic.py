@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 from ascend_sim.radix_sort import radix_sort_ascending
 
 from .simd_sort import compute_unique_id_num

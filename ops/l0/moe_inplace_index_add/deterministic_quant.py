@@ -33,13 +33,12 @@ quantisation (tests/ops/l0/test_moe_inplace_index_add.py reads it back against a
 from __future__ import annotations
 
 import numpy as np
-
-import ascend_sim.kernel_api as asc
 from numba import types
 from numba.extending import overload
 
-from ascend_sim._jit import DEVICE_JIT_OPTIONS, aicore, global_aicore
+import ascend_sim.kernel_api as asc
 from ascend_sim.dtypes import DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT32
+from ascend_sim.kernel_api import DEVICE_JIT_OPTIONS, aicore, global_aicore
 from ascend_sim.radix_sort import radix_sort_ascending
 
 from .simd_sort import _from_f32, compute_sum, compute_unique_id_num, compute_unique_id_times

@@ -21,7 +21,8 @@ from ascend_sim import SYNC_ALL, Kernel, PipePhase
 from ascend_sim.check import RaceWaiver
 from ops.common.unpermute_gather import _read_only
 
-from . import deterministic, deterministic_quant as dq, simd, simd_sort, simt, simt_sort
+from . import deterministic, simd, simd_sort, simt, simt_sort
+from . import deterministic_quant as dq
 
 OP = "MoeInplaceIndexAdd"
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, global_aicore
 
 BUFFERS = ("updatesQue_", "indicesQue_")     # ProcessAfter's InitBuffer order
 UPDATES_QUE, INDICES_QUE = 0, 1

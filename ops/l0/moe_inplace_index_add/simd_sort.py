@@ -45,11 +45,20 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
-from ascend_sim.dtypes import (CAST_RINT, DT_BF16, DT_FLOAT16, bf16_bits_to_f32_bits, f16_bits_to_f32_bits,
-                               f32_bits_to_bf16_bits_rint, f32_bits_to_f16_bits, f32_from_bits, leading_zeros64,
-                               view_f32_as_u32)
+from ascend_sim.dtypes import (
+    CAST_RINT,
+    DT_BF16,
+    DT_FLOAT16,
+    bf16_bits_to_f32_bits,
+    f16_bits_to_f32_bits,
+    f32_bits_to_bf16_bits_rint,
+    f32_bits_to_f16_bits,
+    f32_from_bits,
+    leading_zeros64,
+    view_f32_as_u32,
+)
 from ascend_sim.faults import fault
+from ascend_sim.kernel_api import aicore, global_aicore
 from ascend_sim.layout import CALL_VF, F_SCALAR_OOB
 from ascend_sim.radix_sort import radix_sort_ascending
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import global_aicore
+from ascend_sim.kernel_api import global_aicore
 
 USED_THREAD = 2048
 U32_MASK = 0xFFFFFFFF

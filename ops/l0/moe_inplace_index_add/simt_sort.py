@@ -39,8 +39,8 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.faults import fault
+from ascend_sim.kernel_api import aicore, global_aicore
 from ascend_sim.layout import CALL_VF, F_SCALAR_OOB
 from ascend_sim.radix_sort import radix_sort_ascending
 

@@ -21,7 +21,8 @@ import numpy as np
 
 from ascend_sim.datacopy import GlobalTensor
 from tiling import get_soc
-from tiling.moe_masked_scatter import FIELDS, moe_masked_scatter as _tiling
+from tiling.moe_masked_scatter import FIELDS
+from tiling.moe_masked_scatter import moe_masked_scatter as _tiling
 
 from ..._framework import Executor, run_executor
 from ..._validate import as_input, as_output, check_no_alias, require

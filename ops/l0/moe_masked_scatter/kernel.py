@@ -35,8 +35,8 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Kernel, PipePhase
-from ascend_sim._jit import aicore, global_aicore
 from ascend_sim.check import InitWaiver
+from ascend_sim.kernel_api import aicore, global_aicore
 from ascend_sim.regbase import reg_store_unalign_post, reg_store_unalign_stream, unalign_reg
 
 OP = "MoeMaskedScatter"

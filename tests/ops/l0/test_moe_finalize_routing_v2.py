@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from ascend_sim import OutOfBoundsError
-from tiling.status import ParamInvalidError, TilingError
 from ops.l0 import moe_finalize_routing_v2 as l0
 from ops.unpermute.golden import golden
 from tests.bits import assert_bits_equal
 from tiling import get_soc
 from tiling import moe_finalize_routing_v2 as tile
+from tiling.status import ParamInvalidError, TilingError
 
 BF16, F16, F32, I32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.int32)
 SMALL = get_soc("ascend950", ub_size=16384, aiv_num=3)

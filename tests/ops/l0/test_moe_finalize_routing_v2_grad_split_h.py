@@ -23,7 +23,8 @@ import pytest
 import ops.l0.moe_finalize_routing_v2_grad as l0
 from tests.bits import assert_bits_equal
 from tiling import get_soc
-from tiling.moe_finalize_routing_v2_grad import KEY_CUT_H, moe_finalize_routing_v2_grad as tiling
+from tiling.moe_finalize_routing_v2_grad import KEY_CUT_H
+from tiling.moe_finalize_routing_v2_grad import moe_finalize_routing_v2_grad as tiling
 
 from .finalize_grad_formula import formula_check
 

@@ -95,8 +95,10 @@ CASES = [
     ("one-core-int8-range-100-9000", (9, 7, 65, np.int8), dict(start=100, end=9000), 10000000),
     ("one-core-fp32-no-drops", (11, 2, 24, np.float32), dict(dropped=False), 10000000),
     ("multi-core-4-lists-int8", (1500, 4, 8, np.int8), {}, 11000000),
-    ("multi-core-2-loops-vms-fp32-small-ub", (7500, 4, 8, np.float32), dict(soc=SMALL_UB, with_scale=True, start=0, end=SMALL_UB_EXPERTS), 11000000),
-    ("one-core-col-pieces-fp32-small-ub", (3, 2, 15000, np.float32), dict(soc=SMALL_UB, with_scale=True, start=0, end=SMALL_UB_EXPERTS), 10000000),
+    ("multi-core-2-loops-vms-fp32-small-ub", (7500, 4, 8, np.float32),
+     dict(soc=SMALL_UB, with_scale=True, start=0, end=SMALL_UB_EXPERTS), 11000000),
+    ("one-core-col-pieces-fp32-small-ub", (3, 2, 15000, np.float32),
+     dict(soc=SMALL_UB, with_scale=True, start=0, end=SMALL_UB_EXPERTS), 10000000),
 ]
 
 
