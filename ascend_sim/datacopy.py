@@ -32,7 +32,7 @@ from .layout import (ATOMIC_DT_MASK, ATOMIC_TYPE,
                      CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_DATA_COPY_PAD_IN, CALL_DATA_COPY_PAD_OUT, CALL_DATA_COPY_UB, CALL_INIT_OUTPUT,
                      CAP_MAX_BLOCK_COUNT, CHK_MODE, CNT_MTE2_BYTES, CNT_MTE3_BYTES, F_DATACOPY_TRUNC, F_ELEM_TYPE,
                      F_GM_OOB, F_LEN_MULTIPLE, F_PARAM, F_UB_OOB, PIPE_MTE2, PIPE_MTE3, PIPE_V, POISON, P_BLOCK_COUNT,
-                     P_BLOCK_LEN, P_COUNT, P_LEFT_PADDING, P_RIGHT_PADDING, P_STRIDE)
+                     P_BLOCK_LEN, P_COUNT, P_LEFT_PADDING, P_RIGHT_PADDING, P_STRIDE, align32)
 from .atomic import atomic_bytes, atomic_type_ok
 from .dtypes import view_f32_as_u32
 from .gm_cost import device_address
@@ -82,9 +82,7 @@ def _write_gm(gm, gm_off, ub, ub_off, nbytes):
         memcpy_bytes(gm, gm_off, ub, ub_off, nbytes)
 
 
-@aicore
-def _align32(n):
-    return (n + 31) // 32 * 32
+aicore(align32)     # layout.align32, callable from kernels as well
 
 
 @aicore
@@ -140,7 +138,7 @@ def _pad_gm_to_ub(c, dst, src, params, pad):
     ub0 = ub_aligned_offset(c, dst, call)
     if ub0 < 0:
         return
-    foot = _align32(blen + (left + right) * isz)
+    foot = align32(blen + (left + right) * isz)
     row_stride = foot + dstride * 32
     ub_need = (n - 1) * row_stride + foot
     if ub_need > dst.nbytes:
@@ -194,8 +192,8 @@ def _pad_ub_to_gm(c, dst, src, params):
     if ub0 < 0:
         return
     # each UB block is read as whole 32-byte blocks (only blockLen bytes reach GM): the last one too
-    row_stride = _align32(blen) + sstride * 32
-    ub_need = (n - 1) * row_stride + _align32(blen)
+    row_stride = align32(blen) + sstride * 32
+    ub_need = (n - 1) * row_stride + align32(blen)
     if ub_need > src.nbytes:
         fault(c, F_UB_OOB, call, ub0, ub_need, src.nbytes)
         return

@@ -5,6 +5,7 @@ code writes `DataCopyPad(...)`. Every function takes the core context `c` first.
 """
 from ._jit import aicore, global_aicore  # noqa: F401   (device functions and kernel stage entries)
 from .core import Core  # noqa: F401
+from .layout import BLOCK_BYTES, align32  # noqa: F401   (the UB block: 32 bytes, and bytes rounded up to it)
 from .datacopy import (DataCopyExtParams, DataCopyPadExtParams, DataCopyParams, GlobalTensor, NO_PAD,  # noqa: F401
                        data_copy, data_copy_pad, gm_as_i32, gm_at, init_output)
 from .atomic import set_atomic_add, set_atomic_max, set_atomic_none  # noqa: F401

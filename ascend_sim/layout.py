@@ -9,6 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 
+# The Unified Buffer's block (GetUbBlockSize): UB addresses and DataCopy lengths come in whole blocks, and
+# InitBuffer rounds buffer lengths up to them. The one definition: host tilings, the simulator and kernels
+# all read it from here.
+BLOCK_BYTES = 32
+
+
+def align32(nbytes):
+    """`nbytes` rounded up to whole UB blocks (bytes). Plain Python for the host; datacopy.py registers it as a
+    device function too, so kernels and the host round with the same code."""
+    return (nbytes + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES
+
+
 # --- a core's state array (core.py) ----------------------------------------------------------
 # Pipes of a vector core (PipeBarrier<PIPE_X> and the timeline's lanes).
 PIPE_S = 0

@@ -15,9 +15,8 @@ import numpy as np
 
 from .errors import QueueError, UBOverflowError
 from .layout import (KIND_TBUF, KIND_TQUE, KIND_TQUEBIND, MAX_BUFFERS_PER_POSITION, POS_VECCALC, POS_VECIN, POS_VECOUT,
-                     QUE_COLS, Q_BASE, Q_DEPTH, Q_DST_POS, Q_KIND, Q_LEN, Q_NUM, Q_SRC_POS)
+                     QUE_COLS, Q_BASE, Q_DEPTH, Q_DST_POS, Q_KIND, Q_LEN, Q_NUM, Q_SRC_POS, align32)
 
-BLOCK_BYTES = 32
 MAX_PIPE_BUFFERS = 64            # buffers one TPipe can manage
 
 _KINDS = {"TQue": KIND_TQUE, "TQueBind": KIND_TQUEBIND, "TBuf": KIND_TBUF}
@@ -74,10 +73,6 @@ class PipePlan:
             t[i, Q_NUM] = buf.count
             t[i, Q_DEPTH] = buf.depth
         return t
-
-
-def align32(n: int) -> int:
-    return (n + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES
 
 
 def format_table(rows, capacity_bytes: int, marker_row: int | None = None) -> str:

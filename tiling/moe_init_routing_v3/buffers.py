@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from ascend_sim.pipe import UbBuffer
 
-from ..common import ceil_div
+from ..common import align_bytes, ceil_div
 from .base import (DROPPAD, KEY_VALUE, MX_QUANT_BLOCK_SIZE, MXFP4_E2M1, MXFP8_E5M2, MXFP8_ROUNDSCALE_AMAX_E5M2,
-                   SORT32_ALIGN_ELEMENT, TILINGKEY_BASE, align, align_bytes)
+                   SORT32_ALIGN_ELEMENT, TILINGKEY_BASE, align)
 
 GATHER_OUT_BUFFER_NUM = 2            # moe_v3_common.h
 INT32_ONE_BLOCK_NUM = 8

@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 from ascend_sim.pipe import UbBuffer
 
-from ..common import TilingResult, align_down, align_up, ceil_div, struct_fields, tdiv
-from .base import (BLOCK_BYTES, CAST_SIZE, HASH_BUCKET_BYTES, KEY_SIMD_SORT, LIB_WORKSPACE, SORT_PAD_BLOCKS, Shapes,
+from ..common import BLOCK_BYTES, TilingResult, align_down, align_up, ceil_div, struct_fields, tdiv
+from .base import (CAST_SIZE, HASH_BUCKET_BYTES, KEY_SIMD_SORT, LIB_WORKSPACE, SORT_PAD_BLOCKS, Shapes,
                    cast_mode, column_factor, fail, radix_sort_tmp_bytes, shrink_until_fits, sort_value_size)
 from .simd import SIMD_AFTER_HANDLE_BYTES, SIMD_DB_BUFFER, SIMD_INDICES_MIN_BLOCK, SIMD_RESERVE_BYTES
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ascend_sim.pipe import UbBuffer
 
-from ..common import TilingResult, align_up, ceil_div, struct_fields, tdiv
-from .base import (BLOCK_BYTES, CAST_SIZE, HASH_BUCKET_BYTES, KEY_SIMT_SORT, LIB_WORKSPACE, SORT_PAD_BLOCKS, Shapes,
+from ..common import BLOCK_BYTES, TilingResult, align_up, ceil_div, struct_fields, tdiv
+from .base import (CAST_SIZE, HASH_BUCKET_BYTES, KEY_SIMT_SORT, LIB_WORKSPACE, SORT_PAD_BLOCKS, Shapes,
                    cast_mode, radix_sort_tmp_bytes, sort_value_size, wide_offsets)
 
 SIMT_SORT_FIELDS = (

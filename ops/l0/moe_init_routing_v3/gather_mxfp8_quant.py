@@ -43,6 +43,7 @@ from ascend_sim import PipePhase
 from ascend_sim import regbase as rb
 from ascend_sim._jit import aicore, global_aicore
 from ascend_sim._outline import outline
+from ascend_sim.kernel_api import BLOCK_BYTES
 from .tiling_data import MoeInitRoutingV3Arch35TilingData as TilingData  # noqa: F401  (the stages' td class)
 
 GatherMxGm = namedtuple("GatherMxGm", [
@@ -75,10 +76,9 @@ GATHER_OUT_BUFFER_NUM = 2
 
 MX_BLOCK_SIZE = 32
 VREG_BYTES = 256              # Ops::Base::GetVRegSize()
-UB_BLOCK_BYTES = 32           # Ops::Base::GetUbBlockSize()
 VL_B16 = VREG_BYTES // 2      # vlForB16_: 16-bit lanes of a register
-NUM_UB_BLOCKS_PER_VREG = VREG_BYTES // UB_BLOCK_BYTES   # 8: results of ReduceMaxWithDataBlock
-NUM_ELEM_PER_UB_BLOCK = UB_BLOCK_BYTES // 2             # 16 tokens in a 32-byte block
+NUM_UB_BLOCKS_PER_VREG = VREG_BYTES // BLOCK_BYTES   # 8: results of ReduceMaxWithDataBlock
+NUM_ELEM_PER_UB_BLOCK = BLOCK_BYTES // 2             # 16 tokens in a 32-byte block
 OUT_ELE_NUM_ONE_BLK = 64      # FP8 / FP4 bytes one PACK4_B32 store writes
 
 # bit patterns (uint16 unless noted)
@@ -118,7 +118,7 @@ def ceil_div(a, b):
 @aicore
 def align_elems(n, elem_bytes):
     """Align(n, bytes): n elements rounded up to a whole 32-byte block."""
-    per = UB_BLOCK_BYTES // elem_bytes
+    per = BLOCK_BYTES // elem_bytes
     return (n + per - 1) // per * per
 
 
