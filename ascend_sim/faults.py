@@ -5,7 +5,8 @@ records a fault (fault code, call id, six integers) in `Core.state` and returns 
 every later call on that core sees the fault and does nothing, so no byte moves after the
 first fault and the core runs out its loops quickly. When the stage returns, the launcher
 turns the first fault into the structured SimulatorError, names filled in (tensor, queue,
-event, dtype).
+event, dtype): to_error follows the fault's declaration in layout.FAULTS (argument names, error
+class, message template, fields); DERIVED and BUILDERS below hold what a template cannot say.
 """
 from __future__ import annotations
 

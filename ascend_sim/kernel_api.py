@@ -15,6 +15,7 @@ from .events import (MTE2_MTE3, MTE2_S, MTE2_V, MTE3_MTE2, MTE3_S, MTE3_V, PIPE_
                      PIPE_MTE3, PIPE_S, PIPE_V, S_MTE2, S_MTE3, S_V, V_MTE2, V_MTE3, V_S, V_V, fetch_event_id,
                      pipe_barrier, set_flag, sync_pipes, wait_flag)
 from .local import ub_f32, ub_i8, ub_i16, ub_u8, ub_i32, ub_i64, ub_like, ub_offset, ub_u16, ub_u32, view_as  # noqa: F401
+from .pipe import buffer_ids  # noqa: F401   (queue / TBuf ids from the buffer-name tuple)
 from .queue import alloc_tensor, de_que, en_que, free_tensor, tbuf_get, tbuf_get_with_offset  # noqa: F401
 from .scalar import (atomic_add, atomic_exch, get_value, members, scalar_load, scalar_store,  # noqa: F401
                      set_value, to_float)   # AtomicAdd / AtomicExch on a GM element

@@ -75,6 +75,19 @@ class PipePlan:
         return t
 
 
+def buffer_ids(buffers: Sequence[str], *names: str) -> tuple[int, ...]:
+    """The ids the queue calls (AllocTensor, EnQue, TBuf::Get, ...) take for the buffers `names`: a buffer's id is
+    its place in the PipePhase's `buffers` tuple, the order of its InitBuffer calls. A kernel derives its id
+    constants with it (`IN_QUEUE_X, OUT_QUEUE_Z = buffer_ids(BUFFERS, "inQueueX", "outQueueZ")`), so an id names
+    the buffer it says; a name missing from the tuple, or a tuple naming a buffer twice, is a ValueError."""
+    if len(set(buffers)) != len(buffers):
+        raise ValueError(f"buffers {tuple(buffers)} name a buffer twice")
+    missing = [n for n in names if n not in buffers]
+    if missing:
+        raise ValueError(f"{missing} not among the buffers {tuple(buffers)}")
+    return tuple(list(buffers).index(n) for n in names)
+
+
 def format_table(rows, capacity_bytes: int, marker_row: int | None = None) -> str:
     lines = [f"  {'buffer':<32} {'kind@position':<26} {'num':>4} {'bytes':>9} {'offset':>9} {'end':>9}"]
     for i, (name, kind, num, each, off, end) in enumerate(rows):

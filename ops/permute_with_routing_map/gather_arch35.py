@@ -54,9 +54,8 @@ bytes (uint8)."""
 SIMT_PROB, SIMT_TOKEN = 1, 0        # Init(..., isprob)
 UINT32_MASK = 0xFFFFFFFF
 
-IN_QUEUE = 0       # TQueBind<VECIN, VECOUT, 2> inQueue_
-INDEX_BUF = 1      # TBuf<VECCALC> indexBuf_
-SIMD_BUFFERS = ("inQueue", "indexBuf")
+SIMD_BUFFERS = ("inQueue", "indexBuf")     # TQueBind<VECIN, VECOUT, 2> inQueue_, TBuf<VECCALC> indexBuf_
+IN_QUEUE, INDEX_BUF = asc.buffer_ids(SIMD_BUFFERS, "inQueue", "indexBuf")
 _CARRIERS = {2: np.uint16, 4: np.uint32}
 
 

@@ -17,8 +17,8 @@ from ascend_sim._jit import aicore, global_aicore
 
 from .base import F32_BYTES, VL_F32, copy_in, copy_out, load_t, sequence_reduce_sum, store_t, to_ub_end
 
-INPUT_QUEUE, OUTPUT_QUEUE, BINARY_ADD_BUF = 0, 1, 2
 BUFFERS = ("inputQueue", "outputQueue", "binaryAddBuf")
+INPUT_QUEUE, OUTPUT_QUEUE, BINARY_ADD_BUF = asc.buffer_ids(BUFFERS, "inputQueue", "outputQueue", "binaryAddBuf")
 BLOCK_SIZE = 32
 
 

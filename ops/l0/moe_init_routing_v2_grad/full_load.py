@@ -14,8 +14,8 @@ from ascend_sim._jit import aicore, global_aicore
 
 from .base import copy_in, copy_out, sequence_reduce_sum
 
-INPUT_QUEUE, OUTPUT_QUEUE = 0, 1
 BUFFERS = ("inputQueue", "outputQueue")
+INPUT_QUEUE, OUTPUT_QUEUE = asc.buffer_ids(BUFFERS, "inputQueue", "outputQueue")
 BLOCK_SIZE = 32
 
 

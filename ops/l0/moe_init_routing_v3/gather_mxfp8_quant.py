@@ -64,14 +64,15 @@ floor rule (a simulator option master does not do); the MXFP4 gather ignores it 
 ROUND_SCALE = 1
 FLOOR = 0
 
-# buffers in Init's InitBuffer order
-SORTED_ROW_IDX_IN_QUEUE = 0   # TQue<VECIN, 2> sortedRowIdxInQueue_: AlignBytes(perLoopRows, 4)
-X_IN_QUEUE = 1                # TQue<VECIN, 2> xInQueue_: AlignBytes(perLoopCols, sizeof(T))
-X_QUANT_OUT_QUEUE = 2         # TQue<VECOUT, 2> xQuantOutQueue_: AlignBytes(perLoopCols / 4, 1) * 4
-MX_SCALE_OUT_QUEUE = 3        # TQue<VECOUT, 2> mxScaleOutQueue_: AlignBytes(perLoopScaleCols, 1)
-MAX_EXP_BUFFER = 4            # TBuf maxExpBuffer_: AlignBytes(perLoopScaleCols, sizeof(T))
-INV_SCALE_BUFFER = 5          # TBuf invScaleBuffer_: AlignBytes(perLoopScaleCols, sizeof(T))
+# buffers in Init's InitBuffer order:
+#   TQue<VECIN, 2> sortedRowIdxInQueue_: AlignBytes(perLoopRows, 4)
+#   TQue<VECIN, 2> xInQueue_: AlignBytes(perLoopCols, sizeof(T))
+#   TQue<VECOUT, 2> xQuantOutQueue_: AlignBytes(perLoopCols / 4, 1) * 4
+#   TQue<VECOUT, 2> mxScaleOutQueue_: AlignBytes(perLoopScaleCols, 1)
+#   TBuf maxExpBuffer_, TBuf invScaleBuffer_: AlignBytes(perLoopScaleCols, sizeof(T)) each
 BUFFERS = ("sortedRowIdxInQueue", "xInQueue", "xQuantOutQueue", "mxScaleOutQueue", "maxExpBuffer", "invScaleBuffer")
+SORTED_ROW_IDX_IN_QUEUE, X_IN_QUEUE, X_QUANT_OUT_QUEUE, MX_SCALE_OUT_QUEUE, MAX_EXP_BUFFER, INV_SCALE_BUFFER = \
+    asc.buffer_ids(BUFFERS, *BUFFERS)
 GATHER_OUT_BUFFER_NUM = 2
 
 MX_BLOCK_SIZE = 32

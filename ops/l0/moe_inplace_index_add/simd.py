@@ -22,7 +22,7 @@ import ascend_sim.kernel_api as asc
 from ascend_sim._jit import aicore, global_aicore
 
 BUFFERS = ("updatesQue_", "indicesQue_")     # ProcessAfter's InitBuffer order
-UPDATES_QUE, INDICES_QUE = 0, 1
+UPDATES_QUE, INDICES_QUE = asc.buffer_ids(BUFFERS, "updatesQue_", "indicesQue_")
 UB_ALIGN_BYTES = 32
 
 
