@@ -75,17 +75,25 @@ class PipePlan:
         return t
 
 
-def buffer_ids(buffers: Sequence[str], *names: str) -> tuple[int, ...]:
+def buffer_ids(buffers: Sequence[str], *names: str, also: Sequence[Sequence[str]] = ()) -> tuple[int, ...]:
     """The ids the queue calls (AllocTensor, EnQue, TBuf::Get, ...) take for the buffers `names`: a buffer's id is
     its place in the PipePhase's `buffers` tuple, the order of its InitBuffer calls. A kernel derives its id
     constants with it (`IN_QUEUE_X, OUT_QUEUE_Z = buffer_ids(BUFFERS, "inQueueX", "outQueueZ")`), so an id names
-    the buffer it says; a name missing from the tuple, or a tuple naming a buffer twice, is a ValueError."""
-    if len(set(buffers)) != len(buffers):
-        raise ValueError(f"buffers {tuple(buffers)} name a buffer twice")
-    missing = [n for n in names if n not in buffers]
-    if missing:
-        raise ValueError(f"{missing} not among the buffers {tuple(buffers)}")
-    return tuple(list(buffers).index(n) for n in names)
+    the buffer it says. `also`: other buffer tuples the same ids serve (TPipes of sibling kernels sharing code),
+    where each name must stand at the same place. A name missing from a tuple, a different place, or a tuple
+    naming a buffer twice is a ValueError."""
+    ids = None
+    for tup in (buffers, *also):
+        if len(set(tup)) != len(tup):
+            raise ValueError(f"buffers {tuple(tup)} name a buffer twice")
+        missing = [n for n in names if n not in tup]
+        if missing:
+            raise ValueError(f"{missing} not among the buffers {tuple(tup)}")
+        here = tuple(list(tup).index(n) for n in names)
+        if ids is not None and here != ids:
+            raise ValueError(f"{names} stand at places {here} of {tuple(tup)} but {ids} of {tuple(buffers)}")
+        ids = here
+    return ids
 
 
 def format_table(rows, capacity_bytes: int, marker_row: int | None = None) -> str:

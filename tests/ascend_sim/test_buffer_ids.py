@@ -24,3 +24,12 @@ def test_an_id_is_the_place_of_its_name(names, ids):
 def test_a_name_that_is_not_one_buffer_is_refused(buffers, names, message):
     with pytest.raises(ValueError, match=message):
         asc.buffer_ids(buffers, *names)
+
+
+def test_ids_shared_by_sibling_tuples_stand_at_the_same_place():
+    sibling = ("inQueueX", "inQueueY", "other")
+    assert asc.buffer_ids(BUFFERS, "inQueueX", "inQueueY", also=(sibling,)) == (0, 1)
+    with pytest.raises(ValueError, match=r"stand at places \(2,\)"):
+        asc.buffer_ids(BUFFERS, "inQueueY", also=(("inQueueX", "other", "inQueueY"),))
+    with pytest.raises(ValueError, match="not among"):
+        asc.buffer_ids(BUFFERS, "outQueueZ", also=(sibling,))
