@@ -397,8 +397,10 @@ F_UB_OOB = _fault(2, ("ub_offset", "nbytes", "tensor_bytes"), "OutOfBoundsError"
 F_UB_NOT_IN_UB = _fault(3, ("offset", "nbytes"), "OutOfBoundsError",   # offset: relative to the UB's start
                         "LocalTensor at byte {offset} (+{nbytes} bytes) does not lie inside this core's Unified "
                         "Buffer")
-F_UB_ALIGN = _fault(4, ("address", "alignment"), "AlignmentError", "UB address {address} is not {alignment}-byte aligned")
-F_PARAM = _fault(5, ("param:param", "value", "low", "high"), "ParamRangeError", "{param} = {value} is outside [{low}, {high}]")
+F_UB_ALIGN = _fault(4, ("address", "alignment"), "AlignmentError",
+                    "UB address {address} is not {alignment}-byte aligned")
+F_PARAM = _fault(5, ("param:param", "value", "low", "high"), "ParamRangeError",
+                 "{param} = {value} is outside [{low}, {high}]")
 F_LEN_MULTIPLE = _fault(6, ("block_len", "elem_bytes"), "AlignmentError",
                         "blockLen {block_len} bytes is not a multiple of sizeof(T) = {elem_bytes}")
 F_DATACOPY_TRUNC = _fault(7, ("nbytes",), "AlignmentError",     # moved: derived (nbytes rounded down to 32)
@@ -425,7 +427,8 @@ F_CAST_PAIR = _fault(17, ("dst:dtype", "src:dtype", "round_mode"), "ParamRangeEr
                      "Cast from {src} to {dst} does not support round mode {round_mode}")
 F_SCALAR_OOB = _fault(18, ("array", "index", "size"), "OutOfBoundsError",   # array: an id the kernel chose
                       "index {index} of a {size}-element scalar array (#{array}) is out of range")
-F_QUE_KIND = _fault(20, ("queue:queue", "kind:qkind"), "QueueError", "'{queue}' is a {kind}, which this call does not accept")
+F_QUE_KIND = _fault(20, ("queue:queue", "kind:qkind"), "QueueError",
+                    "'{queue}' is a {kind}, which this call does not accept")
 F_QUE_INDEX = _fault(21, ("queue", "buffers"), "QueueError",     # buffers: of the live TPipe
                      "queue/TBuf index {queue} is not one of the {buffers} buffers this TPipe's InitBuffer calls "
                      "created")

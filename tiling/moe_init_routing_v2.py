@@ -31,7 +31,8 @@ import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from .common import BLOCK_BYTES, TensorDesc, TilingResult, align_bytes, ceil_div, memoised_tiling, struct_fields, tdiv, tmod
+from .common import (BLOCK_BYTES, TensorDesc, TilingResult, align_bytes, ceil_div, memoised_tiling, struct_fields,
+                     tdiv, tmod)
 from .moe_sort import arch35_vbs_split
 from .platform import get_soc
 from .status import ParamInvalidError, TilingError

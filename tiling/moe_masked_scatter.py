@@ -26,7 +26,8 @@ import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from .common import BLOCK_BYTES, TensorDesc, TilingResult, align_down, align_up, ceil_div, memoised_tiling, struct_fields, tdiv
+from .common import (BLOCK_BYTES, TensorDesc, TilingResult, align_down, align_up, ceil_div, memoised_tiling,
+                     struct_fields, tdiv)
 from .platform import get_soc
 from .status import TilingError
 

@@ -23,7 +23,8 @@ import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from .common import BLOCK_BYTES, TensorDesc, TilingResult, memoised_tiling, align_up, ceil_div, struct_fields, tdiv, tmod
+from .common import (BLOCK_BYTES, TensorDesc, TilingResult, memoised_tiling, align_up, ceil_div, struct_fields, tdiv,
+                     tmod)
 from .moe_sort import (SORT_OUT_ONE_LOOP_MAX, VBS_FIELDS, checked_sort_loop_max_element, core_loop_elements,
                        multi_core_index_num, multi_core_ub_plan, vbs_tiling, vms_middle_need_core_num)
 from .platform import get_soc
