@@ -29,7 +29,6 @@ DEFAULT_MAX_EVENTS = 1_000_000
 MAX_EVENTS_LIMIT = 50_000_000
 
 
-
 @dataclass(frozen=True)
 class CoreTrace:
     """One traced block: its rows (see layout.TRACE_COLS) and how many calls it made in all (`offered`)."""

@@ -20,7 +20,6 @@ from tiling.platform import SocProfile
 from .kernel import BUFFER_NUM, BUFFERS, KERNEL, KERNEL_BROKEN, OP, AddGm, AddTilingData
 
 
-
 @dataclass(frozen=True)
 class AddTiling:
     """The host tiling: `block_dim` cores, each `data.block_length` elements (the last core the rest) in tiles

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import ascend_sim.kernel_api as asc
 from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES
 
 from .base import copy_in, copy_out, sequence_reduce_sum
 
 BUFFERS = ("inputQueue", "outputQueue")
 INPUT_QUEUE, OUTPUT_QUEUE = asc.buffer_ids(BUFFERS, "inputQueue", "outputQueue")
-BLOCK_SIZE = 32
 
 
 @aicore
@@ -45,7 +45,7 @@ def full_load_process(c, td, gm, tmpl):
         n_output_offset = n_loop * td.n_ub_factor * td.h
         for h_loop in range(h_quot):
             cur_h = td.h - (h_quot - 1) * td.h_ub_factor if h_loop == h_quot - 1 else td.h_ub_factor
-            cur_h_align = (cur_h * T.itemsize + BLOCK_SIZE - 1) // BLOCK_SIZE * BLOCK_SIZE // T.itemsize
+            cur_h_align = (cur_h * T.itemsize + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES // T.itemsize
             input_offset = h_loop * td.h_ub_factor
             # ProcessUB: CopyIn, Compute, CopyOut
             copy_in(c, td, tmpl, gm.grad_expanded_x, index_gm, INPUT_QUEUE, n_index_offset, cur_n, td.k,

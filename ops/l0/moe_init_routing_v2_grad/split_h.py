@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import ascend_sim.kernel_api as asc
 from ascend_sim._jit import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES
 
 from .base import copy_in, copy_out, sequence_reduce_sum
 
 BUFFERS = ("inputQueue", "outputQueue")
 INPUT_QUEUE, OUTPUT_QUEUE = asc.buffer_ids(BUFFERS, "inputQueue", "outputQueue")
-BLOCK_SIZE = 32
 
 
 @aicore
@@ -43,7 +43,7 @@ def split_h_process(c, td, gm, tmpl):
     for split_h in range(split_h_loops):
         if split_h == split_h_loops - 1:
             cur_sub_h = td.h_ub_factor if cur_block_h % td.h_ub_factor == 0 else cur_block_h % td.h_ub_factor
-        cur_sub_h_align = (cur_sub_h * T.itemsize + BLOCK_SIZE - 1) // BLOCK_SIZE * BLOCK_SIZE // T.itemsize
+        cur_sub_h_align = (cur_sub_h * T.itemsize + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES // T.itemsize
         loops = ((td.n + td.k_ub_factor - 1) // td.k_ub_factor) & 0xFFFFFFFF      # uint32_t loopCnt
         cur_rows = td.k_ub_factor
         for loop_idx in range(loops):
