@@ -61,6 +61,7 @@ from .layout import (
     PIPE_MTE3,
     PIPE_V,
     POISON,
+    align32,
 )
 from .local import note_ub_write, ub_aligned_offset
 from .timeline import dma, dma_read, repeats_of, vector
@@ -107,9 +108,7 @@ def _write_gm(gm, gm_off, ub, ub_off, nbytes):
         memcpy_bytes(gm, gm_off, ub, ub_off, nbytes)
 
 
-@aicore
-def _align32(n):
-    return (n + 31) // 32 * 32
+aicore(align32)     # layout.align32, callable from kernels as well
 
 
 @aicore
@@ -165,7 +164,7 @@ def _pad_gm_to_ub(c, dst, src, params, pad):
     ub0 = ub_aligned_offset(c, dst, call)
     if ub0 < 0:
         return
-    foot = _align32(blen + (left + right) * isz)
+    foot = align32(blen + (left + right) * isz)
     row_stride = foot + dstride * 32
     ub_need = (n - 1) * row_stride + foot
     if ub_need > dst.nbytes:
@@ -219,8 +218,8 @@ def _pad_ub_to_gm(c, dst, src, params):
     if ub0 < 0:
         return
     # each UB block is read as whole 32-byte blocks (only blockLen bytes reach GM): the last one too
-    row_stride = _align32(blen) + sstride * 32
-    ub_need = (n - 1) * row_stride + _align32(blen)
+    row_stride = align32(blen) + sstride * 32
+    ub_need = (n - 1) * row_stride + align32(blen)
     if ub_need > src.nbytes:
         fault(c, F_UB_OOB, call, ub0, ub_need, src.nbytes)
         return

@@ -5,54 +5,41 @@ records a fault (fault code, call id, six integers) in `Core.state` and returns 
 every later call on that core sees the fault and does nothing, so no byte moves after the
 first fault and the core runs out its loops quickly. When the stage returns, the launcher
 turns the first fault into the structured SimulatorError, names filled in (tensor, queue,
-event, dtype).
+event, dtype): to_error follows the fault's declaration in layout.FAULTS (argument names, error
+class, message template, fields); DERIVED and BUILDERS below hold what a template cannot say.
 """
 from __future__ import annotations
+
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from . import errors
 from ._jit import aicore
 from .layout import (
+    BLOCK_BYTES,
     CALL_NAMES,
     CNT_CALLS,
+    ENQUE,
     ERR_BASE,
-    F_BARRIER_S,
-    F_CAST_PAIR,
     F_COUNT_BYTES,
     F_DATACOPY_TRUNC,
-    F_ELEM_TYPE,
-    F_EVT_DOUBLE_SET,
-    F_EVT_EXHAUSTED,
-    F_EVT_ID,
     F_EVT_WAIT_UNSET,
-    F_GM_OOB,
-    F_LEN_MULTIPLE,
-    F_OUTLINE,
-    F_PARAM,
-    F_PATTERN_TYPE,
     F_PIPE_RACE,
-    F_QUE_DEPTH,
-    F_QUE_EMPTY,
-    F_QUE_FOREIGN,
-    F_QUE_INDEX,
-    F_QUE_KIND,
-    F_QUE_NO_FREE,
     F_QUE_OWNER,
-    F_QUE_STATE,
-    F_SCALAR_OOB,
     F_SIMT_ARCH,
     F_SIMT_OOB,
     F_SIMT_RACE,
-    F_SIMT_THREADS,
-    F_UB_ALIGN,
-    F_UB_NOT_IN_UB,
-    F_UB_OOB,
     F_UNINIT_READ,
-    F_UNSUPPORTED,
     FAULT_CALL_INDEX,
+    FAULTS,
+    KIND_TBUF,
+    KIND_TQUE,
+    KIND_TQUEBIND,
+    MEM_GM,
     PARAM_NAMES,
     STATE_NAMES,
+    FaultSpec,
 )
 
 
@@ -86,160 +73,98 @@ def faulted(c):
     return c.state[ERR_BASE] != 0
 
 
+# How a "name:kind" argument word of a fault (layout.FaultSpec) is shown; `names` holds the launch's name lists.
+_SHOW = {
+    "gm": lambda v, names: names.gm[v] if 0 <= v < len(names.gm) else f"GM tensor {v}",
+    "queue": lambda v, names: names.queue[v] if 0 <= v < len(names.queue) else f"queue {v}",
+    "event": lambda v, names: names.event[v] if 0 <= v < len(names.event) else f"event {v}",
+    "dtype": lambda v, names: names.dtype(v),
+    "param": lambda v, names: PARAM_NAMES.get(v, f"parameter {v}"),
+    "state": lambda v, names: STATE_NAMES[v] if 0 <= v < len(STATE_NAMES) else str(v),
+    "qkind": lambda v, names: _QUEUE_KINDS.get(v, str(v)),
+    "call": lambda v, names: CALL_NAMES.get(v, f"call {v}"),
+}
+_QUEUE_KINDS = {KIND_TQUE: "TQue", KIND_TQUEBIND: "TQueBind", KIND_TBUF: "TBuf"}
+
+
+class _Names(NamedTuple):
+    gm: Sequence[str]
+    queue: Sequence[str]
+    event: Sequence[str]
+    dtype: Callable[[int], str]
+
+
+def fault_values(spec: FaultSpec, words, names: _Names) -> dict:
+    """A fault record's argument words by their declared names, "name:kind" words shown as names."""
+    values = {}
+    for arg, word in zip(spec.args, words, strict=False):
+        name, _, kind = arg.partition(":")
+        values[name] = _SHOW[kind](word, names) if kind else word
+    return values
+
+
 def to_error(err: np.ndarray, *, core: int, op: str, tiling_key: int | None, call_index: int,
              gm_names, queue_names, event_names, dtype_names) -> errors.SimulatorError:
-    """Build the SimulatorError a fault record describes."""
+    """Build the SimulatorError a fault record describes, as its declaration in layout.FAULTS says."""
     code, call = int(err[0]), int(err[1])
-    a = [int(v) for v in err[2:]]
+    words = [int(v) for v in err[2:]]
     where = dict(core=core, op=op, tiling_key=tiling_key,
                  call=f"{CALL_NAMES.get(call, f'call {call}')} (call #{call_index})")
+    spec = FAULTS.get(code)
+    if spec is None:
+        return errors.SimulatorError(f"fault code {code} with arguments {words}", **where)
+    names = _Names(gm_names, queue_names, event_names, dtype_names)
+    values = fault_values(spec, words, names)
+    if code in BUILDERS:
+        return BUILDERS[code](values, names, call, call_index, where)
+    if code in DERIVED:
+        values.update(DERIVED[code](values))
+    fields = {attr: tuple(values[n] for n in arg) if isinstance(arg, tuple) else values[arg]
+              for attr, arg in spec.fields}
+    return getattr(errors, spec.error)(spec.message.format(**values), **fields, **where)
 
-    def gm(i):
-        return gm_names[i] if 0 <= i < len(gm_names) else f"GM tensor {i}"
 
-    def que(i):
-        return queue_names[i] if 0 <= i < len(queue_names) else f"queue {i}"
+def _que_owner_how(v) -> dict:
+    if v["state"] == ENQUE:
+        how = "while it is enqueued (after EnQue, before DeQue): the consumer pipe may be reading it"
+    elif v["freed_at"] > 0:
+        how = f"after its FreeTensor (call #{v['freed_at']}): the producer may already be refilling it"
+    else:
+        how = "before any AllocTensor handed it out"
+    return {"how": how}
 
-    def evt(i):
-        return event_names[i] if 0 <= i < len(event_names) else f"event {i}"
 
-    if code == F_GM_OOB:
-        return errors.OutOfBoundsError(
-            f"GM access to bytes [{a[1]}, {a[2]}) of '{gm(a[0])}' is outside the tensor's {a[3]} bytes",
-            tensor=gm(a[0]), byte_range=(a[1], a[2]), **where)
-    if code == F_UB_OOB:
-        return errors.OutOfBoundsError(
-            f"UB access of {a[1]} bytes from the LocalTensor at UB offset {a[0]} exceeds the tensor's "
-            f"{a[2]} bytes", **where)
-    if code == F_UB_NOT_IN_UB:
-        return errors.OutOfBoundsError(
-            f"LocalTensor at byte {a[0]} (+{a[1]} bytes) does not lie inside this core's Unified Buffer", **where)
-    if code == F_UB_ALIGN:
-        return errors.AlignmentError(f"UB address {a[0]} is not {a[1]}-byte aligned", **where)
-    if code == F_PARAM:
-        name = PARAM_NAMES.get(a[0], f"parameter {a[0]}")
-        return errors.ParamRangeError(f"{name} = {a[1]} is outside [{a[2]}, {a[3]}]", **where)
-    if code == F_LEN_MULTIPLE:
-        return errors.AlignmentError(f"blockLen {a[0]} bytes is not a multiple of sizeof(T) = {a[1]}", **where)
-    if code == F_DATACOPY_TRUNC:
-        return errors.AlignmentError(
-            f"DataCopy of {a[0]} bytes is not a multiple of 32 bytes; the hardware would silently move only "
-            f"{a[0] - a[0] % 32} bytes (use DataCopyPad)", **where)
-    if code == F_QUE_STATE:
-        state = STATE_NAMES[a[2]] if 0 <= a[2] < 4 else str(a[2])
-        return errors.QueueError(f"buffer {a[1]} of '{que(a[0])}' is {state}, which this call does not accept",
-                                 **where)
-    if code == F_QUE_DEPTH:
-        return errors.QueueError(f"EnQue on '{que(a[0])}' with {a[1]} tensors already queued exceeds its depth {a[2]}",
-                                 **where)
-    if code == F_QUE_EMPTY:
-        return errors.QueueError(f"DeQue on '{que(a[0])}' with nothing enqueued (would hang on the NPU)", **where)
-    if code == F_QUE_FOREIGN:
-        return errors.QueueError(f"the tensor at UB offset {a[1]} does not belong to '{que(a[0])}'", **where)
-    if code == F_QUE_NO_FREE:
-        return errors.QueueError(f"AllocTensor on '{que(a[0])}': all {a[1]} buffers are in use (would hang on the NPU)",
-                                 **where)
-    if code == F_QUE_KIND:
-        kind = {0: "TQue", 1: "TQueBind", 2: "TBuf"}.get(a[1], str(a[1]))
-        return errors.QueueError(f"'{que(a[0])}' is a {kind}, which this call does not accept", **where)
-    if code == F_ELEM_TYPE:
-        return errors.ElementTypeError(f"different element types, or ones this call does not take: {a[0]}-byte "
-                                     f"destination and {a[1]}-byte source elements (DataCopy, DataCopyPad and Copy "
-                                     f"take one T for both sides)", **where)
-    if code == F_QUE_INDEX:
-        return errors.QueueError(f"queue/TBuf index {a[0]} is not one of the {a[1]} buffers this TPipe's "
-                                 f"InitBuffer calls created", **where)
-    if code == F_EVT_ID:
-        return errors.SyncError(f"event id {a[1]} of {evt(a[0])} is outside [0, 8)", **where)
-    if code == F_EVT_DOUBLE_SET:
-        return errors.SyncError(f"SetFlag<{evt(a[0])}>({a[1]}) while the flag is already set (undefined on the NPU)",
-                                **where)
-    if code == F_EVT_WAIT_UNSET:
-        return _wait_unset_error(evt(a[0]), a, call_index, where)
-    if code == F_EVT_EXHAUSTED:
-        return errors.SyncError(f"FetchEventID<{evt(a[0])}>: all {a[1]} event ids have a SetFlag awaiting its "
-                                f"WaitFlag, so no id is free (on the NPU a SetFlag on a reused id is undefined and "
-                                f"can hang); wait for a flag before fetching another id", **where)
-    if code == F_BARRIER_S:
-        return errors.SyncError("PipeBarrier<PIPE_S> is not allowed", **where)
-    if code == F_CAST_PAIR:
-        return errors.ParamRangeError(
-            f"Cast from {dtype_names(a[1])} to {dtype_names(a[0])} does not support round mode {a[2]}", **where)
-    if code == F_SCALAR_OOB:
-        return errors.OutOfBoundsError(f"index {a[1]} of a {a[2]}-element scalar array (#{a[0]}) is out of range",
-                                       **where)
-    if code == F_COUNT_BYTES:
-        return errors.AlignmentError(
-            f"count covers {a[0]} bytes, not a multiple of {a[1]}: the hardware would silently skip the elements "
-            f"of the last {a[0] % a[1]} bytes (round the count up to whole {a[1]}-byte repeats)", **where)
-    if code == F_UNSUPPORTED:
-        return errors.ElementTypeError(f"{dtype_names(a[0])} data with mode {a[1]} is not supported by this "
-                                       f"instruction on NPU arch {a[2]}", **where)
-    if code == F_PATTERN_TYPE:
-        return errors.ElementTypeError(f"the gather pattern has {a[0]}-byte elements but the data {a[1]}-byte ones; "
-                                       "GatherMask takes a uint16 pattern for 2-byte data, uint32 for 4-byte data",
-                                       **where)
-    if code == F_PIPE_RACE:
-        return _race_error(a, call, call_index, where)
-    if code == F_QUE_OWNER:
-        if a[2] == 2:
-            how = "while it is enqueued (after EnQue, before DeQue): the consumer pipe may be reading it"
-        elif a[3] > 0:
-            how = f"after its FreeTensor (call #{a[3]}): the producer may already be refilling it"
-        else:
-            how = "before any AllocTensor handed it out"
-        return errors.QueueError(f"buffer {a[1]} of '{que(a[0])}' is used {how}", **where)
-    if code == F_SIMT_ARCH:
-        chip = "Ascend 910B / 910_93" if a[0] == 2201 else f"NPU arch {a[0]}"
-        return errors.SimulatorError(f"SIMT (asc_vf_call / Simt::VF_CALL) exists only on Ascend 950 (NPU arch 3510); "
-                                     f"this chip is {chip} (NPU arch {a[0]})", **where)
-    if code == F_SIMT_THREADS:
-        return errors.ParamRangeError(f"threadNums dim3{{{a[0]}, {a[1]}, {a[2]}}}: every dimension must be >= 1 and "
-                                      f"dimx * dimy * dimz at most {a[3]}", **where)
-    if code == F_SIMT_RACE:
-        return errors.PipeRaceError(
-            f"WAW race on GM bytes at 0x{a[2]:x} (+{a[3]}): SIMT threads {a[0]} and {a[1]} of one asc_vf_call both "
-            "store there without an atomic; on the chip the result depends on warp scheduling (give each thread its "
-            "own elements or use Simt::AtomicAdd)", kind="WAW", memory="GM", byte_range=(a[2], a[2] + a[3]),
-            first=dict(thread=a[0], call=CALL_NAMES.get(call, "")),
-            second=dict(thread=a[1], call=CALL_NAMES.get(call, "")), **where)
-    if code == F_SIMT_OOB:
-        if a[0] == 1:
-            return errors.OutOfBoundsError(
-                f"SIMT thread {a[5]} accesses bytes [{a[2]}, {a[3]}) of '{gm(a[1])}', outside the tensor's {a[4]} "
-                "bytes", tensor=gm(a[1]), byte_range=(a[2], a[3]), **where)
-        return errors.OutOfBoundsError(
-            f"SIMT thread {a[5]} accesses bytes [{a[2]}, {a[3]}) of the LocalTensor at UB offset {a[1]}, outside its "
-            f"{a[4]} bytes", **where)
-    if code == F_UNINIT_READ:
-        return _uninit_error(a, que, where)
-    if code == F_OUTLINE:
-        return errors.SimulatorError("internal: the compiled machine-model code of this call could not be loaded "
-                                     "(see the warnings above; clearing the __pycache__ directories recompiles it)",
-                                     **where)
-    return errors.SimulatorError(f"fault code {code} with arguments {a}", **where)
+# Values a fault's message template uses beyond its argument words, computed from them.
+DERIVED: dict[int, Callable[[dict], dict]] = {
+    F_DATACOPY_TRUNC: lambda v: {"moved": v["nbytes"] - v["nbytes"] % BLOCK_BYTES},
+    F_COUNT_BYTES: lambda v: {"rest": v["nbytes"] % v["multiple"]},
+    F_QUE_OWNER: _que_owner_how,
+    F_SIMT_ARCH: lambda v: {"chip": "Ascend 910B / 910_93" if v["arch"] == 2201 else f"NPU arch {v['arch']}"},
+}
 
 
 _PIPES = ("PIPE_S", "PIPE_V", "PIPE_MTE2", "PIPE_MTE3")
 _RACE_VERBS = {0: ("wrote", "reads"), 1: ("read", "writes"), 2: ("wrote", "writes")}
 
 
-def _race_error(a, call, call_index, where):
-    other_pipe, pipe, kind, mem = a[2] & 15, (a[2] >> 4) & 15, (a[2] >> 8) & 15, (a[2] >> 12) & 15
+def _race_error(v, names, call, call_index, where):
+    packed = v["packed"]
+    other_pipe, pipe, kind, mem = packed & 15, (packed >> 4) & 15, (packed >> 8) & 15, (packed >> 12) & 15
     kind_name = ("RAW", "WAR", "WAW")[kind]
     memory = "UB" if mem == 0 else "GM"
-    first = dict(call_index=a[0], call=CALL_NAMES.get(a[1], f"call {a[1]}"), pipe=_PIPES[other_pipe])
+    lo, hi = v["first"], v["end"]
+    first = dict(call_index=v["first_call_number"], call=v["first_call"], pipe=_PIPES[other_pipe])
     second = dict(call_index=call_index, call=CALL_NAMES.get(call, f"call {call}"), pipe=_PIPES[pipe])
     did, does = _RACE_VERBS[kind]
-    where_bytes = f"UB bytes [{a[3]}, {a[4]})" if mem == 0 else f"GM bytes at 0x{a[3]:x} (+{a[4] - a[3]})"
+    where_bytes = f"UB bytes [{lo}, {hi})" if mem == 0 else f"GM bytes at 0x{lo:x} (+{hi - lo})"
     same = other_pipe == pipe
     fix = ("a PipeBarrier<" + _PIPES[pipe] + "> between them" if same else
            f"SetFlag<{_PIPES[other_pipe][5:]}_{_PIPES[pipe][5:]}> / WaitFlag (or the queue's EnQue / DeQue) between "
            "them")
     return errors.PipeRaceError(
-        f"{kind_name} race on {where_bytes}: {first['pipe']} {first['call']} (call #{a[0]}) {did} them and "
-        f"{second['pipe']} {second['call']} (call #{call_index}) {does} them with nothing ordering the two "
-        f"(add {fix})", kind=kind_name, memory=memory, byte_range=(a[3], a[4]), first=first, second=second,
+        f"{kind_name} race on {where_bytes}: {first['pipe']} {first['call']} (call #{v['first_call_number']}) {did} "
+        f"them and {second['pipe']} {second['call']} (call #{call_index}) {does} them with nothing ordering the two "
+        f"(add {fix})", kind=kind_name, memory=memory, byte_range=(lo, hi), first=first, second=second,
         **where)
 
 
@@ -249,32 +174,66 @@ def flag_pipes(event: str) -> tuple[str, str]:
     return f"PIPE_{src}", f"PIPE_{dst}"
 
 
-def _wait_unset_error(event: str, a, call_index, where):
+def _wait_unset_error(v, names, call, call_index, where):
+    event, event_id, last_wait = v["event"], v["id"], v["last_wait_call"]
     src, dst = flag_pipes(event)
-    up = [i for i in range(8) if (a[2] >> i) & 1]
+    up = [i for i in range(8) if (v["ids_up"] >> i) & 1]
     hints = []
     if up:
         hints.append(f"SetFlag<{event}> is up for id(s) {', '.join(map(str, up))}: a WaitFlag on the wrong id?")
-    if a[3] > 0:
-        hints.append(f"WaitFlag<{event}>({a[1]}) at call #{a[3]} already took this flag down: one WaitFlag per SetFlag")
+    if last_wait > 0:
+        hints.append(f"WaitFlag<{event}>({event_id}) at call #{last_wait} already took this flag down: one WaitFlag "
+                     "per SetFlag")
     hint = (" " + " ".join(hints)) if hints else ""
     return errors.UnpairedFlagError(
-        f"WaitFlag<{event}>({a[1]}): {dst} waits for {src} but no SetFlag<{event}>({a[1]}) is up before it, so the "
-        f"pipe would wait forever on the NPU (set the flag before waiting for it).{hint}",
-        event=event, event_id=a[1], src_pipe=src, dst_pipe=dst, wait_call=call_index,
-        last_wait_call=a[3] if a[3] > 0 else None, **where)
+        f"WaitFlag<{event}>({event_id}): {dst} waits for {src} but no SetFlag<{event}>({event_id}) is up before it, "
+        f"so the pipe would wait forever on the NPU (set the flag before waiting for it).{hint}",
+        event=event, event_id=event_id, src_pipe=src, dst_pipe=dst, wait_call=call_index,
+        last_wait_call=last_wait if last_wait > 0 else None, **where)
 
 
-def _uninit_error(a, que, where):
-    mem, lo, hi, q = a[0], a[1], a[2], a[3]
-    if mem == 1:
+def _uninit_error(v, names, call, call_index, where):
+    lo, hi, q = v["first"], v["end"], v["queue"]
+    if v["memory"] == MEM_GM:
         return errors.UninitializedReadError(
             f"read of workspace bytes [{lo}, {hi}) that no core wrote in this launch (the workspace comes "
             "uninitialised: write or zero it first, e.g. InitOutput, before reading it)", memory="GM",
             buffer="workspace", byte_range=(lo, hi), **where)
-    name = que(q) if q >= 0 else None
+    name = _SHOW["queue"](q, names) if q >= 0 else None
     inside = f" of '{name}'" if name else " outside every buffer"
     return errors.UninitializedReadError(
         f"read of UB bytes [{lo}, {hi}){inside} that no call wrote since the TPipe was built (InitBuffer does not "
         "initialise the UB: copy in, Duplicate or compute them first)", memory="UB", buffer=name, byte_range=(lo, hi),
         **where)
+
+
+def _simt_oob_error(v, names, call, call_index, where):
+    lo, hi, size, thread = v["first"], v["end"], v["tensor_bytes"], v["thread"]
+    if v["memory"] == 1:
+        tensor = _SHOW["gm"](v["where"], names)
+        return errors.OutOfBoundsError(
+            f"SIMT thread {thread} accesses bytes [{lo}, {hi}) of '{tensor}', outside the tensor's {size} bytes",
+            tensor=tensor, byte_range=(lo, hi), **where)
+    return errors.OutOfBoundsError(
+        f"SIMT thread {thread} accesses bytes [{lo}, {hi}) of the LocalTensor at UB offset {v['where']}, outside its "
+        f"{size} bytes", **where)
+
+
+def _simt_race_error(v, names, call, call_index, where):
+    return errors.PipeRaceError(
+        f"WAW race on GM bytes at 0x{v['address']:x} (+{v['nbytes']}): SIMT threads {v['first_thread']} and "
+        f"{v['second_thread']} of one asc_vf_call both store there without an atomic; on the chip the result depends "
+        "on warp scheduling (give each thread its own elements or use Simt::AtomicAdd)", kind="WAW", memory="GM",
+        byte_range=(v["address"], v["address"] + v["nbytes"]),
+        first=dict(thread=v["first_thread"], call=CALL_NAMES.get(call, "")),
+        second=dict(thread=v["second_thread"], call=CALL_NAMES.get(call, "")), **where)
+
+
+# The faults whose error is more than a message template: (values, names, call, call index, where) -> error.
+BUILDERS = {
+    F_PIPE_RACE: _race_error,
+    F_EVT_WAIT_UNSET: _wait_unset_error,
+    F_UNINIT_READ: _uninit_error,
+    F_SIMT_OOB: _simt_oob_error,
+    F_SIMT_RACE: _simt_race_error,
+}

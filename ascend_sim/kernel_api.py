@@ -82,6 +82,9 @@ from .events import (
     sync_pipes,
     wait_flag,
 )
+
+# the UB block (32 bytes) and bytes rounded up to it
+from .layout import BLOCK_BYTES, align32
 from .local import ub_f32, ub_i8, ub_i16, ub_i32, ub_i64, ub_like, ub_offset, ub_u8, ub_u16, ub_u32, view_as
 from .mask import (
     CMP_EQ,
@@ -96,6 +99,9 @@ from .mask import (
     compare_scalar,
     gather_mask,
 )
+
+# queue / TBuf ids from the buffer-name tuple
+from .pipe import buffer_ids
 from .queue import alloc_tensor, de_que, en_que, free_tensor, tbuf_get, tbuf_get_with_offset
 
 # MicroAPI (arch35 __VEC_SCOPE__ register instructions)

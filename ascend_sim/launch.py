@@ -493,88 +493,118 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
     block_dim = errors.whole_number("block_dim", block_dim, 1, 2 ** 31 - 1, "blocks",
                                     lambda message: errors.SimulatorError(message, **where))
     programs = _Programs(kernel, args)
-    phases = programs.phases
     memo = {} if memo is None else memo
     key = (id(kernel), block_dim, chip, tuple(plan))
     if memo.get("plans_for") != key:
-        memo["plans_for"], memo["plans"], memo["compiled"] = key, _lay_out(kernel, phases, plan, block_dim, args,
-                                                                           chip, ub_advice, where), False
-    layout: _Layout = memo["plans"]
+        memo["plans_for"], memo["plans"], memo["compiled"] = key, _lay_out(kernel, programs.phases, plan, block_dim,
+                                                                           args, chip, ub_advice, where), False
     every_item = programs.every_item()
     if any(item[0] == _SYNC for item in every_item) and block_dim > chip.aiv_num:
         raise errors.SyncError(
             f"SyncAll() with {block_dim} blocks on a chip with {chip.aiv_num} vector cores: the blocks would run "
             "in several rounds and the barrier would deadlock", call="SyncAll", **where)
-    cost = chip_cost(chip)
-    request = current_request()
-    trace_rows = request.rows_for(block_dim) if request is not None else {}
-    crew = CORE_SETS.take(block_dim, chip.ub_size, QUE_BASE + layout.slots)
-    crew.reset(_state_template(crew.width, chip.max_block_count, chip.npu_arch, cost, min(block_dim, chip.aiv_num)))
-    cores, states = crew.cores, crew.states
-    if cost.enabled:
-        gm_cost.attach_l2(states, *crew.l2_tables(cost.l2_table(min(block_dim, chip.aiv_num))[0]))
-        if cost.same_address_bytes_per_cycle > 0:
-            gm_cost.attach_same_address_log(states, crew.same_address_log(SAME_ADDRESS_LOG_ENTRIES))
-    traces = {i: np.zeros((rows, TRACE_COLS), dtype=np.int64) for i, rows in trace_rows.items()}
-    for i, rows in traces.items():
-        timeline.attach_trace(cores[i].state, rows)
-    shadows = [checking.attach(core.state, check_mode, chip.ub_size, kernel.waivers)
-               for core in cores] if check_mode else []
-    # GM accesses of different cores, checked at every SyncAll and at the end (crosscore.py), in the race modes
-    cross = crosscore.CrossCore(states, check_mode, kernel.waivers, crosscore.gm_tensors(args, gm_names),
-                                where) if check_mode & MODE_RACES else None
-    queue_waivers = layout.queue_waivers
-    init_waivers = checking.init_waiver_bits(kernel.name, kernel.waivers, phases) if check_mode else []
-    workspace_map = checking.attach_workspace(states, workspace, kernel.waivers) if check_mode & MODE_INIT else None
-    sync_marks = []
-    live_phase = [-1] * block_dim
-    program = [programs.top] * block_dim     # each core's items; a branch splices its chosen arm in
-    pc = [0] * block_dim
+    run = _Run(kernel, programs, memo["plans"], block_dim, args, chip, tuple(gm_names), where, check_mode, workspace)
+    compile_s = run.compile(every_item, memo, on_compile)
     threads = min(threads, block_dim)
-    compile_s = 0.0
-    entries, unknown = _known_entries(every_item, cores[0])
-    if not memo["compiled"]:
-        if unknown:
-            compile_s = ensure_compiled(_stage_calls(programs), on_compile)
-        memo["compiled"] = True
-    for item, entry_key, call in unknown:
-        entries[id(item)] = _remember_entry(entry_key, item[2], call)
+    wall = run.run_rounds(threads)
+    run.check_flags_down()
+    report = run.report(threads, wall, compile_s, reference)
+    if run.request is not None:
+        run.request.took(report)
+    return report
 
-    def start_all(item) -> None:
+
+class _Run:
+    """One launch in progress: the cores (a CoreSet from the pool) and where each one is in its program.
+
+    launch() drives it through its steps: __init__ (take the cores, attach the cost model's tables, the trace and
+    the checked mode's state), compile (every stage compiled or loaded), run_rounds (the cores run between
+    SyncAll() barriers until all end), check_flags_down (no flag left up) and report (the RunReport; the cores go
+    back to the pool). Between two barriers run_core runs on several threads at once, each on its own core: the
+    per-core lists (live_phase, program, pc) are only ever written at a core's own index.
+    """
+
+    def __init__(self, kernel: Kernel, programs: _Programs, layout: _Layout, block_dim: int, args: tuple, chip,
+                 gm_names: tuple, where: dict, check_mode: int, workspace):
+        self.kernel, self.programs, self.layout, self.block_dim, self.args = kernel, programs, layout, block_dim, args
+        self.chip, self.gm_names, self.where, self.check_mode = chip, gm_names, where, check_mode
+        self.phases = phases = programs.phases
+        self.cost = cost = chip_cost(chip)
+        self.request = request = current_request()
+        self.trace_rows = request.rows_for(block_dim) if request is not None else {}
+        self.crew = crew = CORE_SETS.take(block_dim, chip.ub_size, QUE_BASE + layout.slots)
+        crew.reset(_state_template(crew.width, chip.max_block_count, chip.npu_arch, cost,
+                                   min(block_dim, chip.aiv_num)))
+        self.cores, self.states = cores, states = crew.cores, crew.states
+        if cost.enabled:
+            gm_cost.attach_l2(states, *crew.l2_tables(cost.l2_table(min(block_dim, chip.aiv_num))[0]))
+            if cost.same_address_bytes_per_cycle > 0:
+                gm_cost.attach_same_address_log(states, crew.same_address_log(SAME_ADDRESS_LOG_ENTRIES))
+        self.traces = {i: np.zeros((rows, TRACE_COLS), dtype=np.int64) for i, rows in self.trace_rows.items()}
+        for i, rows in self.traces.items():
+            timeline.attach_trace(cores[i].state, rows)
+        # the states hold the addresses of the shadows and of the workspace map: both live as long as the run does
+        self.shadows = [checking.attach(core.state, check_mode, chip.ub_size, kernel.waivers)
+                        for core in cores] if check_mode else []
+        # GM accesses of different cores, checked at every SyncAll and at the end (crosscore.py), in the race modes
+        self.cross = crosscore.CrossCore(states, check_mode, kernel.waivers, crosscore.gm_tensors(args, gm_names),
+                                         where) if check_mode & MODE_RACES else None
+        self.init_waivers = checking.init_waiver_bits(kernel.name, kernel.waivers, phases) if check_mode else []
+        self.workspace_map = checking.attach_workspace(states, workspace, kernel.waivers) \
+            if check_mode & MODE_INIT else None
+        self.sync_marks: list = []
+        self.live_phase = [-1] * block_dim      # the phase whose TPipe each core has built (-1: none yet)
+        self.program = [programs.top] * block_dim     # each core's items; a branch splices its chosen arm in
+        self.pc = [0] * block_dim
+        self.entries: dict = {}
+
+    def compile(self, every_item, memo: dict, on_compile) -> float:
+        """Every stage's compiled entry, compiled (or loaded) now if this memo has not seen it; the seconds it
+        took. Then the TPipe of the first stage is built on all cores."""
+        self.entries, unknown = _known_entries(every_item, self.cores[0])
+        compile_s = 0.0
+        if not memo["compiled"]:
+            if unknown:
+                compile_s = ensure_compiled(_stage_calls(self.programs), on_compile)
+            memo["compiled"] = True
+        for item, entry_key, call in unknown:
+            self.entries[id(item)] = _remember_entry(entry_key, item[2], call)
+        if self.programs.top:
+            self.start_all(self.programs.top[0])
+        return compile_s
+
+    def start_all(self, item) -> None:
         """Where every core's next item is this stage of a TPipe none has live: build that TPipe on all cores at
         once, as each core's start_pipe would when it reached the stage."""
-        p = item[1]
+        p, live_phase, block_dim = item[1], self.live_phase, self.block_dim
         if item[0] != _STAGE or live_phase.count(live_phase[0]) != block_dim or live_phase[0] == p:
             return
-        crew.start_pipes(core_tables[p])
-        if check_mode:
-            new_tpipe = live_phase[0] < 0 or phases[live_phase[0]].pipe != phases[p].pipe
-            for core, shadow in zip(cores, shadows, strict=True):
-                checking.pipe_built(core.state, shadow, init_waivers[p], new_tpipe)
+        self.crew.start_pipes(self.layout.core_tables[p])
+        if self.check_mode:
+            new_tpipe = live_phase[0] < 0 or self.phases[live_phase[0]].pipe != self.phases[p].pipe
+            for core, shadow in zip(self.cores, self.shadows, strict=True):
+                checking.pipe_built(core.state, shadow, self.init_waivers[p], new_tpipe)
         live_phase[:] = [p] * block_dim
-        states[:, CHK_OWN_WAIVE] = queue_waivers[p]
+        self.states[:, CHK_OWN_WAIVE] = self.layout.queue_waivers[p]
 
-    core_tables = layout.core_tables
-    if programs.top:
-        start_all(programs.top[0])
+    def fault_error(self, core) -> errors.SimulatorError:
+        """The SimulatorError of the fault a core recorded, its queues named after its live TPipe's."""
+        p = max(self.live_phase[core.block_idx], 0)
+        return to_error(fault_record(core), core=core.block_idx, op=self.kernel.op, tiling_key=self.where["tiling_key"],
+                        call_index=int(core.state[FAULT_CALL_INDEX]), gm_names=self.gm_names,
+                        queue_names=self.phases[p].buffers, event_names=HARD_EVENT_NAMES, dtype_names=dt_name)
 
-    def fault_error(core) -> errors.SimulatorError:
-        p = max(live_phase[core.block_idx], 0)
-        return to_error(fault_record(core), core=core.block_idx, op=kernel.op, tiling_key=tiling_key,
-                        call_index=int(core.state[FAULT_CALL_INDEX]), gm_names=tuple(gm_names),
-                        queue_names=phases[p].buffers, event_names=HARD_EVENT_NAMES, dtype_names=dt_name)
-
-    def choose_arm(item, i: int) -> int:
+    def choose_arm(self, item, i: int) -> int:
         branch = item[1]
-        arm = branch.choose(cores[i], *args)
+        arm = branch.choose(self.cores[i], *self.args)
         if isinstance(arm, bool) or not isinstance(arm, (int, np.integer)) or not 0 <= arm < len(branch.arms):
             raise errors.SimulatorError(f"branch {branch.name!r} chose arm {arm!r}; it has {len(branch.arms)}",
-                                        core=i, call=f"if ({branch.name})", **where)
+                                        core=i, call=f"if ({branch.name})", **self.where)
         return int(arm)
 
-    def run_core(i: int):
+    def run_core(self, i: int):
         """Run core i up to its next SyncAll (returns True) or its end (False); an exception is returned."""
-        core = cores[i]
+        core, pc, program, live_phase = self.cores[i], self.pc, self.program, self.live_phase
         try:
             items = program[i]
             while pc[i] < len(items):
@@ -583,100 +613,114 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
                 if item[0] == _SYNC:
                     return True
                 if item[0] == _BRANCH:
-                    items = program[i] = programs.arm(item[1], choose_arm(item, i)) + items[pc[i]:]
+                    items = program[i] = self.programs.arm(item[1], self.choose_arm(item, i)) + items[pc[i]:]
                     pc[i] = 0
                     continue
                 _, p, stage, stage_args = item
                 if live_phase[i] != p:
-                    tables = core_tables[p]
+                    tables = self.layout.core_tables[p]
                     start_pipe(core, tables[i] if len(tables) > 1 else tables[0])
-                    if check_mode:      # a new TPipe starts after the old one's work (TPipe::Destroy waits for it)
-                        checking.pipe_built(core.state, shadows[i], init_waivers[p],
-                                            live_phase[i] < 0 or phases[live_phase[i]].pipe != phases[p].pipe)
+                    if self.check_mode:     # a new TPipe starts after the old one's work (TPipe::Destroy waits for it)
+                        checking.pipe_built(core.state, self.shadows[i], self.init_waivers[p],
+                                            live_phase[i] < 0 or self.phases[live_phase[i]].pipe != self.phases[p].pipe)
                     live_phase[i] = p
-                    core.state[CHK_OWN_WAIVE] = queue_waivers[p]
-                entries[id(item)](core, *stage_args)
+                    core.state[CHK_OWN_WAIVE] = self.layout.queue_waivers[p]
+                self.entries[id(item)](core, *stage_args)
                 if core.state[ERR_BASE] != 0:
                     return False
         except Exception as failure:  # noqa: BLE001 - kernels record faults; anything else is a simulator bug
             return failure
         return False
 
-    start = time.perf_counter()
-    barriers = 0
-    while True:
-        outcomes: list = [None] * block_dim
-        _run_round(run_core, block_dim, threads, outcomes, (kernel.op, kernel.name, block_dim, barriers))
-        for core, outcome in zip(cores, outcomes, strict=True):
-            if isinstance(outcome, Exception):
-                raise errors.SimulatorError(f"{type(outcome).__name__} inside the kernel: {outcome}",
-                                            core=core.block_idx, call=f"after call #{int(core.state[CNT_CALLS])}",
-                                            **where) from outcome
-            if core.state[ERR_BASE] != 0:
-                raise fault_error(core)
-        waiting = [i for i, o in enumerate(outcomes) if o is True]
-        if not waiting:
-            break
-        if len(waiting) < block_dim:
-            done = [i for i, o in enumerate(outcomes) if o is False]
-            raise errors.SyncError(
-                f"core(s) {_core_list(waiting)} reached SyncAll() #{barriers + 1} but core(s) {_core_list(done)} "
-                f"ended the kernel after {barriers}: on the chip the waiting cores would hang (cores must reach "
-                "SyncAll() the same number of times)", core=waiting[0], call=f"SyncAll #{barriers + 1}", **where)
-        barriers += 1
+    def run_rounds(self, threads: int) -> float:
+        """Run every core to its end, round by round between SyncAll() barriers (the first fault, exception or
+        unmatched barrier raises); the host seconds it took."""
+        kernel, block_dim, cores, where = self.kernel, self.block_dim, self.cores, self.where
+        program, pc = self.program, self.pc
+        start = time.perf_counter()
+        barriers = 0
+        while True:
+            outcomes: list = [None] * block_dim
+            _run_round(self.run_core, block_dim, threads, outcomes, (kernel.op, kernel.name, block_dim, barriers))
+            for core, outcome in zip(cores, outcomes, strict=True):
+                if isinstance(outcome, Exception):
+                    raise errors.SimulatorError(f"{type(outcome).__name__} inside the kernel: {outcome}",
+                                                core=core.block_idx, call=f"after call #{int(core.state[CNT_CALLS])}",
+                                                **where) from outcome
+                if core.state[ERR_BASE] != 0:
+                    raise self.fault_error(core)
+            waiting = [i for i, o in enumerate(outcomes) if o is True]
+            if not waiting:
+                break
+            if len(waiting) < block_dim:
+                done = [i for i, o in enumerate(outcomes) if o is False]
+                raise errors.SyncError(
+                    f"core(s) {_core_list(waiting)} reached SyncAll() #{barriers + 1} but core(s) {_core_list(done)} "
+                    f"ended the kernel after {barriers}: on the chip the waiting cores would hang (cores must reach "
+                    "SyncAll() the same number of times)", core=waiting[0], call=f"SyncAll #{barriers + 1}", **where)
+            barriers += 1
+            self.sync_all()
+            if all(items is program[0] for items in program) and pc.count(pc[0]) == block_dim \
+                    and pc[0] < len(program[0]):
+                self.start_all(program[0][pc[0]])
+        return time.perf_counter() - start
+
+    def sync_all(self) -> None:
+        """A SyncAll() barrier every core has reached: counted, timed and (checked mode) ordered."""
+        states = self.states
         states[:, CNT_SYNC_ALL] += 1
-        if cost.enabled:
-            sync_marks.append(_barrier(states, cost.sync_all_cycles))
-        if check_mode:          # with checked mode off no core has a checker state to advance
-            if cross is not None:
-                cross.phase_end()
-            checking.sync_all([core.state for core in cores])
-        if all(items is program[0] for items in program) and pc.count(pc[0]) == block_dim \
-                and pc[0] < len(program[0]):
-            start_all(program[0][pc[0]])
-    wall = time.perf_counter() - start
+        if self.cost.enabled:
+            self.sync_marks.append(_barrier(states, self.cost.sync_all_cycles))
+        if self.check_mode:          # with checked mode off no core has a checker state to advance
+            if self.cross is not None:
+                self.cross.phase_end()
+            checking.sync_all([core.state for core in self.cores])
 
-    if states[:, FLAG_BASE:MEMBER_BASE].any():
-        core = cores[int(np.flatnonzero(states[:, FLAG_BASE:MEMBER_BASE].any(axis=1))[0])]
-        evt, event_id = (int(v) for v in np.argwhere(flags(core) != 0)[0])
-        raise _leaked_flag(core, evt, event_id, where)
+    def check_flags_down(self) -> None:
+        """A flag some core left up at the end of the kernel is an UnpairedFlagError."""
+        states = self.states
+        if states[:, FLAG_BASE:MEMBER_BASE].any():
+            core = self.cores[int(np.flatnonzero(states[:, FLAG_BASE:MEMBER_BASE].any(axis=1))[0])]
+            evt, event_id = (int(v) for v in np.argwhere(flags(core) != 0)[0])
+            raise _leaked_flag(core, evt, event_id, self.where)
 
-    # the states go back to the pool below: what the report needs is copied out first, and turned into
-    # CoreReport / CoreTime objects only when someone reads them
-    core_reports = deferred(functools.partial(_core_reports, states[:, :N_COUNTERS].copy()))
-    l2_hit_bytes = int(states[:, TL_L2_HIT_BYTES].sum())
-    same_address: int | deferred = 0
-    if cost.enabled and cost.same_address_bytes_per_cycle > 0:
-        used = states[:, TL_SAME_N].copy()
-        same_address = deferred(functools.partial(gm_cost.same_address_bytes,
-                                                  crew.same_address_logs[:, :2 * int(used.max(initial=0))].copy(), used,
-                                                  chip.aiv_num))
-    times = functools.partial(_core_times, states[:, TL_END:TL_DONE + N_PIPES].copy())
-    trace = None
-    if trace_rows:
-        trace = KernelTrace(tuple(CoreTrace(i, rows[: int(min(cores[i].state[TL_TRACE_N], len(rows)))],
-                                            int(cores[i].state[TL_TRACE_N])) for i, rows in traces.items()),
-                            tuple(sync_marks))
-    extra = dict(checked=check_mode, waived_races=int(states[:, CHK_WAIVED].sum())) if check_mode else {}
-    if cross is not None:
-        extra.update(cross.finish())
-    if check_mode & MODE_INIT:
-        extra["waived_uninit_reads"] = int(states[:, CHK_INIT_WAIVED].sum())
-    # the checked cores' shadows lived until here (the closures above hold the name, so it is not narrowed to None)
-    shadows = None  # type: ignore[assignment]
-    del workspace_map   # and the workspace's written-byte map
-    CORE_SETS.give(crew)
-    report = RunReport(
-        op=kernel.op, kernel=kernel.name, tiling_key=tiling_key, block_dim=block_dim, soc=chip.name,
-        ub_capacity_bytes=chip.ub_size, ub_plan=layout.ub_plan, ub_plan_bytes=layout.ub_plan_bytes,
-        # cores and estimate are made on first read: RunReport's fields resolve a deferred (report._MaybeDeferred)
-        cores=cast(tuple, core_reports), wall_time_s=wall, threads=threads, compile_time_s=compile_s, extra=extra,
-        estimate=cast(Any, deferred(functools.partial(_estimate, cost, chip.aiv_num, times, core_reports,
-                                                      len(sync_marks), l2_hit_bytes, same_address))),
-        trace=trace, reference=reference)
-    if request is not None:
-        request.took(report)
-    return report
+    def report(self, threads: int, wall: float, compile_s: float, reference) -> RunReport:
+        """The RunReport; the cores go back to the pool, so what it needs of their states is copied out first and
+        turned into CoreReport / CoreTime objects only when someone reads them."""
+        states, cost, chip, cores, crew = self.states, self.cost, self.chip, self.cores, self.crew
+        core_reports = deferred(functools.partial(_core_reports, states[:, :N_COUNTERS].copy()))
+        l2_hit_bytes = int(states[:, TL_L2_HIT_BYTES].sum())
+        same_address: int | deferred = 0
+        if cost.enabled and cost.same_address_bytes_per_cycle > 0:
+            used = states[:, TL_SAME_N].copy()
+            same_address = deferred(functools.partial(gm_cost.same_address_bytes,
+                                                      crew.same_address_logs[:, :2 * int(used.max(initial=0))].copy(),
+                                                      used, chip.aiv_num))
+        times = functools.partial(_core_times, states[:, TL_END:TL_DONE + N_PIPES].copy())
+        trace = None
+        if self.trace_rows:
+            trace = KernelTrace(tuple(CoreTrace(i, rows[: int(min(cores[i].state[TL_TRACE_N], len(rows)))],
+                                                int(cores[i].state[TL_TRACE_N])) for i, rows in self.traces.items()),
+                                tuple(self.sync_marks))
+        check_mode = self.check_mode
+        extra = dict(checked=check_mode, waived_races=int(states[:, CHK_WAIVED].sum())) if check_mode else {}
+        if self.cross is not None:
+            extra.update(self.cross.finish())
+        if check_mode & MODE_INIT:
+            extra["waived_uninit_reads"] = int(states[:, CHK_INIT_WAIVED].sum())
+        # the checked cores' shadows and the workspace map lived until here
+        self.shadows = []
+        self.workspace_map = None
+        CORE_SETS.give(crew)
+        kernel, layout = self.kernel, self.layout
+        return RunReport(
+            op=kernel.op, kernel=kernel.name, tiling_key=self.where["tiling_key"], block_dim=self.block_dim,
+            soc=chip.name, ub_capacity_bytes=chip.ub_size, ub_plan=layout.ub_plan, ub_plan_bytes=layout.ub_plan_bytes,
+            # cores and estimate are made on first read: RunReport's fields resolve a deferred (report._MaybeDeferred)
+            cores=cast(tuple, core_reports), wall_time_s=wall, threads=threads, compile_time_s=compile_s, extra=extra,
+            estimate=cast(Any, deferred(functools.partial(_estimate, cost, chip.aiv_num, times, core_reports,
+                                                          len(self.sync_marks), l2_hit_bytes, same_address))),
+            trace=trace, reference=reference)
 
 
 def _leaked_flag(core, evt: int, event_id: int, where: dict) -> errors.UnpairedFlagError:

@@ -7,7 +7,21 @@ time; _jit.source_stamp therefore stamps every kernel with this file).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
+
+# The Unified Buffer's block (GetUbBlockSize): UB addresses and DataCopy lengths come in whole blocks, and
+# InitBuffer rounds buffer lengths up to them. The one definition: host tilings, the simulator and kernels
+# all read it from here.
+BLOCK_BYTES = 32
+
+
+def align32(nbytes):
+    """`nbytes` rounded up to whole UB blocks (bytes). Plain Python for the host; datacopy.py registers it as a
+    device function too, so kernels and the host round with the same code."""
+    return (nbytes + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES
+
 
 # --- a core's state array (core.py) ----------------------------------------------------------
 # Pipes of a vector core (PipeBarrier<PIPE_X> and the timeline's lanes).
@@ -218,223 +232,242 @@ Q_READY_V = Q_FREE_CALL + MAX_BUFFERS_PER_POSITION
 Q_FREE_V = Q_READY_V + 4 * MAX_BUFFERS_PER_POSITION
 QUE_COLS = Q_FREE_V + 4 * MAX_BUFFERS_PER_POSITION
 
-# --- AscendC calls (fault record word 1) ---------------------------------------------------
-CALL_DATA_COPY_PAD_IN = 1
-CALL_DATA_COPY_PAD_OUT = 2
-CALL_DATA_COPY_IN = 3
-CALL_DATA_COPY_OUT = 4
-CALL_ALLOC_TENSOR = 5
-CALL_ENQUE = 6
-CALL_DEQUE = 7
-CALL_FREE_TENSOR = 8
-CALL_TBUF_GET = 9
-CALL_SET_FLAG = 10
-CALL_WAIT_FLAG = 11
-CALL_PIPE_BARRIER = 12
-CALL_CAST = 13
-CALL_MULS = 14
-CALL_MUL = 15
-CALL_ADD = 16
-CALL_DUPLICATE = 17
-CALL_COPY = 18
-CALL_BLOCK_REDUCE_SUM = 19
-CALL_WHOLE_REDUCE_SUM = 20
-CALL_GM_GET_VALUE = 21
-CALL_GM_SET_VALUE = 22
-CALL_UB_GET_VALUE = 23
-CALL_UB_SET_VALUE = 24
-CALL_INIT_OUTPUT = 25
-CALL_REINTERPRET_CAST = 26
-CALL_SCALAR_ARRAY = 27
-CALL_ADDS = 28
-CALL_DATA_COPY_UB = 29
-CALL_ARITH_PROGRESSION = 40
-CALL_SORT = 41
-CALL_EXTRACT = 42
-CALL_MRG_SORT = 43
-CALL_CONCAT = 44
-CALL_DUPLICATE_MASK = 45
-CALL_VF = 46
-CALL_FETCH_EVENT_ID = 47
+# --- AscendC calls: one declaration each ----------------------------------------------------
+# `CALL_X = _call(id, AscendC name, trace arguments)` is the only place a call is declared: CALL_NAMES (fault
+# messages, checked-mode waivers, the cost model's per-call figures, the trace) and CALL_TRACE_ARGS derive from it.
+# The id goes into word 1 of a fault record, the trace rows and (below 64) the per-call cost table; the trace
+# arguments name the two words a trace row holds besides the call ("bytes", "rows" for a DMA; "repeats" for most
+# vector calls). tests/ascend_sim/test_declarations.py checks that every call is declared once and issued somewhere.
+
+
+class CallSpec(NamedTuple):
+    """One AscendC call the simulator models."""
+    id: int
+    name: str                   # as fault messages and traces show it, e.g. "DataCopyPad(GM->UB)"
+    trace_args: tuple           # names of the trace row's argument words
+
+
+CALLS: dict[int, CallSpec] = {}
+
+
+def _call(call_id: int, name: str, trace_args: tuple = ("repeats",)) -> int:
+    if call_id in CALLS or any(c.name == name for c in CALLS.values()):
+        raise ValueError(f"AscendC call {call_id} ({name}) declared twice")
+    CALLS[call_id] = CallSpec(call_id, name, tuple(trace_args))
+    return call_id
+
+
+CALL_DATA_COPY_PAD_IN = _call(1, "DataCopyPad(GM->UB)", ("bytes", "rows"))
+CALL_DATA_COPY_PAD_OUT = _call(2, "DataCopyPad(UB->GM)", ("bytes", "rows"))
+CALL_DATA_COPY_IN = _call(3, "DataCopy(GM->UB)", ("bytes", "rows"))
+CALL_DATA_COPY_OUT = _call(4, "DataCopy(UB->GM)", ("bytes", "rows"))
+CALL_ALLOC_TENSOR = _call(5, "AllocTensor", ("queue", "buffer"))
+CALL_ENQUE = _call(6, "EnQue", ("queue", "buffer"))
+CALL_DEQUE = _call(7, "DeQue", ("queue", "buffer"))
+CALL_FREE_TENSOR = _call(8, "FreeTensor", ("queue", "buffer"))
+CALL_TBUF_GET = _call(9, "TBuf::Get", ("arg",))
+CALL_SET_FLAG = _call(10, "SetFlag", ("event", "id"))
+CALL_WAIT_FLAG = _call(11, "WaitFlag", ("event", "id"))
+CALL_PIPE_BARRIER = _call(12, "PipeBarrier", ("pipe",))
+CALL_CAST = _call(13, "Cast")
+CALL_MULS = _call(14, "Muls")
+CALL_MUL = _call(15, "Mul")
+CALL_ADD = _call(16, "Add")
+CALL_DUPLICATE = _call(17, "Duplicate")
+CALL_COPY = _call(18, "Copy")
+CALL_BLOCK_REDUCE_SUM = _call(19, "BlockReduceSum")
+CALL_WHOLE_REDUCE_SUM = _call(20, "WholeReduceSum")
+CALL_GM_GET_VALUE = _call(21, "GlobalTensor::GetValue", ("arg",))
+CALL_GM_SET_VALUE = _call(22, "GlobalTensor::SetValue", ("arg",))
+CALL_UB_GET_VALUE = _call(23, "LocalTensor::GetValue", ("arg",))
+CALL_UB_SET_VALUE = _call(24, "LocalTensor::SetValue", ("arg",))
+CALL_INIT_OUTPUT = _call(25, "InitOutput", ("bytes", "rows"))
+CALL_REINTERPRET_CAST = _call(26, "ReinterpretCast")
+CALL_SCALAR_ARRAY = _call(27, "scalar array access")
+CALL_ADDS = _call(28, "Adds")
+CALL_DATA_COPY_UB = _call(29, "DataCopy(UB->UB)")
+CALL_ARITH_PROGRESSION = _call(40, "ArithProgression")
+CALL_SORT = _call(41, "Sort")
+CALL_EXTRACT = _call(42, "Extract")
+CALL_MRG_SORT = _call(43, "MrgSort")
+CALL_CONCAT = _call(44, "Concat")
+CALL_DUPLICATE_MASK = _call(45, "Duplicate(mask)")
+CALL_VF = _call(46, "vector function (__VEC_SCOPE__)")
+CALL_FETCH_EVENT_ID = _call(47, "TPipe::FetchEventID")
 # MicroAPI register instructions (regbase.py); a VF is one CALL_VF in the timeline and checked mode, these ids
 # only name the instruction in a fault record
-CALL_R_MASK_AND = 30
-CALL_R_VEC_SCOPE = 48
-CALL_R_CREATE_MASK = 49
-CALL_R_UPDATE_MASK = 50
-CALL_R_LOAD = 51
-CALL_R_STORE = 52
-CALL_R_ADD = 53
-CALL_R_DUPLICATE = 54
-CALL_R_ARANGE = 55
-CALL_R_CAST = 56
-CALL_R_COMPARE = 57
-CALL_R_SELECT = 58
-CALL_R_REDUCE_SUM = 59
-CALL_R_GATHER_MASK = 62
-CALL_R_INTERLEAVE = 63
+CALL_R_MASK_AND = _call(30, "MicroAPI::MaskAnd")
+CALL_R_VEC_SCOPE = _call(48, "__VEC_SCOPE__")
+CALL_R_CREATE_MASK = _call(49, "MicroAPI::CreateMask")
+CALL_R_UPDATE_MASK = _call(50, "MicroAPI::UpdateMask")
+CALL_R_LOAD = _call(51, "MicroAPI::DataCopy(UB->RegTensor)")
+CALL_R_STORE = _call(52, "MicroAPI::DataCopy(RegTensor->UB)")
+CALL_R_ADD = _call(53, "MicroAPI::Add")
+CALL_R_DUPLICATE = _call(54, "MicroAPI::Duplicate")
+CALL_R_ARANGE = _call(55, "MicroAPI::Arange")
+CALL_R_CAST = _call(56, "MicroAPI::Cast")
+CALL_R_COMPARE = _call(57, "MicroAPI::Compare")
+CALL_R_SELECT = _call(58, "MicroAPI::Select")
+CALL_R_REDUCE_SUM = _call(59, "MicroAPI::ReduceSum")
+CALL_R_GATHER_MASK = _call(62, "MicroAPI::GatherMask")
+CALL_R_INTERLEAVE = _call(63, "MicroAPI::Interleave")
 # Each register instruction names its own AscendC call. Ids from 64 on are past the per-call cost table (N_CALL_IDS)
 # and the 6 bits the checked-mode shadow keeps of a call id: neither ever sees a register instruction.
-CALL_R_MASK_OR = 64
-CALL_R_MASK_DEINTERLEAVE = 65
-CALL_R_COPY = 66
-CALL_R_PACK = 67
-CALL_R_UNPACK = 68
-CALL_R_DEINTERLEAVE = 69
-CALL_R_TRUNCATE = 70
-CALL_R_COMPARE_SCALAR = 71
-CALL_R_LOAD_UNALIGN = 72
-CALL_R_LOAD_ALIGN = 73
-CALL_R_GATHER = 74
-CALL_R_STORE_UNALIGN = 75
-CALL_R_STORE_UNALIGN_POST = 76
-CALL_R_SUB = 77
-CALL_R_MUL = 78
-CALL_R_DIV = 79
-CALL_R_MAX = 80
-CALL_R_MIN = 81
-CALL_R_ABS = 82
-CALL_R_ADDS = 83
-CALL_R_MULS = 84
-CALL_R_MAXS = 85
-CALL_R_AND = 86
-CALL_R_SHIFT_LEFTS = 87
-CALL_R_SHIFT_RIGHTS = 88
-CALL_R_REDUCE_MAX = 89
-CALL_R_REDUCE_MIN = 90
-CALL_R_REDUCE_MAX_WITH_DATABLOCK = 91
-CALL_COMPARE_SCALAR = 60   # masked-select instructions (mask.py)
-CALL_GATHER_MASK = 61
-CALL_SIMT = 31             # Simt::VF_CALL / asc_vf_call (simt.py)
+CALL_R_MASK_OR = _call(64, "MicroAPI::MaskOr")
+CALL_R_MASK_DEINTERLEAVE = _call(65, "MicroAPI::MaskDeInterleave")
+CALL_R_COPY = _call(66, "MicroAPI::Copy")
+CALL_R_PACK = _call(67, "MicroAPI::Pack")
+CALL_R_UNPACK = _call(68, "MicroAPI::UnPack")
+CALL_R_DEINTERLEAVE = _call(69, "MicroAPI::DeInterleave")
+CALL_R_TRUNCATE = _call(70, "MicroAPI::Truncate")
+CALL_R_COMPARE_SCALAR = _call(71, "MicroAPI::CompareScalar")
+CALL_R_LOAD_UNALIGN = _call(72, "MicroAPI::DataCopyUnAlign(UB->RegTensor)")
+CALL_R_LOAD_ALIGN = _call(73, "MicroAPI::LoadAlign")
+CALL_R_GATHER = _call(74, "MicroAPI::DataCopyGather")
+CALL_R_STORE_UNALIGN = _call(75, "MicroAPI::DataCopyUnAlign(RegTensor->UB)")
+CALL_R_STORE_UNALIGN_POST = _call(76, "MicroAPI::DataCopyUnAlignPost")
+CALL_R_SUB = _call(77, "MicroAPI::Sub")
+CALL_R_MUL = _call(78, "MicroAPI::Mul")
+CALL_R_DIV = _call(79, "MicroAPI::Div")
+CALL_R_MAX = _call(80, "MicroAPI::Max")
+CALL_R_MIN = _call(81, "MicroAPI::Min")
+CALL_R_ABS = _call(82, "MicroAPI::Abs")
+CALL_R_ADDS = _call(83, "MicroAPI::Adds")
+CALL_R_MULS = _call(84, "MicroAPI::Muls")
+CALL_R_MAXS = _call(85, "MicroAPI::Maxs")
+CALL_R_AND = _call(86, "MicroAPI::And")
+CALL_R_SHIFT_LEFTS = _call(87, "MicroAPI::ShiftLefts")
+CALL_R_SHIFT_RIGHTS = _call(88, "MicroAPI::ShiftRights")
+CALL_R_REDUCE_MAX = _call(89, "MicroAPI::ReduceMax")
+CALL_R_REDUCE_MIN = _call(90, "MicroAPI::ReduceMin")
+CALL_R_REDUCE_MAX_WITH_DATABLOCK = _call(91, "MicroAPI::ReduceMaxWithDataBlock")
+CALL_COMPARE_SCALAR = _call(60, "CompareScalar")   # masked-select instructions (mask.py)
+CALL_GATHER_MASK = _call(61, "GatherMask")
+CALL_SIMT = _call(31, "asc_vf_call (SIMT)")             # Simt::VF_CALL / asc_vf_call (simt.py)
 SLOT_SIMT_GM_LATENCY = 32  # not calls: TL_CPR + these hold SIMT cost figures (timeline.cost_words)
 SLOT_SIMT_LAUNCH = 33
-CALL_DCCI = 34             # DataCacheCleanAndInvalid (cache.py)
-CALL_GM_ATOMIC_ADD = 35    # AscendC::AtomicAdd(__gm__ T*, T): scalar GM atomics (scalar.py)
-CALL_GM_ATOMIC_EXCH = 36   # AscendC::AtomicExch(__gm__ T*, T)
+CALL_DCCI = _call(34, "DataCacheCleanAndInvalid")             # DataCacheCleanAndInvalid (cache.py)
+CALL_GM_ATOMIC_ADD = _call(35, "AtomicAdd")    # AscendC::AtomicAdd(__gm__ T*, T): scalar GM atomics (scalar.py)
+CALL_GM_ATOMIC_EXCH = _call(36, "AtomicExch")   # AscendC::AtomicExch(__gm__ T*, T)
 
-CALL_NAMES = {
-    CALL_DATA_COPY_PAD_IN: "DataCopyPad(GM->UB)",
-    CALL_DATA_COPY_PAD_OUT: "DataCopyPad(UB->GM)",
-    CALL_DATA_COPY_IN: "DataCopy(GM->UB)",
-    CALL_DATA_COPY_OUT: "DataCopy(UB->GM)",
-    CALL_DATA_COPY_UB: "DataCopy(UB->UB)",
-    CALL_ALLOC_TENSOR: "AllocTensor",
-    CALL_ENQUE: "EnQue",
-    CALL_DEQUE: "DeQue",
-    CALL_FREE_TENSOR: "FreeTensor",
-    CALL_TBUF_GET: "TBuf::Get",
-    CALL_SET_FLAG: "SetFlag",
-    CALL_WAIT_FLAG: "WaitFlag",
-    CALL_PIPE_BARRIER: "PipeBarrier",
-    CALL_CAST: "Cast",
-    CALL_MULS: "Muls",
-    CALL_MUL: "Mul",
-    CALL_ADD: "Add",
-    CALL_ADDS: "Adds",
-    CALL_DUPLICATE: "Duplicate",
-    CALL_COPY: "Copy",
-    CALL_BLOCK_REDUCE_SUM: "BlockReduceSum",
-    CALL_WHOLE_REDUCE_SUM: "WholeReduceSum",
-    CALL_GM_GET_VALUE: "GlobalTensor::GetValue",
-    CALL_GM_SET_VALUE: "GlobalTensor::SetValue",
-    CALL_UB_GET_VALUE: "LocalTensor::GetValue",
-    CALL_UB_SET_VALUE: "LocalTensor::SetValue",
-    CALL_INIT_OUTPUT: "InitOutput",
-    CALL_REINTERPRET_CAST: "ReinterpretCast",
-    CALL_SCALAR_ARRAY: "scalar array access",
-    CALL_ARITH_PROGRESSION: "ArithProgression",
-    CALL_SORT: "Sort",
-    CALL_EXTRACT: "Extract",
-    CALL_MRG_SORT: "MrgSort",
-    CALL_CONCAT: "Concat",
-    CALL_DUPLICATE_MASK: "Duplicate(mask)",
-    CALL_VF: "vector function (__VEC_SCOPE__)",
-    CALL_FETCH_EVENT_ID: "TPipe::FetchEventID",
-    CALL_R_VEC_SCOPE: "__VEC_SCOPE__",
-    CALL_R_MASK_AND: "MicroAPI::MaskAnd",
-    CALL_R_CREATE_MASK: "MicroAPI::CreateMask",
-    CALL_R_UPDATE_MASK: "MicroAPI::UpdateMask",
-    CALL_R_LOAD: "MicroAPI::DataCopy(UB->RegTensor)",
-    CALL_R_STORE: "MicroAPI::DataCopy(RegTensor->UB)",
-    CALL_R_ADD: "MicroAPI::Add",
-    CALL_R_SUB: "MicroAPI::Sub",
-    CALL_R_MUL: "MicroAPI::Mul",
-    CALL_R_DIV: "MicroAPI::Div",
-    CALL_R_MAX: "MicroAPI::Max",
-    CALL_R_MIN: "MicroAPI::Min",
-    CALL_R_ABS: "MicroAPI::Abs",
-    CALL_R_ADDS: "MicroAPI::Adds",
-    CALL_R_MULS: "MicroAPI::Muls",
-    CALL_R_MAXS: "MicroAPI::Maxs",
-    CALL_R_AND: "MicroAPI::And",
-    CALL_R_SHIFT_LEFTS: "MicroAPI::ShiftLefts",
-    CALL_R_SHIFT_RIGHTS: "MicroAPI::ShiftRights",
-    CALL_R_DUPLICATE: "MicroAPI::Duplicate",
-    CALL_R_ARANGE: "MicroAPI::Arange",
-    CALL_R_CAST: "MicroAPI::Cast",
-    CALL_R_COMPARE: "MicroAPI::Compare",
-    CALL_R_SELECT: "MicroAPI::Select",
-    CALL_R_REDUCE_SUM: "MicroAPI::ReduceSum",
-    CALL_R_REDUCE_MAX: "MicroAPI::ReduceMax",
-    CALL_R_REDUCE_MIN: "MicroAPI::ReduceMin",
-    CALL_R_REDUCE_MAX_WITH_DATABLOCK: "MicroAPI::ReduceMaxWithDataBlock",
-    CALL_R_GATHER_MASK: "MicroAPI::GatherMask",
-    CALL_R_INTERLEAVE: "MicroAPI::Interleave",
-    CALL_R_DEINTERLEAVE: "MicroAPI::DeInterleave",
-    CALL_R_MASK_OR: "MicroAPI::MaskOr",
-    CALL_R_MASK_DEINTERLEAVE: "MicroAPI::MaskDeInterleave",
-    CALL_R_COPY: "MicroAPI::Copy",
-    CALL_R_PACK: "MicroAPI::Pack",
-    CALL_R_UNPACK: "MicroAPI::UnPack",
-    CALL_R_TRUNCATE: "MicroAPI::Truncate",
-    CALL_R_COMPARE_SCALAR: "MicroAPI::CompareScalar",
-    CALL_R_LOAD_UNALIGN: "MicroAPI::DataCopyUnAlign(UB->RegTensor)",
-    CALL_R_LOAD_ALIGN: "MicroAPI::LoadAlign",
-    CALL_R_GATHER: "MicroAPI::DataCopyGather",
-    CALL_R_STORE_UNALIGN: "MicroAPI::DataCopyUnAlign(RegTensor->UB)",
-    CALL_R_STORE_UNALIGN_POST: "MicroAPI::DataCopyUnAlignPost",
-    CALL_COMPARE_SCALAR: "CompareScalar",
-    CALL_GATHER_MASK: "GatherMask",
-    CALL_SIMT: "asc_vf_call (SIMT)",
-    CALL_DCCI: "DataCacheCleanAndInvalid",
-    CALL_GM_ATOMIC_ADD: "AtomicAdd",
-    CALL_GM_ATOMIC_EXCH: "AtomicExch",
-}
 
-# --- fault codes (fault record word 0) and their arguments -----------------------------------
-F_GM_OOB = 1          # tensor id, first byte, end byte, tensor bytes
-F_UB_OOB = 2          # UB offset of the tensor, bytes accessed, tensor bytes
-F_UB_NOT_IN_UB = 3    # byte offset relative to UB start, bytes
-F_UB_ALIGN = 4        # UB offset, required alignment
-F_PARAM = 5           # parameter id, value, low, high
-F_LEN_MULTIPLE = 6    # blockLen bytes, sizeof(T)
-F_DATACOPY_TRUNC = 7  # bytes requested (not a multiple of 32)
-F_QUE_STATE = 8       # queue, buffer index, state found
-F_QUE_DEPTH = 9       # queue, used count, depth
-F_QUE_EMPTY = 10      # queue
-F_QUE_FOREIGN = 11    # queue, UB offset of the tensor
-F_QUE_NO_FREE = 12    # queue, buffers
-F_EVT_ID = 13         # event, id
-F_EVT_DOUBLE_SET = 14  # event, id
-F_EVT_WAIT_UNSET = 15  # event, id
-F_BARRIER_S = 16
-F_CAST_PAIR = 17      # dst dtype, src dtype, round mode
-F_SCALAR_OOB = 18     # array id (kernel defined), index, size
-F_QUE_KIND = 20       # queue, kind
-F_QUE_INDEX = 21      # queue, buffers of the live TPipe
-F_ELEM_TYPE = 22      # destination element bytes, source element bytes
-F_EVT_EXHAUSTED = 23  # event, ids the event has
-F_COUNT_BYTES = 40    # bytes the count covers, the multiple they must be (mask.py)
-F_UNSUPPORTED = 41    # dtype code, mode, NPU arch: a dtype / mode this chip's instruction lacks
-F_PATTERN_TYPE = 42   # pattern element bytes, data element bytes (GatherMask)
-F_PIPE_RACE = 43      # earlier call number, earlier call id, pipes / kind / memory packed, first byte, end byte
-F_QUE_OWNER = 44      # queue, buffer, its state, call number of its last FreeTensor (0: never freed)
-F_SIMT_ARCH = 50      # NPU arch of the core (SIMT exists on 3510 only)
-F_SIMT_THREADS = 51   # dim x, dim y, dim z, thread limit
-F_SIMT_RACE = 53      # earlier thread, later thread, GM address, bytes
-F_SIMT_OOB = 52       # memory (0 UB, 1 GM), GM tensor id / UB offset, first byte, end byte, tensor bytes, thread
-F_OUTLINE = 45        # an outlined machine-model call whose compiled variant could not be loaded
-F_UNINIT_READ = 46    # memory (MEM_UB / MEM_GM), first byte, end byte (UB offsets / GM addresses), queue (UB; -1: none)
+CALL_NAMES = {c.id: c.name for c in CALLS.values()}
+CALL_TRACE_ARGS = {c.id: c.trace_args for c in CALLS.values()}
+
+# --- faults: one declaration each ------------------------------------------------------------
+# `F_X = _fault(code, arguments, error class, message)` is the only place a fault is declared. A fault record is
+# (code, call id, six argument words); `arguments` names those words in order. "name:kind" says how the message
+# shows the word: gm (a GM tensor's name), queue (a queue / TBuf name), event (a HardEvent name), dtype (a ge
+# dtype name), param (PARAM_NAMES), state (STATE_NAMES), qkind (TQue / TQueBind / TBuf), call (CALL_NAMES).
+# `message` is a str.format template over the argument names (and the few derived values faults.py adds for a
+# fault, listed in faults.DERIVED); "" means faults.py builds the whole error (faults.BUILDERS). `fields` name the
+# error's attributes: an argument name, or a tuple of names for a tuple. The error class is the name of a class
+# in errors.py (this module imports nothing of ours). faults.to_error derives every SimulatorError from here, and
+# tests/ascend_sim/test_declarations.py checks that each fault is declared once, raised somewhere and translated.
+
+
+class FaultSpec(NamedTuple):
+    """One fault a kernel can record."""
+    code: int
+    args: tuple                 # the record's argument words: "name" or "name:kind"
+    error: str                  # the errors.py class it becomes
+    message: str                # str.format template ("" when faults.BUILDERS builds the error)
+    fields: tuple               # (attribute, argument name or tuple of names) of the error
+
+    @property
+    def arg_names(self) -> tuple:
+        return tuple(a.split(":")[0] for a in self.args)
+
+
+FAULTS: dict[int, FaultSpec] = {}
+
+
+def _fault(code: int, args: tuple, error: str, message: str = "", **fields) -> int:
+    if code in FAULTS or not 0 < code or len(args) > ERR_COLS - 2:
+        raise ValueError(f"fault {code} declared twice, out of range or with more than {ERR_COLS - 2} arguments")
+    FAULTS[code] = FaultSpec(code, tuple(args), error, message, tuple(fields.items()))
+    return code
+
+
+F_GM_OOB = _fault(1, ("tensor:gm", "first", "end", "tensor_bytes"), "OutOfBoundsError",
+                  "GM access to bytes [{first}, {end}) of '{tensor}' is outside the tensor's {tensor_bytes} bytes",
+                  tensor="tensor", byte_range=("first", "end"))
+F_UB_OOB = _fault(2, ("ub_offset", "nbytes", "tensor_bytes"), "OutOfBoundsError",
+                  "UB access of {nbytes} bytes from the LocalTensor at UB offset {ub_offset} exceeds the tensor's "
+                  "{tensor_bytes} bytes")
+F_UB_NOT_IN_UB = _fault(3, ("offset", "nbytes"), "OutOfBoundsError",   # offset: relative to the UB's start
+                        "LocalTensor at byte {offset} (+{nbytes} bytes) does not lie inside this core's Unified "
+                        "Buffer")
+F_UB_ALIGN = _fault(4, ("address", "alignment"), "AlignmentError",
+                    "UB address {address} is not {alignment}-byte aligned")
+F_PARAM = _fault(5, ("param:param", "value", "low", "high"), "ParamRangeError",
+                 "{param} = {value} is outside [{low}, {high}]")
+F_LEN_MULTIPLE = _fault(6, ("block_len", "elem_bytes"), "AlignmentError",
+                        "blockLen {block_len} bytes is not a multiple of sizeof(T) = {elem_bytes}")
+F_DATACOPY_TRUNC = _fault(7, ("nbytes",), "AlignmentError",     # moved: derived (nbytes rounded down to 32)
+                          "DataCopy of {nbytes} bytes is not a multiple of 32 bytes; the hardware would silently move "
+                          "only {moved} bytes (use DataCopyPad)")
+F_QUE_STATE = _fault(8, ("queue:queue", "buffer", "state:state"), "QueueError",
+                     "buffer {buffer} of '{queue}' is {state}, which this call does not accept")
+F_QUE_DEPTH = _fault(9, ("queue:queue", "used", "depth"), "QueueError",
+                     "EnQue on '{queue}' with {used} tensors already queued exceeds its depth {depth}")
+F_QUE_EMPTY = _fault(10, ("queue:queue",), "QueueError",
+                     "DeQue on '{queue}' with nothing enqueued (would hang on the NPU)")
+F_QUE_FOREIGN = _fault(11, ("queue:queue", "ub_offset"), "QueueError",
+                       "the tensor at UB offset {ub_offset} does not belong to '{queue}'")
+F_QUE_NO_FREE = _fault(12, ("queue:queue", "buffers"), "QueueError",
+                       "AllocTensor on '{queue}': all {buffers} buffers are in use (would hang on the NPU)")
+F_EVT_ID = _fault(13, ("event:event", "id"), "SyncError", "event id {id} of {event} is outside [0, 8)")
+F_EVT_DOUBLE_SET = _fault(14, ("event:event", "id"), "SyncError",
+                          "SetFlag<{event}>({id}) while the flag is already set (undefined on the NPU)")
+# ids_up: bit i set while SetFlag<event>(i) is up; last_wait_call: call number of the WaitFlag that took this flag
+# down last (0: none)
+F_EVT_WAIT_UNSET = _fault(15, ("event:event", "id", "ids_up", "last_wait_call"), "UnpairedFlagError")
+F_BARRIER_S = _fault(16, (), "SyncError", "PipeBarrier<PIPE_S> is not allowed")
+F_CAST_PAIR = _fault(17, ("dst:dtype", "src:dtype", "round_mode"), "ParamRangeError",
+                     "Cast from {src} to {dst} does not support round mode {round_mode}")
+F_SCALAR_OOB = _fault(18, ("array", "index", "size"), "OutOfBoundsError",   # array: an id the kernel chose
+                      "index {index} of a {size}-element scalar array (#{array}) is out of range")
+F_QUE_KIND = _fault(20, ("queue:queue", "kind:qkind"), "QueueError",
+                    "'{queue}' is a {kind}, which this call does not accept")
+F_QUE_INDEX = _fault(21, ("queue", "buffers"), "QueueError",     # buffers: of the live TPipe
+                     "queue/TBuf index {queue} is not one of the {buffers} buffers this TPipe's InitBuffer calls "
+                     "created")
+F_ELEM_TYPE = _fault(22, ("dst_bytes", "src_bytes"), "ElementTypeError",
+                     "different element types, or ones this call does not take: {dst_bytes}-byte destination and "
+                     "{src_bytes}-byte source elements (DataCopy, DataCopyPad and Copy take one T for both sides)")
+F_EVT_EXHAUSTED = _fault(23, ("event:event", "ids"), "SyncError",
+                         "FetchEventID<{event}>: all {ids} event ids have a SetFlag awaiting its WaitFlag, so no id "
+                         "is free (on the NPU a SetFlag on a reused id is undefined and can hang); wait for a flag "
+                         "before fetching another id")
+F_COUNT_BYTES = _fault(40, ("nbytes", "multiple"), "AlignmentError",    # rest: derived (nbytes % multiple)
+                       "count covers {nbytes} bytes, not a multiple of {multiple}: the hardware would silently skip "
+                       "the elements of the last {rest} bytes (round the count up to whole {multiple}-byte repeats)")
+F_UNSUPPORTED = _fault(41, ("dtype:dtype", "mode", "arch"), "ElementTypeError",   # a dtype / mode this chip lacks
+                       "{dtype} data with mode {mode} is not supported by this instruction on NPU arch {arch}")
+F_PATTERN_TYPE = _fault(42, ("pattern_bytes", "data_bytes"), "ElementTypeError",
+                        "the gather pattern has {pattern_bytes}-byte elements but the data {data_bytes}-byte ones; "
+                        "GatherMask takes a uint16 pattern for 2-byte data, uint32 for 4-byte data")
+# packed: the earlier call's pipe | this call's pipe << 4 | kind (RAW / WAR / WAW) << 8 | memory (MEM_UB / MEM_GM)
+# << 12; first, end: UB offsets or GM addresses
+F_PIPE_RACE = _fault(43, ("first_call_number", "first_call:call", "packed", "first", "end"), "PipeRaceError")
+# state: the buffer's; freed_at: call number of its last FreeTensor (0: never freed); how: derived from both
+F_QUE_OWNER = _fault(44, ("queue:queue", "buffer", "state", "freed_at"), "QueueError",
+                     "buffer {buffer} of '{queue}' is used {how}")
+F_OUTLINE = _fault(45, (), "SimulatorError",       # an outlined machine-model call whose compiled variant is missing
+                   "internal: the compiled machine-model code of this call could not be loaded (see the warnings "
+                   "above; clearing the __pycache__ directories recompiles it)")
+# memory: MEM_UB / MEM_GM; first, end: UB offsets / GM addresses; queue: the UB bytes' queue (-1: none)
+F_UNINIT_READ = _fault(46, ("memory", "first", "end", "queue"), "UninitializedReadError")
+F_SIMT_ARCH = _fault(50, ("arch",), "SimulatorError",     # chip: derived from the arch
+                     "SIMT (asc_vf_call / Simt::VF_CALL) exists only on Ascend 950 (NPU arch 3510); this chip is "
+                     "{chip} (NPU arch {arch})")
+F_SIMT_THREADS = _fault(51, ("dim_x", "dim_y", "dim_z", "limit"), "ParamRangeError",
+                        "threadNums dim3{{{dim_x}, {dim_y}, {dim_z}}}: every dimension must be >= 1 and "
+                        "dimx * dimy * dimz at most {limit}")
+# memory: 0 UB, 1 GM; where: the GM tensor id or the LocalTensor's UB offset
+F_SIMT_OOB = _fault(52, ("memory", "where", "first", "end", "tensor_bytes", "thread"), "OutOfBoundsError")
+F_SIMT_RACE = _fault(53, ("first_thread", "second_thread", "address", "nbytes"), "PipeRaceError")
 
 P_BLOCK_COUNT = 1
 P_BLOCK_LEN = 2

@@ -30,9 +30,9 @@ from .layout import (
     Q_NUM,
     Q_SRC_POS,
     QUE_COLS,
+    align32,
 )
 
-BLOCK_BYTES = 32
 MAX_PIPE_BUFFERS = 64            # buffers one TPipe can manage
 
 _KINDS = {"TQue": KIND_TQUE, "TQueBind": KIND_TQUEBIND, "TBuf": KIND_TBUF}
@@ -92,8 +92,26 @@ class PipePlan:
         return t
 
 
-def align32(n: int) -> int:
-    return (n + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES
+def buffer_ids(buffers: Sequence[str], *names: str, also: Sequence[Sequence[str]] = ()) -> tuple[int, ...]:
+    """The ids the queue calls (AllocTensor, EnQue, TBuf::Get, ...) take for the buffers `names`: a buffer's id is
+    its place in the PipePhase's `buffers` tuple, the order of its InitBuffer calls. A kernel derives its id
+    constants with it (`IN_QUEUE_X, OUT_QUEUE_Z = buffer_ids(BUFFERS, "inQueueX", "outQueueZ")`), so an id names
+    the buffer it says. `also`: other buffer tuples the same ids serve (TPipes of sibling kernels sharing code),
+    where each name must stand at the same place. A name missing from a tuple, a different place, or a tuple
+    naming a buffer twice is a ValueError."""
+    ids: tuple[int, ...] | None = None
+    for tup in (buffers, *also):
+        if len(set(tup)) != len(tup):
+            raise ValueError(f"buffers {tuple(tup)} name a buffer twice")
+        missing = [n for n in names if n not in tup]
+        if missing:
+            raise ValueError(f"{missing} not among the buffers {tuple(tup)}")
+        here = tuple(list(tup).index(n) for n in names)
+        if ids is not None and here != ids:
+            raise ValueError(f"{names} stand at places {here} of {tuple(tup)} but {ids} of {tuple(buffers)}")
+        ids = here
+    assert ids is not None          # `buffers` itself was checked
+    return ids
 
 
 def format_table(rows, capacity_bytes: int, marker_row: int | None = None) -> str:

@@ -23,19 +23,8 @@ import numpy as np
 
 from .errors import ConfigError, whole_number
 from .layout import (
-    CALL_ALLOC_TENSOR,
-    CALL_DATA_COPY_IN,
-    CALL_DATA_COPY_OUT,
-    CALL_DATA_COPY_PAD_IN,
-    CALL_DATA_COPY_PAD_OUT,
-    CALL_DEQUE,
-    CALL_ENQUE,
-    CALL_FREE_TENSOR,
-    CALL_INIT_OUTPUT,
     CALL_NAMES,
-    CALL_PIPE_BARRIER,
-    CALL_SET_FLAG,
-    CALL_WAIT_FLAG,
+    CALL_TRACE_ARGS,
     HARD_EVENT_NAMES,
     PIPE_NAMES,
     TRACE_L2_SHIFT,
@@ -44,10 +33,6 @@ from .occupancy import plot_occupancy  # noqa: F401   (the occupancy plot: occup
 
 DEFAULT_MAX_EVENTS = 1_000_000
 MAX_EVENTS_LIMIT = 50_000_000
-
-_DMA_CALLS = {CALL_DATA_COPY_PAD_IN, CALL_DATA_COPY_PAD_OUT, CALL_DATA_COPY_IN, CALL_DATA_COPY_OUT, CALL_INIT_OUTPUT}
-_QUEUE_CALLS = {CALL_ALLOC_TENSOR, CALL_ENQUE, CALL_DEQUE, CALL_FREE_TENSOR}
-_FLAG_CALLS = {CALL_SET_FLAG, CALL_WAIT_FLAG}
 
 
 @dataclass(frozen=True)
@@ -131,20 +116,18 @@ def tracing(cores=None, max_events: int = DEFAULT_MAX_EVENTS):
 
 
 def _args(call: int, a0: int, a1: int, number: int) -> str:
-    if call in _DMA_CALLS:
+    """A trace row's arguments as JSON, named as the call's declaration (layout._call) names them."""
+    names = CALL_TRACE_ARGS.get(call, ("repeats",))
+    if names == ("bytes", "rows"):       # a DMA: its second word also carries the bytes that hit in L2
         rows, l2_hits = a1 & ((1 << TRACE_L2_SHIFT) - 1), a1 >> TRACE_L2_SHIFT
         extra = f'"bytes":{a0},"rows":{rows}' + (f',"l2_hit_bytes":{l2_hits}' if l2_hits else "")
-    elif call in _FLAG_CALLS:
+    elif names == ("event", "id"):
         name = HARD_EVENT_NAMES[a0] if 0 <= a0 < len(HARD_EVENT_NAMES) else a0
         extra = f'"event":"{name}","id":{a1}'
-    elif call in _QUEUE_CALLS:
-        extra = f'"queue":{a0},"buffer":{a1}'
-    elif call == CALL_PIPE_BARRIER:
+    elif names == ("pipe",):
         extra = f'"pipe":"{PIPE_NAMES[a0] if 0 <= a0 < 4 else "ALL"}"'
-    elif CALL_NAMES.get(call, "").startswith(("GlobalTensor", "LocalTensor", "TBuf")):
-        extra = f'"arg":{a0}'
     else:
-        extra = f'"repeats":{a0}'
+        extra = ",".join(f'"{name}":{word}' for name, word in zip(names, (a0, a1), strict=False))
     return f'{{"call":{number},{extra}}}'
 
 

@@ -43,7 +43,9 @@ def test_readme_is_short_and_keeps_the_quick_start_commands():
 
 def test_ci_installs_what_the_readme_test_command_installs():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert "pip install -q -e '.[test,torch]'" in ci and ".venv/bin/python -m pytest" in ci
+    extras = re.search(r"pip install -q -e '\.\[([a-z,]+)\]'", ci)
+    assert extras and {"test", "torch"} <= set(extras.group(1).split(",")), "CI must install the test command's extras"
+    assert ".venv/bin/python -m pytest" in ci
     assert re.search(r"mkdocs build --strict", ci), "CI must build the docs in strict mode"
 
 

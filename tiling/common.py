@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 
 from ascend_sim.dtypes import dt_of
+from ascend_sim.layout import BLOCK_BYTES  # noqa: F401   (re-exported: the tilings import it from here)
 
 from .platform import SocProfile
 from .status import ParamInvalidError
@@ -158,6 +159,12 @@ def align_up(a: int, b: int) -> int:
 def align_down(a: int, b: int) -> int:
     """a / b * b in C++ int64; 0 when b == 0."""
     return 0 if b == 0 else tdiv(a, b) * b
+
+
+def align_bytes(elems: int, nbytes: int) -> int:
+    """AlignBytes of the kernels: the bytes of `elems` elements of `nbytes` bytes each, rounded up to whole
+    BLOCK_BYTES blocks."""
+    return align_up(elems * nbytes, BLOCK_BYTES)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ascend_sim.pipe import UbBuffer
 
+from .common import BLOCK_BYTES
 from .status import TilingError
 
 MS_FIELDS = (
@@ -27,7 +28,6 @@ IO_QUE = 2
 DOUBLE_BUFFER = 2
 MASK_ONE_DATA_SIZE = 7        # bytes of mask-side buffers per element
 INDEX_ONE_DATA_SIZE = 12      # bytes of index-side buffers per element
-ONE_BLOCK_BYTE = 32
 TILE_ALIGN_ELEMS = 128        # BLOCK_SIZE 256 / 2
 KERNEL_TILE_ALIGN_ELEMS = 128  # the kernels' tileLengthAlign: DATA_ALIGN 256 / sizeof(half)
 _U64 = 1 << 64
@@ -36,7 +36,7 @@ _U64 = 1 << 64
 def _ub_length(ub_bytes: int, elem_bytes: int, num_tokens: int) -> int:
     """Elements one tile holds (uint64 arithmetic, then at most num_tokens)."""
     one_data_bytes = IO_QUE * DOUBLE_BUFFER * elem_bytes + MASK_ONE_DATA_SIZE + INDEX_ONE_DATA_SIZE
-    free = (ub_bytes - ONE_BLOCK_BYTE * DOUBLE_BUFFER * DOUBLE_BUFFER) % _U64
+    free = (ub_bytes - BLOCK_BYTES * DOUBLE_BUFFER * DOUBLE_BUFFER) % _U64
     length = free // one_data_bytes // TILE_ALIGN_ELEMS * TILE_ALIGN_ELEMS
     return min(length, num_tokens)
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from .common import TensorDesc, TilingResult, ceil_div, memoised_tiling, struct_fields, tdiv
+from .common import BLOCK_BYTES, TensorDesc, TilingResult, align_up, ceil_div, memoised_tiling, struct_fields, tdiv
 from .platform import get_soc
 from .status import TilingError
 
@@ -58,7 +58,6 @@ CONST_EXPERT_BUFFER_NUM = 3     # a1, a2, v
 OUTPUT_BUFFER_NUM = 1           # y
 BATCH_COPY_EXPERT_NUM = 4       # K-H full load sizes rowFactor for all k rows in UB up to this k
 BATCH_COPY_SIZE = 16            # ... and its kernel then copies 16 tokens per batch (when rowFactor >= 16)
-BLOCK_BYTES = 32                # GetUbBlockSize
 WORKSPACE_RESERVED = 16 * 1024 * 1024
 NO_RANGE = (-1, -1)             # the OpDef default of the three expert-range attributes
 
@@ -73,7 +72,7 @@ def _fail(message: str) -> NoReturn:
 
 def _blk(nbytes: int) -> int:
     """Bytes rounded up to whole 32-byte UB blocks."""
-    return ceil_div(nbytes, BLOCK_BYTES) * BLOCK_BYTES
+    return align_up(nbytes, BLOCK_BYTES)
 
 
 def _round_up(elems: int, nbytes: int) -> int:

@@ -31,7 +31,7 @@ import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from .common import TensorDesc, TilingResult, ceil_div, memoised_tiling
+from .common import BLOCK_BYTES, TensorDesc, TilingResult, ceil_div, memoised_tiling
 from .platform import get_soc
 from .status import TilingError
 
@@ -55,7 +55,6 @@ FIELDS_BY_KEY = {KEY_WITHOUT_SCALE_NOT_CUT_H: WITHOUT_SCALE_FIELDS, KEY_WITHOUT_
                  KEY_CUT_H: SPLIT_H_FIELDS, KEY_CUT_H_BIAS: SPLIT_H_FIELDS}
 
 WORKSPACE_BYTES = 16 * 1024 * 1024
-BLOCK_BYTES = 32                 # GetUbBlockSize
 VL_F32 = 256 // 4                # GetVRegSize / sizeof(float)
 DOUBLE_BUFFER = 2
 FP32_BYTES = 4

@@ -32,7 +32,17 @@ import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from .common import TensorDesc, TilingResult, ceil_div, memoised_tiling, struct_fields, tdiv, tmod
+from .common import (
+    BLOCK_BYTES,
+    TensorDesc,
+    TilingResult,
+    align_bytes,
+    ceil_div,
+    memoised_tiling,
+    struct_fields,
+    tdiv,
+    tmod,
+)
 from .moe_sort import arch35_vbs_split
 from .platform import get_soc
 from .status import ParamInvalidError, TilingError
@@ -58,7 +68,6 @@ KEY_DROP_PAD = 10
 KEY_FULL_LOAD = 20000
 HIST_REGBASE_MAX_EXPERT_NUM = 256
 SORT32_ALIGN_ELEMENT = 32
-ONE_BLOCK_BYTE = 32
 MRG_LIST_NUM = 4
 MAX_COLS_ONE_LOOP = 16376
 ASSIST_NUM = 256
@@ -142,18 +151,18 @@ def _src_to_dst_capacity(f: dict, total: int, cols: int, x_bytes: int, aiv: int,
     need = ceil_div(total, per)
     last = total - per * (need - 1)
     f.update({p + "need_core_num": need, p + "per_core_rows": per, p + "last_core_rows": last})
-    row_size = tdiv(per * 4 * 2 + ONE_BLOCK_BYTE + ONE_BLOCK_BYTE - 1, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
-    col_size = tdiv(cols * x_bytes + ONE_BLOCK_BYTE - 1, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+    row_size = tdiv(per * 4 * 2 + BLOCK_BYTES + BLOCK_BYTES - 1, BLOCK_BYTES) * BLOCK_BYTES
+    col_size = tdiv(cols * x_bytes + BLOCK_BYTES - 1, BLOCK_BYTES) * BLOCK_BYTES
     if row_size + col_size < ub:
         _one_loop(f, p, per, last, cols, cols)
         return
     max_cols = MAX_COLS_ONE_LOOP
-    max_cols_size = tdiv(max_cols * x_bytes + ONE_BLOCK_BYTE - 1, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
-    max_rows = tdiv(tdiv(tdiv(ub - max_cols_size - ONE_BLOCK_BYTE, 4), 2), ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+    max_cols_size = tdiv(max_cols * x_bytes + BLOCK_BYTES - 1, BLOCK_BYTES) * BLOCK_BYTES
+    max_rows = tdiv(tdiv(tdiv(ub - max_cols_size - BLOCK_BYTES, 4), 2), BLOCK_BYTES) * BLOCK_BYTES
     if cols < MAX_COLS_ONE_LOOP:
-        max_rows = tdiv(tdiv(tdiv(ub - col_size - ONE_BLOCK_BYTE, 4), 2), ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+        max_rows = tdiv(tdiv(tdiv(ub - col_size - BLOCK_BYTES, 4), 2), BLOCK_BYTES) * BLOCK_BYTES
     elif per < max_rows:
-        max_cols = tdiv(tdiv(ub - row_size, x_bytes), ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+        max_cols = tdiv(tdiv(ub - row_size, x_bytes), BLOCK_BYTES) * BLOCK_BYTES
     _split_loops(f, p, per, last, cols, max_cols, max_rows)
 
 
@@ -168,24 +177,24 @@ def _gather_out(f: dict, total: int, cols: int, k: int, x_bytes: int, aiv: int, 
     need = ceil_div(total, per)
     last = total - per * (need - 1)
     f.update({p + "need_core_num": need, p + "per_core_rows": per, p + "last_core_rows": last})
-    row_size = tdiv(per * 4 + ONE_BLOCK_BYTE - 1, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
-    col_size = tdiv(cols * x_bytes + ONE_BLOCK_BYTE - 1, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+    row_size = tdiv(per * 4 + BLOCK_BYTES - 1, BLOCK_BYTES) * BLOCK_BYTES
+    col_size = tdiv(cols * x_bytes + BLOCK_BYTES - 1, BLOCK_BYTES) * BLOCK_BYTES
     half = tdiv(ub, 2)
-    per_block = tdiv(ONE_BLOCK_BYTE, x_bytes)
+    per_block = tdiv(BLOCK_BYTES, x_bytes)
     ub_rows = tdiv(tdiv(half, cols * x_bytes + 4), per_block) * per_block
-    if (regbase and tmod(cols * x_bytes, ONE_BLOCK_BYTE) == 0 and ub_rows >= 2 and drop_pad != 1
+    if (regbase and tmod(cols * x_bytes, BLOCK_BYTES) == 0 and ub_rows >= 2 and drop_pad != 1
             and k <= SCATTER_MODE_MAX_K):
         _scatter_rows(f, p, f[p + "activate_rows"], cols, x_bytes, aiv, half, ub_rows)
     elif row_size + col_size < half:
         _one_loop(f, p, per, last, cols, cols * 2 if regbase and row_size + col_size * 2 < half else cols)
     else:
         max_cols = MAX_COLS_ONE_LOOP
-        max_cols_size = tdiv(max_cols * x_bytes + ONE_BLOCK_BYTE - 1, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
-        max_rows = tdiv(tdiv(half - max_cols_size, 4), ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+        max_cols_size = tdiv(max_cols * x_bytes + BLOCK_BYTES - 1, BLOCK_BYTES) * BLOCK_BYTES
+        max_rows = tdiv(tdiv(half - max_cols_size, 4), BLOCK_BYTES) * BLOCK_BYTES
         if cols < MAX_COLS_ONE_LOOP:
-            max_rows = tdiv(tdiv(half - col_size, 4), ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+            max_rows = tdiv(tdiv(half - col_size, 4), BLOCK_BYTES) * BLOCK_BYTES
         elif per < max_rows:
-            max_cols = tdiv(tdiv(half - row_size, x_bytes), ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+            max_cols = tdiv(tdiv(half - row_size, x_bytes), BLOCK_BYTES) * BLOCK_BYTES
         _split_loops(f, p, per, last, cols, max_cols, max_rows)
 
 
@@ -200,11 +209,11 @@ def _scatter_rows(f: dict, p: str, rows: int, cols: int, x_bytes: int, aiv: int,
     per = ceil_div(rows, need)
     last = rows - per * (need - 1)
     f.update({p + "need_core_num": need, p + "per_core_rows": per, p + "last_core_rows": last})
-    out_bytes = tdiv(ub_rows * cols * x_bytes + ONE_BLOCK_BYTE - 1, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+    out_bytes = tdiv(ub_rows * cols * x_bytes + BLOCK_BYTES - 1, BLOCK_BYTES) * BLOCK_BYTES
     max_rows = tdiv(max(half - out_bytes, 0), 4)
     if max_rows <= 0 or out_bytes > half:
         max_rows = ub_rows
-    min_rows = ONE_BLOCK_BYTE // 4
+    min_rows = BLOCK_BYTES // 4
     per_loop = min(per, max_rows)
     if 0 < per_loop < min_rows:
         per_loop = min_rows
@@ -225,23 +234,18 @@ def _full_load(n: int, cols: int, total: int, expert_num: int, x_bytes: int, aiv
     if total > loop_max or cols > MAX_COLS_ONE_LOOP or drop_pad == 1:
         return False
     sort_elems = ceil_div(total, SORT32_ALIGN_ELEMENT) * SORT32_ALIGN_ELEMENT
-    expert_space = ceil_div(expert_num * 4, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+    expert_space = ceil_div(expert_num * 4, BLOCK_BYTES) * BLOCK_BYTES
     # a core's token rows may straddle one extra row at each end
     x_rows = tdiv(n, aiv) + (1 if tmod(n, aiv) <= 1 else 2)
-    gather = ceil_div(cols * x_bytes, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE * x_rows
+    gather = ceil_div(cols * x_bytes, BLOCK_BYTES) * BLOCK_BYTES * x_rows
     return ub - sort_elems * 4 * ONE_CORE_SORT_BUFFER - sort_elems * 4 * 3 - expert_space - gather > 0
-
-
-def _align_bytes(elems: int, nbytes: int) -> int:
-    """AlignBytes of the arch35 kernels: elems * nbytes rounded up to 32 bytes."""
-    return tdiv(elems * nbytes + ONE_BLOCK_BYTE - 1, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
 
 
 def regbase_ub_plan(f: dict, idx_is_int64: bool, x_bytes: int) -> tuple[UbBuffer, ...]:
     """Core 0's InitBuffer calls of the arch35 kernel: the sort TPipe, then the gather TPipe (run in turn)."""
     if f["vbs_one_loop_max_elements"] >= f["n"] * f["k"]:
         # Align(lastCorePerLoopElements, sizeof(int32)) elements, padded to whole 32-key sort repeats
-        tile = tdiv(_align_bytes(f["vbs_last_core_per_loop_elements"], 4), 4)
+        tile = tdiv(align_bytes(f["vbs_last_core_per_loop_elements"], 4), 4)
         sort_num = ceil_div(tile, 32) * 32
         kv = sort_num * 4 * 2
         sort: tuple[UbBuffer, ...]
@@ -261,18 +265,18 @@ def regbase_ub_plan(f: dict, idx_is_int64: bool, x_bytes: int) -> tuple[UbBuffer
     g = "gather_out_"
     last = f[g + "need_core_num"] == 1
     if f[g + "scatter_mode"] == 1:
-        gather = (UbBuffer("outputRowsQueue", _align_bytes(f[g + "per_loop_cols"] * f["cols"], x_bytes), 2, "TQue",
+        gather = (UbBuffer("outputRowsQueue", align_bytes(f[g + "per_loop_cols"] * f["cols"], x_bytes), 2, "TQue",
                            "VECOUT", 2, "gatherPipe"),
-                  UbBuffer("dstToSrcIndexQueue", _align_bytes(f[g + "per_core_per_loop_rows"], 4), 2, "TQue",
+                  UbBuffer("dstToSrcIndexQueue", align_bytes(f[g + "per_core_per_loop_rows"], 4), 2, "TQue",
                            "VECIN", 2, "gatherPipe"))
     else:
         rows = f[g + "last_core_per_loop_rows"] if last else f[g + "per_core_per_loop_rows"]
         # a loop of two rows' worth of cols means whole rows, four of them in flight
         doubled = f[g + "per_loop_cols"] > f["cols"]
         gather = (UbBuffer("inputActivationsCopyInQueue",
-                           _align_bytes(f["cols"] if doubled else f[g + "per_loop_cols"], x_bytes), 4 if doubled else 2,
+                           align_bytes(f["cols"] if doubled else f[g + "per_loop_cols"], x_bytes), 4 if doubled else 2,
                            "TQueBind", "VECIN->VECOUT", 2, "gatherPipe"),
-                  UbBuffer("expandedRowIdxIndexCopyInQueue", _align_bytes(rows, 4), 2, "TQue", "VECIN", 2,
+                  UbBuffer("expandedRowIdxIndexCopyInQueue", align_bytes(rows, 4), 2, "TQue", "VECIN", 2,
                            "gatherPipe"))
     return sort + gather
 

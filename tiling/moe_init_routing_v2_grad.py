@@ -27,7 +27,7 @@ import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from .common import TensorDesc, TilingResult, ceil_div, memoised_tiling, struct_fields
+from .common import BLOCK_BYTES, TensorDesc, TilingResult, align_up, ceil_div, memoised_tiling, struct_fields
 from .platform import get_soc
 from .status import TilingError
 
@@ -43,7 +43,6 @@ KEY_SPLIT_H, KEY_FULL_LOAD, KEY_REGBASE = 200000, 300000, 400000
 MODE_DROPLESS, MODE_DROP_PAD, MODE_ACTIVE = 1, 2, 3
 
 WORKSPACE_BYTES = 16 * 1024 * 1024
-BLOCK_BYTES = 32                 # GetUbBlockSize
 REG_F32_LANES = 256 // 4         # GetVRegSize / sizeof(float)
 DOUBLE_BUFFER = 2
 FP32_SIZE = 4
@@ -57,10 +56,6 @@ _FLOATS = ("float16", "bfloat16", "float32")
 
 def _fail(message: str) -> NoReturn:
     raise TilingError(f"{OP} tiling: {message}")
-
-
-def _align_up(x: int, a: int) -> int:
-    return ceil_div(x, a) * a
 
 
 def _floor_align(x: int, a: int) -> int:
@@ -127,7 +122,7 @@ def _split_h(n, h, k, ts, aiv, ub):
     h_block = ceil_div(h, aiv)
     block_dim = ceil_div(h, h_block)
     rows_one_token = (k * DOUBLE_BUFFER + 1) * ts
-    h_block_align = _align_up(h_block * ts, BLOCK_BYTES) // ts
+    h_block_align = align_up(h_block * ts, BLOCK_BYTES) // ts
     if rows_one_token * h_block_align <= ub:
         k_ub, h_ub = ub // (rows_one_token * h_block_align), h_block
     else:
@@ -139,7 +134,7 @@ def _full_load(n, h, k, ts, aiv, ub):
     """MoeInitRoutingV2GradRegbaseFullLoad: None when DoOpTiling refuses (GRAPH_PARAM_INVALID)."""
     n_block = ceil_div(n, aiv)
     block_dim = ceil_div(n, n_block)
-    h_align = _align_up(h * ts, BLOCK_BYTES) // ts
+    h_align = align_up(h * ts, BLOCK_BYTES) // ts
     rows_one_token = (k * DOUBLE_BUFFER + 1) * ts
     if rows_one_token * h_align <= ub:
         tokens = ub // (rows_one_token * h_align)
@@ -156,7 +151,7 @@ def _regbase(n, h, k, ts, aiv, ub):
     """MoeInitRoutingV2GradRegbase: the catch-all template."""
     n_block = ceil_div(n, aiv)
     block_dim = ceil_div(n, n_block)
-    h_align = _align_up(h * ts, BLOCK_BYTES) // ts
+    h_align = align_up(h * ts, BLOCK_BYTES) // ts
     rows_one_k = DOUBLE_BUFFER * ts
     rows_one_token = ts + FP32_SIZE
     if (rows_one_k + rows_one_token) * h_align <= ub:
@@ -171,7 +166,7 @@ def _regbase(n, h, k, ts, aiv, ub):
 def ub_plan(template: int, f: dict, ts: int) -> tuple[UbBuffer, ...]:
     """The InitBuffer calls of the template's Init (bytes as the kernel computes them)."""
     if template == KEY_SPLIT_H:
-        h_bytes = _align_up(f["h_ub_factor"] * ts, BLOCK_BYTES)
+        h_bytes = align_up(f["h_ub_factor"] * ts, BLOCK_BYTES)
         return (UbBuffer("inputQueue", f["k_ub_factor"] * f["k"] * h_bytes, 2, "TQue", "VECIN", 2),
                 UbBuffer("outputQueue", f["k_ub_factor"] * h_bytes, 1, "TQue", "VECOUT", 1))
     if template == KEY_FULL_LOAD:

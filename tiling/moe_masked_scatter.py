@@ -28,7 +28,17 @@ import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from .common import TensorDesc, TilingResult, align_down, align_up, ceil_div, memoised_tiling, struct_fields, tdiv
+from .common import (
+    BLOCK_BYTES,
+    TensorDesc,
+    TilingResult,
+    align_down,
+    align_up,
+    ceil_div,
+    memoised_tiling,
+    struct_fields,
+    tdiv,
+)
 from .platform import get_soc
 from .status import TilingError
 
@@ -43,7 +53,6 @@ DCACHE_BYTES = 32768                       # DCACHE_SIZE: UB the tiling leaves t
 DOUBLE_BUFFER = 2
 MIN_CORE_ELEMS = 1024                      # MIN_DATA_SIZE: the smallest block of a core
 VREG_BYTES = 256                           # GetVRegSize
-BLOCK_BYTES = 32                           # GetUbBlockSize
 INT32_MAX = 2 ** 31 - 1
 
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (np.float32, np.float16, np.float64, np.uint8, np.int8, np.int16,

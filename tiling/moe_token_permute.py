@@ -24,7 +24,17 @@ import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from .common import TensorDesc, TilingResult, align_up, ceil_div, memoised_tiling, struct_fields, tdiv, tmod
+from .common import (
+    BLOCK_BYTES,
+    TensorDesc,
+    TilingResult,
+    align_up,
+    ceil_div,
+    memoised_tiling,
+    struct_fields,
+    tdiv,
+    tmod,
+)
 from .moe_sort import (
     SORT_OUT_ONE_LOOP_MAX,
     VBS_FIELDS,
@@ -55,7 +65,6 @@ FIELDS = (("core_num", "n", "cols", "cols_align", "top_k")
 
 MAX_INDICES_NUM = 512
 SORT_LIMIT_LENGTH = 16777215
-ONE_BLOCK_BYTE = 32
 BUFFER_NUM = 2
 MAX_BLOCK_COUNT = 4095
 DATA_MOVE_ALIGN = 512
@@ -110,7 +119,7 @@ def _index_copy(f: dict, n: int, top_k: int, cols: int, token_bytes: int, ub: in
     calc_tail = tdiv(n, real_core_num)
     ub_left = ub - MAX_INDICES_NUM * INT32_DTYPE_SIZE
     row_bytes = cols * token_bytes
-    row_bytes_align = align_up(row_bytes, ONE_BLOCK_BYTE) if ONE_BLOCK_BYTE else row_bytes
+    row_bytes_align = align_up(row_bytes, BLOCK_BYTES) if BLOCK_BYTES else row_bytes
     last_move = once_move = move_times = once_move_times = once_ub_tokens = 1
     key = 0
     if ub_left >= BUFFER_NUM * row_bytes_align:
@@ -121,7 +130,7 @@ def _index_copy(f: dict, n: int, top_k: int, cols: int, token_bytes: int, ub: in
         once_tokens = once_move_times * once_ub_tokens
         once_indices = once_tokens * top_k
         token_ub = once_ub_tokens * row_bytes_align
-        indices_ub = align_up(once_indices * INT32_DTYPE_SIZE, ONE_BLOCK_BYTE)
+        indices_ub = align_up(once_indices * INT32_DTYPE_SIZE, BLOCK_BYTES)
     else:
         once_tokens = tdiv(MAX_INDICES_NUM, top_k)
         once_indices = once_tokens * top_k
@@ -250,10 +259,10 @@ def moe_token_permute(tokens, indices, num_out_tokens=0, padded_mode=False, quan
         _fail(f"dim 0 of output permute_tokens should be numOutTokens = {m}, but got {out_t.dim(0)}")
 
     aiv_num = 1 if idx.size <= 32 else soc.aiv_num
-    ub = tdiv(soc.ub_size_for_tiling, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+    ub = tdiv(soc.ub_size_for_tiling, BLOCK_BYTES) * BLOCK_BYTES
     f = struct_fields(FIELDS)
     f.update(core_num=aiv_num, n=n, cols=cols, top_k=top_k,
-             cols_align=ceil_div(cols, tdiv(ONE_BLOCK_BYTE, token_bytes)) * tdiv(ONE_BLOCK_BYTE, token_bytes))
+             cols_align=ceil_div(cols, tdiv(BLOCK_BYTES, token_bytes)) * tdiv(BLOCK_BYTES, token_bytes))
     mode, vbs = vbs_tiling(total, checked_sort_loop_max_element(OP, ub, aiv_num, total), aiv_num)
     f.update({f"vbs_{k}": v for k, v in vbs.items()})
     f["vms_middle_need_core_num"] = vms_middle_need_core_num(vbs["need_core_num"])

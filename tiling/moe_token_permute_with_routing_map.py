@@ -26,7 +26,7 @@ import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from .common import TensorDesc, TilingResult, struct_fields, tdiv
+from .common import BLOCK_BYTES, TensorDesc, TilingResult, struct_fields, tdiv
 from .masked_select import MS_FIELDS, masked_select_tiling, masked_select_ub_plan
 from .moe_sort import (
     SORT_OUT_ONE_LOOP_MAX,
@@ -52,7 +52,6 @@ FIELDS = (("core_num", "n", "cols", "cols_align", "top_k", "expert_num", "capaci
 
 MAX_INDICES_NUM = 512
 SORT_LIMIT_LENGTH = 16777215
-ONE_BLOCK_BYTE = 32
 PAD_KEY = 9
 SIMT_KEY = 10
 SIMT_UB_SIZE_BYTE = 40960          # taken off the UB on ascend950 for the SIMT gather
@@ -331,12 +330,12 @@ def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_
 
     real_core = soc.aiv_num
     local_aiv = 1 if rm.size <= 32 else real_core
-    ub = tdiv(soc.ub_size_for_tiling, ONE_BLOCK_BYTE) * ONE_BLOCK_BYTE
+    ub = tdiv(soc.ub_size_for_tiling, BLOCK_BYTES) * BLOCK_BYTES
     has_prob = p is not None
     f = struct_fields(FIELDS)
     f.update(core_num=local_aiv, n=n, cols=cols, top_k=top_k, expert_num=e, capacity=capacity,
-             has_prob=int(has_prob), cols_align=c_ceil(cols, tdiv(ONE_BLOCK_BYTE, token_bytes))
-             * tdiv(ONE_BLOCK_BYTE, token_bytes))
+             has_prob=int(has_prob), cols_align=c_ceil(cols, tdiv(BLOCK_BYTES, token_bytes))
+             * tdiv(BLOCK_BYTES, token_bytes))
     aiv = 0                                        # the member aivNum starts at 0
     simd = False
     if regbase:

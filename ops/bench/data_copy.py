@@ -32,8 +32,8 @@ from tiling import get_soc
 
 OP = "DataCopyBench"
 HALF_BYTES = 2
-UB_LOCAL = 0                        # the one UB buffer every copy lands in (ubLocal at ubAddr 0)
 BUFFERS = ("ubLocal",)
+(UB_LOCAL,) = asc.buffer_ids(BUFFERS, "ubLocal")     # the one UB buffer every copy lands in (ubLocal at ubAddr 0)
 
 PLAIN, REPEAT_WHOLE_4, SPLIT_FOUR_REPEAT_4, FULL_MATRIX_SAME_ADDR, FULL_MATRIX_OFFSET_ADDR = 0, 5, 6, 7, 8
 

@@ -110,10 +110,10 @@ def _copy_value_in(c, td, gm, queue, row, loop, n):
 
 
 # --- MoeInplaceIndexAddWithSortedAvg (keys 1, 4, 5) ----------------------------------------------------------
-IN_QUEUE_VALUE_AVG = 0   # TQue<VECIN, 1> inQueueValueAvg: one value row piece
-IN_QUEUE_INDEX = 1       # TQue<VECIN, 1> inQueueIndex: 1536 ids + 1536 positions
-OUT_QUEUE_OUT_AVG = 2    # TQue<VECOUT, 1> outQueueOutAvg: the run's partial sum
-AVG_BUFFERS = ("inQueueValueAvg", "inQueueIndex", "outQueueOutAvg")
+AVG_BUFFERS = ("inQueueValueAvg",      # TQue<VECIN, 1>: one value row piece
+               "inQueueIndex",         # TQue<VECIN, 1>: 1536 ids + 1536 positions
+               "outQueueOutAvg")       # TQue<VECOUT, 1>: the run's partial sum
+IN_QUEUE_VALUE_AVG, IN_QUEUE_INDEX, OUT_QUEUE_OUT_AVG = asc.buffer_ids(AVG_BUFFERS, *AVG_BUFFERS)
 
 
 @aicore
@@ -178,14 +178,15 @@ def avg_process(c, td, gm, tmpl):
 
 
 # --- MoeInplaceIndexAddWithSortedFix (keys 2, 3, 6) ----------------------------------------------------------
-IN_QUEUE_SELF_FIX = 0    # TQue<VECIN, 1> inQueueSelfFix: the var row piece being accumulated
-IN_QUEUE_VALUE_FIX = 1   # TQue<VECIN, 1> inQueueValueFix
-IN_QUEUE_INDEX_FIX = 2   # TQue<VECIN, 1> inQueueIndex
-OUT_QUEUE_OUT_FIX = 3    # TQue<VECOUT, 1> outQueueOutFix
-CALC_SELF_BUF = 4        # TBuf calcSelfBuf: fp32 accumulator (half / bf16 only)
-CALC_VALUE_BUF = 5       # TBuf calcValueBuf: fp32 value row (half / bf16 only)
-FIX_BUFFERS = ("inQueueSelfFix", "inQueueValueFix", "inQueueIndex", "outQueueOutFix")
-FIX_CAST_BUFFERS = ("calcSelfBuf", "calcValueBuf")
+FIX_BUFFERS = ("inQueueSelfFix",        # TQue<VECIN, 1>: the var row piece being accumulated
+               "inQueueValueFix",       # TQue<VECIN, 1>
+               "inQueueIndex",          # TQue<VECIN, 1>
+               "outQueueOutFix")        # TQue<VECOUT, 1>
+FIX_CAST_BUFFERS = ("calcSelfBuf",      # TBuf: fp32 accumulator (half / bf16 only)
+                    "calcValueBuf")     # TBuf: fp32 value row (half / bf16 only)
+IN_QUEUE_SELF_FIX, IN_QUEUE_VALUE_FIX, IN_QUEUE_INDEX_FIX, OUT_QUEUE_OUT_FIX = asc.buffer_ids(
+    FIX_BUFFERS, *FIX_BUFFERS, also=(FIX_BUFFERS + FIX_CAST_BUFFERS,))
+CALC_SELF_BUF, CALC_VALUE_BUF = asc.buffer_ids(FIX_BUFFERS + FIX_CAST_BUFFERS, *FIX_CAST_BUFFERS)
 
 
 @aicore

@@ -51,11 +51,9 @@ MAX_MRGSORT_LIST = 4
 WORK_GM_NUM = 2
 
 # buffers of MoeSortOneCore (in InitBuffer order)
-ONE_CORE_IN_QUEUE = 0      # sortDataCopyInQueue
-ONE_CORE_INDEX_BUFFER = 1  # indexBuffer
-ONE_CORE_OUT_QUEUE = 2     # sortDataCopyOutQueue
-ONE_CORE_SORTED_BUFFER = 3  # sortedBuffer
 ONE_CORE_BUFFERS = ("sortDataCopyInQueue", "indexBuffer", "sortDataCopyOutQueue", "sortedBuffer")
+ONE_CORE_IN_QUEUE, ONE_CORE_INDEX_BUFFER, ONE_CORE_OUT_QUEUE, ONE_CORE_SORTED_BUFFER = \
+    asc.buffer_ids(ONE_CORE_BUFFERS, *ONE_CORE_BUFFERS)
 # the real InitMoeMrgSort / InitMoeMrgSortOut hand the sorter an out buffer and FreeTensor it before the merge
 # writes it (SetOutput then FreeTensor): checked mode lets that use after FreeTensor pass (docs/guides/checked-mode.md)
 SORT_WAIVED_QUEUES = ("sortDataCopyOutQueue",)
@@ -85,10 +83,9 @@ def sort_waivers(multi_core: bool) -> tuple:
     return (MRGSORT_ALIGNED_READ, MRGSORT_OUT_EXTRACT_TAIL) if multi_core else (ONE_CORE_INDEX_TAIL_READ,)
 
 # buffers of MoeSortMultiCore
-MULTI_IN_QUEUE = 0          # sortDataCopyInQueue
-MULTI_OUT_QUEUE = 1         # sortDataCopyOutQueue
-MULTI_INDEX_CONCAT = 2      # indexConcatBuffer: indices, then the fp32 keys
-MULTI_SORTED_BUFFER = 3     # sortedBuffer
+# (tiling.moe_sort.MULTI_CORE_BUFFERS; indexConcatBuffer holds the indices, then the fp32 keys)
+MULTI_IN_QUEUE, MULTI_OUT_QUEUE, MULTI_INDEX_CONCAT, MULTI_SORTED_BUFFER = asc.buffer_ids(
+    MULTI_CORE_BUFFERS, "sortDataCopyInQueue", "sortDataCopyOutQueue", "indexConcatBuffer", "sortedBuffer")
 
 # member variables kept across SyncAll (asc.members slots)
 M_SRC_WS_INDEX = 0

@@ -34,7 +34,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
-from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES, aicore, global_aicore
 from tiling.unpermute_gather import GATHER_FIELDS, gather_buffers  # noqa: F401  (re-exported for the ops)
 
 GatherGm = namedtuple("GatherGm", ["permuted_tokens", "sorted_indices", "probs", "unpermuted_tokens"])
@@ -61,8 +61,6 @@ INDICES_INQUE = 1    # TQue<VECIN, 1>, one chunk's indices
 OUTQUE = 2           # TQue<VECOUT, 1>, one output piece (fp32 tokens: also the accumulator)
 TEMP_BUFFER0 = 3     # TBuf, fp32 accumulator token_tensor0 (2-byte tokens only)
 TEMP_BUFFER1 = 4     # TBuf, fp32 widened token token_tensor1 (2-byte tokens only)
-
-BLOCK_SIZE = 32
 
 
 @aicore
@@ -113,7 +111,7 @@ def _copy_token_in(c, td, gm, token_idx, h_index, h_length):
     tokens_local = asc.alloc_tensor(c, TOKENS_INQUE, T)
     offset = np.int64(token_idx) * td.hidden_size + h_index * td.hidden_splited_length
     src = asc.gm_at(gm.permuted_tokens, offset)
-    if (h_length * T.itemsize) % BLOCK_SIZE == 0:
+    if (h_length * T.itemsize) % BLOCK_BYTES == 0:
         asc.data_copy(c, tokens_local, src, h_length)
     else:
         asc.data_copy_pad(c, tokens_local, src, asc.DataCopyExtParams(1, h_length * T.itemsize, 0, 0), asc.NO_PAD)
@@ -128,7 +126,7 @@ def _cal_first_token(c, gm, tmpl, token_tensor0, prob_value, h_length):
     if tmpl.token_t != asc.DT_FLOAT:
         asc.cast(c, token_tensor0, asc.DT_FLOAT, tokens_local, tmpl.token_t, asc.CAST_NONE, h_length)
     else:
-        byte_align32 = (h_length * 4 + BLOCK_SIZE - 1) & ~(BLOCK_SIZE - 1)
+        byte_align32 = (h_length * 4 + BLOCK_BYTES - 1) & ~(BLOCK_BYTES - 1)
         # T1 is float: a UB -> UB copy of whole 32-byte blocks
         asc.data_copy(c, token_tensor0, asc.view_as(c, tokens_local, asc.ub_f32(c)), byte_align32 // 4)
     asc.free_tensor(c, TOKENS_INQUE, tokens_local)
@@ -172,7 +170,7 @@ def _copy_out(c, td, tmpl, out_gm, token_tensor0, out_token_index, h_index, h_le
     asc.en_que(c, OUTQUE, temp_out_tensors)
     temp_out_tensors = asc.de_que(c, OUTQUE, T)
     dst = asc.gm_at(out_gm, out_token_index * td.hidden_size + h_index * td.hidden_splited_length)
-    if (h_length * T.itemsize) % BLOCK_SIZE == 0:
+    if (h_length * T.itemsize) % BLOCK_BYTES == 0:
         asc.data_copy(c, dst, temp_out_tensors, h_length)
     else:
         asc.data_copy_pad(c, dst, temp_out_tensors, asc.DataCopyExtParams(1, h_length * T.itemsize, 0, 0))

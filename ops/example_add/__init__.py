@@ -13,12 +13,11 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel, RunReport, UbBuffer, launch
+from ascend_sim.kernel_api import BLOCK_BYTES
 from tiling import get_soc
 from tiling.platform import SocProfile
 
 from .kernel import BUFFER_NUM, BUFFERS, KERNEL, KERNEL_BROKEN, AddGm, AddTilingData
-
-BLOCK_BYTES = 32
 
 
 @dataclass(frozen=True)

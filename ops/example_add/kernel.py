@@ -17,12 +17,12 @@ from collections import namedtuple
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import Kernel
-from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import aicore, buffer_ids, global_aicore
 
 OP = "ExampleAdd"
 BUFFER_NUM = 2                      # double buffering: two buffers per queue
-IN_QUEUE_X, IN_QUEUE_Y, OUT_QUEUE_Z = 0, 1, 2          # queue index = order of the InitBuffer calls
-BUFFERS = ("inQueueX", "inQueueY", "outQueueZ")
+BUFFERS = ("inQueueX", "inQueueY", "outQueueZ")     # the InitBuffer calls, in order
+IN_QUEUE_X, IN_QUEUE_Y, OUT_QUEUE_Z = buffer_ids(BUFFERS, "inQueueX", "inQueueY", "outQueueZ")
 
 # tiling data, as the host hands it to the kernel (a struct in AscendC)
 AddTilingData = namedtuple("AddTilingData", ["total_length", "block_length", "tile_length"])

@@ -37,7 +37,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim.datacopy import GlobalTensor
-from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES, aicore, global_aicore
 
 GATHER_TD_FIELDS = ("n", "capacity", "need_core_num", "front_core_num", "tail_core_num", "core_calc_num",
                     "one_token_btype_size", "once_ub_token_nums", "once_indices_token_nums", "once_indices",
@@ -53,10 +53,8 @@ bytes (uint8)."""
 SIMT_PROB, SIMT_TOKEN = 1, 0        # Init(..., isprob)
 UINT32_MASK = 0xFFFFFFFF
 
-IN_QUEUE = 0       # TQueBind<VECIN, VECOUT, 2> inQueue_
-INDEX_BUF = 1      # TBuf<VECCALC> indexBuf_
-SIMD_BUFFERS = ("inQueue", "indexBuf")
-UB_BLOCK_BYTES = 32                 # Ops::Base::GetUbBlockSize()
+SIMD_BUFFERS = ("inQueue", "indexBuf")     # TQueBind<VECIN, VECOUT, 2> inQueue_, TBuf<VECCALC> indexBuf_
+IN_QUEUE, INDEX_BUF = asc.buffer_ids(SIMD_BUFFERS, "inQueue", "indexBuf")
 _CARRIERS = {2: np.uint16, 4: np.uint32}
 
 
@@ -236,8 +234,8 @@ def gather_simd_stage(c, td, gm):
     """Gatherv2SimdTwoDim<int32_t>::Process on this core (Init's InitBuffer rows: the pipe's plan)."""
     if c.block_idx >= td.need_core_num:
         return
-    cols_align = (td.once_ub_token_nums * td.one_token_btype_size + UB_BLOCK_BYTES - 1) // UB_BLOCK_BYTES \
-        * UB_BLOCK_BYTES
+    cols_align = (td.once_ub_token_nums * td.one_token_btype_size + BLOCK_BYTES - 1) // BLOCK_BYTES \
+        * BLOCK_BYTES
     window = np.zeros(2, dtype=np.int64)     # indicesOffsetBase_, curIndexSize_
     if cols_align <= td.token_ub * td.one_token_btype_size:
         _no_split_col(c, td, gm, cols_align, window)

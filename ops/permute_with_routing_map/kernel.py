@@ -115,10 +115,12 @@ def sort_td(fields: dict):
 RankGm = namedtuple("RankGm", ["mask", "workspace"])
 """routingMap^T bytes (read-only) and the user workspace as int32."""
 
-IN_QUEUE_MASK, IN_QUEUE_INT32, OUT_QUEUE_INT32 = 0, 1, 2
-PARTIAL_BUF, MASK_WORK_BUF, MASK_FLOAT_BUF, MASK_CAST_HALF_BUF, TOKEN_BASE_BUF = 3, 4, 5, 6, 7
 RANK_BUFFERS = ("inQueueMask", "inQueueInt32", "outQueueInt32", "partialBuf", "maskWorkBuf", "maskFloatBuf",
                 "maskCastHalfBuf", "tokenBaseBuf")
+IN_QUEUE_MASK, IN_QUEUE_INT32, OUT_QUEUE_INT32 = asc.buffer_ids(RANK_BUFFERS, "inQueueMask", "inQueueInt32",
+                                                                "outQueueInt32")
+PARTIAL_BUF, MASK_WORK_BUF, MASK_FLOAT_BUF, MASK_CAST_HALF_BUF, TOKEN_BASE_BUF = asc.buffer_ids(
+    RANK_BUFFERS, "partialBuf", "maskWorkBuf", "maskFloatBuf", "maskCastHalfBuf", "tokenBaseBuf")
 
 
 @aicore
@@ -275,13 +277,14 @@ def rank_stage(c, td, gm, step):
 ScatterGm = namedtuple("ScatterGm", ["out", "values", "assist"])
 """sortedIndices (int32 output), the value stream (int32, to the end of the workspace), scatterAssist."""
 
-COPY_IN_QUEUE, COPY_OUT_QUEUE, ASSIST_BUFFER = 0, 1, 2
+SCATTER_BUFFERS = ("copyInQueue", "copyOutQueue", "assistBuffer")
+COPY_IN_QUEUE, COPY_OUT_QUEUE, ASSIST_BUFFER = asc.buffer_ids(SCATTER_BUFFERS, "copyInQueue", "copyOutQueue",
+                                                              "assistBuffer")
 # CopyIn reads the value stream with DataCopy of Align(currentLoopRows, sizeof(int32_t)) elements: up to 28 bytes
 # past the stream's end, workspace no core wrote (only currentLoopRows values are scattered)
 SCATTER_VALUE_TAIL_READ = InitWaiver("workspace", "moe/moe_token_permute_with_routing_map/op_kernel/"
                                      "moe_sortindices_scatter_multi_core.h:151 @ 25fb6b92890d (CopyIn's aligned "
                                      "DataCopy of the value stream)", tail=32)
-SCATTER_BUFFERS = ("copyInQueue", "copyOutQueue", "assistBuffer")
 
 
 @aicore

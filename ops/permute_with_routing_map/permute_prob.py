@@ -38,9 +38,8 @@ PermuteProbGm = namedtuple("PermuteProbGm", ["permute_probs", "probs", "sorted_i
 """permute_probs: (E * capacity) output (dstGm); probs: probsT (E, N) read-only (srcGm); sorted_indices:
 (E * capacity) int32 from the pad sort (indicesGm). Prob tensors as unsigned bits of their width."""
 
-IN_QUE = 0        # TBuf inQue: window of one expert's probs
-INDICE_QUE = 1    # TBuf indiceQue: 1024 sorted indices
-OUT_QUE = 2       # TBuf outQue: 1024 gathered probs
+# TBufs: inQue a window of one expert's probs, indiceQue 1024 sorted indices, outQue 1024 gathered probs
+IN_QUE, INDICE_QUE, OUT_QUE = asc.buffer_ids(PERMUTE_PROB_BUFFERS, "inQue", "indiceQue", "outQue")
 DEFAULT_PIPE = "sortPipe"   # the TPipe GENERAL_PAD_OP_IMPL builds for this class
 
 _CARRIERS = {2: np.uint16, 4: np.uint32}

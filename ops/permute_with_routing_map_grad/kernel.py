@@ -57,7 +57,8 @@ GmTensors = namedtuple("GmTensors", [
 ])
 """The GM tensors of one launch (the kernel's own argument list minus the routing map, which no key reads)."""
 
-PROB_GRAD_OUT_QUE = 0   # TQue<VECOUT, 1> ProbGradOutQue, 32 bytes
+DROP_PAD_BUFFERS = ("ProbGradOutQue",)     # TQue<VECOUT, 1>, 32 bytes
+(PROB_GRAD_OUT_QUE,) = asc.buffer_ids(DROP_PAD_BUFFERS, "ProbGradOutQue")
 
 
 @global_aicore
@@ -125,7 +126,7 @@ KERNELS = {
         for tokens_fp32 in (False, True)
     },
     TILING_KEY_DROP_PAD: Kernel(OP, "KernelMoeTokenPermuteWithRoutingMap",
-                                (PipePhase(DROP_PAD_PIPE, ("ProbGradOutQue",), (drop_pad_process,),
+                                (PipePhase(DROP_PAD_PIPE, DROP_PAD_BUFFERS, (drop_pad_process,),
                                            _drop_pad_args),), (REFILL_RACE,)),
 }
 """KERNELS[0][tokens are fp32] (kernel G has fp32 and 2-byte instantiations) and KERNELS[1000]."""

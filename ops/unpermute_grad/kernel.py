@@ -67,8 +67,10 @@ def _row_written(index, num_out_tokens):
 
 
 # --- key 0: probs absent, pure copies ---------------------------------------------------------------
-IN_QUEUE_ROW_ID_MAP = 0   # TQue<VECIN, 2> inQueueRowIdMap: indicesReserveNum int32
-IN_OUT_QUE = 1            # TQueBind<VECIN, VECOUT, 1> inOutque: inputReserveNum x hiddenSizeAlign tokens, 2 buffers
+# TQue<VECIN, 2> inQueueRowIdMap: indicesReserveNum int32; TQueBind<VECIN, VECOUT, 1> inOutque: inputReserveNum x
+# hiddenSizeAlign tokens, 2 buffers
+PROB_NONE_BUFFERS = ("inQueueRowIdMap", "inOutque")
+IN_QUEUE_ROW_ID_MAP, IN_OUT_QUE = asc.buffer_ids(PROB_NONE_BUFFERS, *PROB_NONE_BUFFERS)
 
 
 @global_aicore
@@ -121,18 +123,23 @@ def prob_none_process(c, td, gm, tmpl):
 
 
 # --- key 1: probs present ----------------------------------------------------------------------------
-IN_QUEUE_UNPERMUTED = 0               # TBuf: 2 x hiddenSizeAlign tokens (manual ping-pong)
-IN_QUEUE_PERMUTED_TOKENS = 1          # TBuf: 2 x inputReserveNum x hiddenSizeAlign tokens
-IN_QUEUE_PROB = 2                     # TBuf: 2 x indicesReserveNumAlign probs
-OUT_QUEUE_PROB_GRAD = 3               # TBuf: 2 x indicesReserveNumAlign probs
-OUT_QUEUE_PERMUTED_TOKENS_GRAD = 4    # TBuf: 2 x hiddenSizeAlign tokens
-TMP_BUFFER_PERMUTED_TOKENS_CAST = 5   # fp32 hiddenSizeAlign (also ReduceSumFunc's scratch)
-TMP_BUFFER_RESERVE = 6                # 256 bytes after it
-TMP_BUFFER_UNPERMUTED_CAST = 7        # fp32 hiddenSizeAlign
-TMP_BUFFER_PROB_GRAD_REDUCE_SUM = 8   # fp32 indicesReserveNumAlign: accumulated over hidden pieces
-TMP_BUFFER_PROB_CAST = 9              # fp32 indicesReserveNumAlign
-TMP_BUFFER_PROB_GRAD_CAST = 10        # fp32 indicesReserveNumAlign: one piece's row sums
-TMP_BUFFER_PERMUTED_TOKENS_GRAD = 11  # fp32 hiddenSizeAlign
+PROB_NOT_NONE_BUFFERS = (           # TBufs, in InitBuffer order:
+    "inQueueUnpermuted",                # 2 x hiddenSizeAlign tokens (manual ping-pong)
+    "inQueuePermutedTokens",            # 2 x inputReserveNum x hiddenSizeAlign tokens
+    "inQueueProb",                      # 2 x indicesReserveNumAlign probs
+    "outQueueProbGrad",                 # 2 x indicesReserveNumAlign probs
+    "outQueuePermutedTokensGrad",       # 2 x hiddenSizeAlign tokens
+    "tmpBufferPermutedTokensCast",      # fp32 hiddenSizeAlign (also ReduceSumFunc's scratch)
+    "tmpBufferReserve",                 # 256 bytes after it
+    "tmpBufferUnpermutedCast",          # fp32 hiddenSizeAlign
+    "tmpBufferProbGradReduceSum",       # fp32 indicesReserveNumAlign: accumulated over hidden pieces
+    "tmpBufferProbCast",                # fp32 indicesReserveNumAlign
+    "tmpBufferProbGradCast",            # fp32 indicesReserveNumAlign: one piece's row sums
+    "tmpBufferPermutedTokensGrad")      # fp32 hiddenSizeAlign
+(IN_QUEUE_UNPERMUTED, IN_QUEUE_PERMUTED_TOKENS, IN_QUEUE_PROB, OUT_QUEUE_PROB_GRAD, OUT_QUEUE_PERMUTED_TOKENS_GRAD,
+ TMP_BUFFER_PERMUTED_TOKENS_CAST, TMP_BUFFER_RESERVE, TMP_BUFFER_UNPERMUTED_CAST, TMP_BUFFER_PROB_GRAD_REDUCE_SUM,
+ TMP_BUFFER_PROB_CAST, TMP_BUFFER_PROB_GRAD_CAST, TMP_BUFFER_PERMUTED_TOKENS_GRAD) = asc.buffer_ids(
+    PROB_NOT_NONE_BUFFERS, *PROB_NOT_NONE_BUFFERS)
 
 EVENT_ID0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 = range(8)
 
@@ -328,10 +335,6 @@ def prob_not_none_process(c, td, gm, tmpl):
 
 
 # --- the kernel entry: TILING_KEY_IS dispatch ---------------------------------------------------------
-PROB_NOT_NONE_BUFFERS = ("inQueueUnpermuted", "inQueuePermutedTokens", "inQueueProb", "outQueueProbGrad",
-                         "outQueuePermutedTokensGrad", "tmpBufferPermutedTokensCast", "tmpBufferReserve",
-                         "tmpBufferUnpermutedCast", "tmpBufferProbGradReduceSum", "tmpBufferProbCast",
-                         "tmpBufferProbGradCast", "tmpBufferPermutedTokensGrad")
 
 # the real ProbNotNone kernel widens the probs to fp32 (Cast, or Copy for fp32 probs) and reads them with GetValue
 # with no V -> S event in between (moe_token_unpermute_grad_prob_not_none.h): checked mode lets those two pass
@@ -355,7 +358,7 @@ PROBS_READ_RACES = tuple(RaceWaiver("V", call, "S", "LocalTensor::GetValue", "th
                                     "probs with GetValue with no V -> S event") for call in ("Cast", "Copy"))
 KERNELS = {
     0: Kernel.single_pipe(OP, "MoeTokenUnpermuteGradProbNone", (prob_none_process,),
-                          ("inQueueRowIdMap", "inOutque")),
+                          PROB_NONE_BUFFERS),
     1: Kernel.single_pipe(OP, "MoeTokenUnpermuteGradProbNotNone", (prob_not_none_process,), PROB_NOT_NONE_BUFFERS,
                           waivers=PROBS_READ_RACES + FP32_ROW_TAIL_READS),
 }

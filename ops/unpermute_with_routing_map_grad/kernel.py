@@ -117,11 +117,14 @@ def prob_none_drop_pad_true_process(c, td, gm, tmpl):
 
 
 # --- keys 11 and 111: probs, dropAndPad -------------------------------------------------------------
-UNPERMUTED_GRAD_TQUE = 0        # TQue<VECIN, 2> unpermutedGradTQue, fp32-sized
-PERMUTED_TOKENS_TQUE = 1        # TQue<VECIN, 2> permutedTokensTQue, fp32-sized
-PROB_GRAD_REDUCE_SUM_TBUF = 2   # TBuf: per-piece partial sums (hiddenSizeLoopTimesAlign fp32)
-PERMUTED_TOKENS_GRAD_TQUE = 3   # TQue<VECOUT, 2> permutedTokensGradTQue
-PROB_GRAD_OUT_TBUF = 4          # TBuf: 32 bytes for the one prob gradient
+_PAD_TRUE_BUFFERS = (
+    "unpermutedGradTQue",       # TQue<VECIN, 2>, fp32-sized
+    "permutedTokensTQue",       # TQue<VECIN, 2>, fp32-sized
+    "probGradReduceSumTBuf",    # TBuf: per-piece partial sums (hiddenSizeLoopTimesAlign fp32)
+    "permutedTokensGradTQue",   # TQue<VECOUT, 2>
+    "probGradOutTBuf")          # TBuf: 32 bytes for the one prob gradient
+(UNPERMUTED_GRAD_TQUE, PERMUTED_TOKENS_TQUE, PROB_GRAD_REDUCE_SUM_TBUF, PERMUTED_TOKENS_GRAD_TQUE,
+ PROB_GRAD_OUT_TBUF) = asc.buffer_ids(_PAD_TRUE_BUFFERS, *_PAD_TRUE_BUFFERS)
 
 
 @global_aicore
@@ -229,17 +232,22 @@ def prob_not_none_drop_pad_true_body(c, td, gm, tmpl, v_to_mte3_sync):
 
 
 # --- keys 1 and 101: probs, no dropAndPad -----------------------------------------------------------
-IN_QUEUE_UNPERMUTED = 0             # TBuf: 2 x hiddenSizeAlign tokens (manual ping-pong)
-IN_QUEUE_PERMUTED_TOKENS = 1        # TBuf: 2 x hiddenSizeAlign tokens
-OUT_QUEUE_PROB_GRAD = 2             # TBuf: indicesReserveNumAlign ProbsT
-OUT_QUEUE_PERMUTED_TOKENS_GRAD = 3  # TBuf: 2 x hiddenSizeAlign tokens
-TMP_BUFFER_PERMUTED_TOKENS_CAST = 4  # fp32 hiddenSizeAlign
-TMP_BUFFER_UNPERMUTED_CAST = 5      # fp32 hiddenSizeAlign
-TMP_BUFFER_PROB_GRAD_REDUCE_SUM = 6  # fp32 indicesReserveNumAlign: accumulated over pieces
-TMP_BUFFER_PROB_GRAD_CAST = 7       # fp32 indicesReserveNumAlign: one piece's partial sums
-TMP_BUFFER_PERMUTED_TOKENS_GRAD = 8  # fp32 hiddenSizeAlign
-ROUTING_MAP_TBUF = 9                # numExpertAlign bytes: one routing-map row
-PROB_GRAD_TBUF = 10                 # numExpertAlign ProbsT: one probsGrad row
+_PAD_FALSE_BUFFERS = (                 # TBufs, in InitBuffer order:
+    "inQueueUnpermuted",                # 2 x hiddenSizeAlign tokens (manual ping-pong)
+    "inQueuePermutedTokens",            # 2 x hiddenSizeAlign tokens
+    "outQueueProbGrad",                 # indicesReserveNumAlign ProbsT
+    "outQueuePermutedTokensGrad",       # 2 x hiddenSizeAlign tokens
+    "tmpBufferPermutedTokensCast",      # fp32 hiddenSizeAlign
+    "tmpBufferUnpermutedCast",          # fp32 hiddenSizeAlign
+    "tmpBufferProbGradReduceSum",       # fp32 indicesReserveNumAlign: accumulated over pieces
+    "tmpBufferProbGradCast",            # fp32 indicesReserveNumAlign: one piece's partial sums
+    "tmpBufferPermutedTokensGrad",      # fp32 hiddenSizeAlign
+    "routingMapTBuf",                   # numExpertAlign bytes: one routing-map row
+    "probGradTBuf")                     # numExpertAlign ProbsT: one probsGrad row
+(IN_QUEUE_UNPERMUTED, IN_QUEUE_PERMUTED_TOKENS, OUT_QUEUE_PROB_GRAD, OUT_QUEUE_PERMUTED_TOKENS_GRAD,
+ TMP_BUFFER_PERMUTED_TOKENS_CAST, TMP_BUFFER_UNPERMUTED_CAST, TMP_BUFFER_PROB_GRAD_REDUCE_SUM,
+ TMP_BUFFER_PROB_GRAD_CAST, TMP_BUFFER_PERMUTED_TOKENS_GRAD, ROUTING_MAP_TBUF, PROB_GRAD_TBUF) = asc.buffer_ids(
+    _PAD_FALSE_BUFFERS, *_PAD_FALSE_BUFFERS)
 
 EVENT_ID0, EVENT_ID1, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 = 0, 1, 4, 5, 6, 7
 
@@ -480,11 +488,6 @@ PAD_TRUE_INIT_WAIVERS = (
     OverlapWaiver("InitOutput", "InitOutput", "every core zeroes the whole probsGrad"),
     OverlapWaiver("InitOutput", "DataCopyPad(UB->GM)",
                   "each core writes its tokens' probs gradients over zeros every core wrote"))
-_PAD_TRUE_BUFFERS = ("unpermutedGradTQue", "permutedTokensTQue", "probGradReduceSumTBuf", "permutedTokensGradTQue",
-                     "probGradOutTBuf")
-_PAD_FALSE_BUFFERS = ("inQueueUnpermuted", "inQueuePermutedTokens", "outQueueProbGrad", "outQueuePermutedTokensGrad",
-                      "tmpBufferPermutedTokensCast", "tmpBufferUnpermutedCast", "tmpBufferProbGradReduceSum",
-                      "tmpBufferProbGradCast", "tmpBufferPermutedTokensGrad", "routingMapTBuf", "probGradTBuf")
 
 KERNELS = {
     0: Kernel.single_pipe(OP, "MoeTokenUnpermuteWithRoutingMapGradProbNoneDropPadFalse",

@@ -10,7 +10,7 @@ from typing import NoReturn
 
 import numpy as np
 
-from ..common import TensorDesc, ceil_div, tdiv
+from ..common import BLOCK_BYTES, TensorDesc, tdiv
 from ..status import TilingError
 
 OP = "MoeInitRoutingV3"
@@ -78,7 +78,6 @@ SCALE_FACTOR_WITH_X = 32
 FP8_BLOCK_SIZE = 128                 # FP8_PERBLOCK_BLOCK_SIZE and FP8_GROUP_SIZE: both 128 columns
 MAX_QUEUE_BUFFER_NUM = 6
 SORT32_ALIGN_ELEMENT = 32
-UB_BLOCK_SIZE = 32
 ONE_CORE_SORT_BUFFER = 6
 EXPERT_IDX_MAX = 10240
 KV_MODE_EXPERT_IDX_MAX = EXPERT_IDX_MAX // 2
@@ -142,16 +141,7 @@ def desc(t, what: str):
 
 def align(elems: int, nbytes: int) -> int:
     """Align(): elements rounded up so that they fill whole 32-byte blocks."""
-    return 0 if nbytes == 0 else tdiv(tdiv(elems * nbytes + UB_BLOCK_SIZE - 1, UB_BLOCK_SIZE) * UB_BLOCK_SIZE, nbytes)
-
-
-def align_bytes(elems: int, nbytes: int) -> int:
-    """AlignBytes(): bytes of `elems` elements rounded up to 32."""
-    return tdiv(elems * nbytes + UB_BLOCK_SIZE - 1, UB_BLOCK_SIZE) * UB_BLOCK_SIZE
-
-
-def ceil_align(a: int, b: int) -> int:
-    return ceil_div(a, b) * b
+    return 0 if nbytes == 0 else tdiv(tdiv(elems * nbytes + BLOCK_BYTES - 1, BLOCK_BYTES) * BLOCK_BYTES, nbytes)
 
 
 def dim(shape: tuple, i: int) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ascend_sim.pipe import UbBuffer
 
-from ..common import ceil_div
+from ..common import align_bytes, ceil_div
 from .base import (
     DROPPAD,
     KEY_VALUE,
@@ -21,7 +21,6 @@ from .base import (
     SORT32_ALIGN_ELEMENT,
     TILINGKEY_BASE,
     align,
-    align_bytes,
 )
 
 GATHER_OUT_BUFFER_NUM = 2            # moe_v3_common.h

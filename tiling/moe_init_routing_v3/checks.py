@@ -7,8 +7,9 @@ source: moe/moe_init_routing_v3/op_host/moe_init_routing_v3_tiling_arch35.cpp @ 
 """
 from __future__ import annotations
 
-from ..common import ceil_div
+from ..common import align_up, ceil_div
 from .base import (
+    BLOCK_BYTES,
     COUNT,
     CUMSUM,
     DROPLESS,
@@ -33,10 +34,8 @@ from .base import (
     ROW_IDX_GATHER,
     ROW_IDX_SCATTER,
     STATIC,
-    UB_BLOCK_SIZE,
     UNQUANT,
     Ctx,
-    ceil_align,
     desc,
     dim,
     fail,
@@ -207,13 +206,13 @@ def expanded_scale_expect(c: Ctx) -> tuple[int, tuple]:
             return 3, (total, ceil_div(cols, MXFPX_SCALE_BLOCK_SIZE), 2)
         return 1, (c.expert_num * c.capacity if c.drop_pad == DROPPAD else total,)
     if q in MXFP8_QUANT:
-        return 2, (total, ceil_align(ceil_div(cols, MX_QUANT_BLOCK_SIZE), 2))
+        return 2, (total, align_up(ceil_div(cols, MX_QUANT_BLOCK_SIZE), 2))
     if q == HIF8_PERTOKEN:
         return 1, (total,)
     if q in FP8_GROUP:
         return 2, (total, ceil_div(cols, FP8_BLOCK_SIZE))
     if q == MXFP4_E2M1:
-        return 3, (total, ceil_div(cols, UB_BLOCK_SIZE * 2), 2)
+        return 3, (total, ceil_div(cols, BLOCK_BYTES * 2), 2)
     if q in FP8_PERBLOCK:
         return 3, (total, ceil_div(cols, FP8_BLOCK_SIZE * 2), 2)
     return -1, ()

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 
-from ..common import ceil_div, tdiv
+from ..common import align_bytes, align_up, ceil_div, tdiv
 from ..moe_sort import arch35_vbs_split
 from .base import (
+    BLOCK_BYTES,
     DROPLESS,
     DROPPAD,
     DYNAMIC,
@@ -36,13 +37,10 @@ from .base import (
     SORT32_ALIGN_ELEMENT,
     STATIC,
     STATIC_QUANT_FULLLOAD_COLS_BUFFER,
-    UB_BLOCK_SIZE,
     UNQUANT,
     VBS_FIELDS,
     Ctx,
     align,
-    align_bytes,
-    ceil_align,
     fail,
     mxfpx_no_quant,
 )
@@ -82,11 +80,11 @@ def expert_tokens_count(c: Ctx) -> None:
     last = total - (need - 1) * per_core
     actual = c.end - c.start
     experts = actual if c.tokens_type != KEY_VALUE else (actual + 1) * 2
-    max_per_loop = tdiv(c.avail_ub - ceil_align(experts, UB_BLOCK_SIZE) * (4 * 2 + 8) - UB_BLOCK_SIZE, 4)
+    max_per_loop = tdiv(c.avail_ub - align_up(experts, BLOCK_BYTES) * (4 * 2 + 8) - BLOCK_BYTES, 4)
     if max_per_loop <= 0:
         # not a check of the real tiling: it goes on with a loop of <= 0 ids (CeilDiv by it), which no kernel runs
         fail(f"UB of {c.avail_ub} bytes (after the SIMT data cache) leaves no room for ExpertTokensCount's loop of "
-             f"sorted ids after its {experts}-expert count buffers ({ceil_align(experts, UB_BLOCK_SIZE) * 16} "
+             f"sorted ids after its {experts}-expert count buffers ({align_up(experts, BLOCK_BYTES) * 16} "
              "bytes): fewer active experts or a larger UB")
     values = dict(need_core_num=need, per_core_elements=per_core, last_core_elements=last)
     for who, elems in (("per_core", per_core), ("last_core", last)):
@@ -116,18 +114,18 @@ def is_full_load(c: Ctx) -> bool:
     tile = align(c.total, 4)
     sort_num = ceil_div(tile, SORT32_ALIGN_ELEMENT) * SORT32_ALIGN_ELEMENT
     remain = (c.avail_ub - sort_num * 4 * ONE_CORE_SORT_BUFFER - sort_num * 4 * 3
-              - ceil_div(c.expert_num * 8, UB_BLOCK_SIZE) * UB_BLOCK_SIZE * 3 - 1024)
-    gather = ceil_div(c.cols * c.x_size, UB_BLOCK_SIZE) * UB_BLOCK_SIZE * per_core_tokens
+              - ceil_div(c.expert_num * 8, BLOCK_BYTES) * BLOCK_BYTES * 3 - 1024)
+    gather = ceil_div(c.cols * c.x_size, BLOCK_BYTES) * BLOCK_BYTES * per_core_tokens
     if c.quant == UNQUANT:
-        remain -= gather + UB_BLOCK_SIZE
+        remain -= gather + BLOCK_BYTES
     elif c.quant == STATIC:
         remain -= gather + align(c.cols, 1) * STATIC_QUANT_FULLLOAD_COLS_BUFFER * per_core_tokens
     elif c.quant == INT4_DYNAMIC:
         x_in = align_bytes(c.cols, 4) if c.x_size == 4 else 2 * align_bytes(c.cols, c.x_size)
         remain -= (2 * x_in + align_bytes(c.cols, 4) + align_bytes(c.cols, 4)
-                   + align_bytes(ceil_div(c.cols, 2), 1) + UB_BLOCK_SIZE * 2)
+                   + align_bytes(ceil_div(c.cols, 2), 1) + BLOCK_BYTES * 2)
     elif c.quant == DYNAMIC:
-        remain -= align(c.cols, UB_BLOCK_SIZE) * DYNAMIC_QUANT_FULLLOAD_COLS_BUFFER + UB_BLOCK_SIZE * 2
+        remain -= align(c.cols, BLOCK_BYTES) * DYNAMIC_QUANT_FULLLOAD_COLS_BUFFER + BLOCK_BYTES * 2
     return remain > 0
 
 
@@ -154,7 +152,7 @@ def _per_loop_drop_pad(c: Ctx, col_mult: int, row_mult: int, cols: int, per_core
     """SetPerLoopParams4NoQuantDropPad (lines 1836-1863; also the quantised paths): (perLoopCols, maxIndices,
     xBufferNum)."""
     def max_idx(pc):
-        return tdiv(tdiv(c.avail_ub - align(pc, c.x_size) * col_mult - UB_BLOCK_SIZE * 2, row_mult), 4)
+        return tdiv(tdiv(c.avail_ub - align(pc, c.x_size) * col_mult - BLOCK_BYTES * 2, row_mult), 4)
     m = max_idx(cols)
     while m <= 0 and cols > 1:
         cols = ceil_div(cols, 2)
@@ -180,10 +178,10 @@ def _per_loop(c: Ctx, col_mult: int, row_mult: int, per_core: int) -> tuple[int,
         def max_idx(pc):
             return tdiv(tdiv(c.avail_ub - align(pc, c.x_size) * col_mult
                              - align(tdiv(pc, SCALE_FACTOR_WITH_X), c.scale_size) * c.scale_size * 2, row_mult), 4)
-        cols = ceil_align(cols, MXFPX_SCALE_BLOCK_SIZE)
+        cols = align_up(cols, MXFPX_SCALE_BLOCK_SIZE)
         m = max_idx(cols)
         while m <= 0:
-            cols = ceil_align(ceil_div(cols, 2), MXFPX_SCALE_BLOCK_SIZE)
+            cols = align_up(ceil_div(cols, 2), MXFPX_SCALE_BLOCK_SIZE)
             m = max_idx(cols)
         return cols, m, 2
     if c.quant == UNQUANT and c.drop_pad == DROPLESS:
@@ -255,14 +253,14 @@ def gather_out_mxfp8_no_quant(c: Ctx) -> None:
     def row_bytes(pc):
         return (align(pc, c.x_size) * c.x_size * 2
                 + align(tdiv(pc, SCALE_FACTOR_WITH_X), c.scale_size) * c.scale_size * 2)
-    cols = ceil_align(c.cols, MXFPX_SCALE_BLOCK_SIZE)
+    cols = align_up(c.cols, MXFPX_SCALE_BLOCK_SIZE)
     m = tdiv(tdiv(c.avail_ub - row_bytes(cols), 2), 4)
     bufs = 2
     if m > 0:
         # more x buffers only when a whole row fits
         bufs = min(MAX_QUEUE_BUFFER_NUM, tdiv(c.avail_ub - 2 * 4 * min(m, per_core), row_bytes(cols)) * 2)
     while m <= 0:
-        cols = ceil_align(ceil_div(cols, 2), MXFPX_SCALE_BLOCK_SIZE)
+        cols = align_up(ceil_div(cols, 2), MXFPX_SCALE_BLOCK_SIZE)
         m = tdiv(tdiv(c.avail_ub - row_bytes(cols), 2), 4)
     # this template leaves needCoreNum, the per-core counts and the per-core loop figures at 0 (the kernel
     # works them out from the expert counts)
@@ -300,10 +298,10 @@ def gather_out_quant(c: Ctx, block: int, max_indices) -> None:
         f["gather_out_need_core_num"] = 0
         return
     need, per_core, last = _core_split(c.total, c.aiv)
-    cols = ceil_align(c.cols, block)
+    cols = align_up(c.cols, block)
     m = max_indices(c, cols)
     while m <= 0 and cols > block:
-        cols = ceil_align(ceil_div(cols, 2), block)
+        cols = align_up(ceil_div(cols, 2), block)
         m = max_indices(c, cols)
     if m <= 0:
         # the real tiling logs "UB space insufficient" and goes on with the gather fields unset
@@ -326,8 +324,8 @@ def src_to_dst_drop_pad(c: Ctx) -> None:
         return
     need = ceil_div(c.total, per_core)
     last = c.total - per_core * (need - 1)
-    row_align = UB_BLOCK_SIZE // 4
-    max_rows = max(tdiv(tdiv(c.avail_ub - UB_BLOCK_SIZE, 4), 2) // row_align * row_align, row_align)
+    row_align = BLOCK_BYTES // 4
+    max_rows = max(tdiv(tdiv(c.avail_ub - BLOCK_BYTES, 4), 2) // row_align * row_align, row_align)
     values = dict(need_core_num=need, per_core_rows=per_core, last_core_rows=last, per_loop_cols=c.cols,
                   last_loop_cols=c.cols, col_loops=1)
     for who, rows in (("per_core", per_core), ("last_core", last)):

@@ -36,7 +36,6 @@ THRESHOLD_USE_SORT = 5
 SIMT_SORT_LASTDIM_LIMIT = 1024
 LIB_WORKSPACE = 16 * 1024 * 1024
 GM_ALIGN = 512
-BLOCK_BYTES = 32                # GetUbBlockSize
 INT32_MAX = 2 ** 31 - 1
 
 # ge dtype codes and GetSizeByDataType of the var dtypes the op accepts

@@ -24,8 +24,8 @@ import numpy as np
 
 from ascend_sim.pipe import UbBuffer
 
-from ..common import TilingResult, align_down, align_up, ceil_div, struct_fields, tdiv
-from .base import BLOCK_BYTES, KEY_DETERMINISTIC, LIB_WORKSPACE, Shapes, radix_sort_tmp_bytes, shrink_until_fits
+from ..common import BLOCK_BYTES, TilingResult, align_down, align_up, ceil_div, struct_fields, tdiv
+from .base import KEY_DETERMINISTIC, LIB_WORKSPACE, Shapes, radix_sort_tmp_bytes, shrink_until_fits
 
 DETERMINISTIC_FIELDS = (
     "pre_axis", "var_in_axis", "updates_in_axis", "after_axis",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ascend_sim.pipe import UbBuffer
 
-from ..common import TilingResult, align_down, align_up, ceil_div, struct_fields, tdiv
-from .base import BLOCK_BYTES, KEY_SIMD, LIB_WORKSPACE, Shapes, column_factor, shrink_until_fits
+from ..common import BLOCK_BYTES, TilingResult, align_down, align_up, ceil_div, struct_fields, tdiv
+from .base import KEY_SIMD, LIB_WORKSPACE, Shapes, column_factor, shrink_until_fits
 
 SIMD_FIELDS = (
     "pre_axis", "var_in_axis", "updates_in_axis", "after_axis", "ub_factor", "used_core_num_before",

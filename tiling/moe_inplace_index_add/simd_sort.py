@@ -11,9 +11,8 @@ from typing import NamedTuple
 
 from ascend_sim.pipe import UbBuffer
 
-from ..common import TilingResult, align_down, align_up, ceil_div, struct_fields, tdiv
+from ..common import BLOCK_BYTES, TilingResult, align_down, align_up, ceil_div, struct_fields, tdiv
 from .base import (
-    BLOCK_BYTES,
     CAST_SIZE,
     HASH_BUCKET_BYTES,
     KEY_SIMD_SORT,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ascend_sim.pipe import UbBuffer
 
-from ..common import TilingResult, align_down, align_up, ceil_div, struct_fields, tdiv
-from .base import BLOCK_BYTES, GE_CODE, GM_ALIGN, KEY_SIMT, LIB_WORKSPACE, Shapes, cast_size, wide_offsets
+from ..common import BLOCK_BYTES, TilingResult, align_down, align_up, ceil_div, struct_fields, tdiv
+from .base import GE_CODE, GM_ALIGN, KEY_SIMT, LIB_WORKSPACE, Shapes, cast_size, wide_offsets
 
 SIMT_FIELDS = ("pre_axis", "var_in_axis", "updates_in_axis", "after_axis", "ub_factor", "col_ub_factor",
                "indices_stride", "indices_ub_factor")

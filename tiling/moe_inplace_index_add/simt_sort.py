@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from ascend_sim.pipe import UbBuffer
 
-from ..common import TilingResult, align_up, ceil_div, struct_fields, tdiv
+from ..common import BLOCK_BYTES, TilingResult, align_up, ceil_div, struct_fields, tdiv
 from .base import (
-    BLOCK_BYTES,
     CAST_SIZE,
     HASH_BUCKET_BYTES,
     KEY_SIMT_SORT,

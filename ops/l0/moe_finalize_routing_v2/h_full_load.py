@@ -23,9 +23,9 @@ from .base import (
     zero_y,
 )
 
-X_QUE, Y_QUE, SCALES_QUE = 0, 1, 2
 BUFFERS = ("expandedXQue", "yQue")
 BUFFERS_SCALES = BUFFERS + ("scalesQue",)
+X_QUE, Y_QUE, SCALES_QUE = asc.buffer_ids(BUFFERS_SCALES, "expandedXQue", "yQue", "scalesQue")
 
 
 @aicore

@@ -12,8 +12,8 @@ from ascend_sim.kernel_api import global_aicore
 
 from .base import cast_y, copy_in, get_scale_gm, process_expand_x_scale, skipped, store_y, zero_y
 
-X_QUE, Y_QUE = 0, 1
 BUFFERS = ("expandedXQue", "yQue")
+X_QUE, Y_QUE = asc.buffer_ids(BUFFERS, "expandedXQue", "yQue")
 
 
 @global_aicore

@@ -35,9 +35,9 @@ BATCH_COPY_SIZE = 16            # tokens per copy batch of ProcessYWithInputK4
 BATCH_COPY_EXPERT_NUM = 4       # the largest k of that path
 
 # queue indices per InitBuffer order: k == 1 has the index queue second
-X_QUE = 0
 BUFFERS = ("expandedXQue", "yQue")
 BUFFERS_SCALES = BUFFERS + ("scalesQue",)
+(X_QUE,) = asc.buffer_ids(BUFFERS, "expandedXQue")
 BUFFERS_K1 = ("expandedXQue", "expandedRowIdxQue", "yQue")
 BUFFERS_K1_SCALES = BUFFERS_K1 + ("scalesQue",)
 

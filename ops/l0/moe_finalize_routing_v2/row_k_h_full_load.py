@@ -16,9 +16,9 @@ from ascend_sim.kernel_api import global_aicore
 
 from .base import cast_y, copy_in, get_scale, process_expand_x_scale, scales_copy_in, skipped, store_y, zero_y
 
-X_QUE, Y_QUE, SCALES_QUE = 0, 1, 2
 BUFFERS = ("expandedXQue", "yQue")
 BUFFERS_SCALES = BUFFERS + ("scalesQue",)
+X_QUE, Y_QUE, SCALES_QUE = asc.buffer_ids(BUFFERS_SCALES, "expandedXQue", "yQue", "scalesQue")
 
 
 @global_aicore

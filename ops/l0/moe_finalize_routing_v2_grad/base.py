@@ -27,7 +27,6 @@ from ..moe_init_routing_v2_grad.base import to_ub_end  # noqa: F401  (the VF loa
 
 VL_F32 = 64              # fp32 lanes of a vector register (GetVRegSize / sizeof(float))
 F32_BYTES = 4
-BLOCK_BYTES = 32
 _HALF_REG = 30           # the 16-bit scratch register of load_t / store_t
 
 reduce_sum = asc.vreduce_sum

@@ -36,10 +36,11 @@ from ascend_sim.kernel_api import aicore, global_aicore
 
 from .base import F32_BYTES, VL_F32, compute_rows, copy_in, copy_out, load_t, reduce_sum, store_t, to_ub_end, valid_row
 
-GRAD_Y_QUE, EXPANDED_X_QUE, GRAD_EXPANDED_X_QUE, GRAD_SCALES_QUE, BINARY_ADD_SUM_BUF = 0, 1, 2, 3, 4
 BUFFERS = ("gradYInQueue", "expandedXInQueue", "gradExpandedXOutQueue", "gradScalesOutQueue")
 BUFFERS_SUM = BUFFERS + ("binaryAddSumBuf",)
 """binaryAddSumBuf is created only when binaryAddQuotient / 64 > 0 (H >= 64)."""
+GRAD_Y_QUE, EXPANDED_X_QUE, GRAD_EXPANDED_X_QUE, GRAD_SCALES_QUE, BINARY_ADD_SUM_BUF = \
+    asc.buffer_ids(BUFFERS_SUM, *BUFFERS_SUM)
 
 # registers and masks of the VFs
 _GRAD_Y, _EXPANDED_X, _GRAD_Y_TAIL, _EXPANDED_X_TAIL, _SUM = 0, 1, 2, 3, 4

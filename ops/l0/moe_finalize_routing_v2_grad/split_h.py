@@ -51,7 +51,7 @@ import ascend_sim.kernel_api as asc
 from ascend_sim import SYNC_ALL, Kernel, PipePhase
 from ascend_sim import regbase as rb
 from ascend_sim.check import RaceWaiver
-from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES, aicore, global_aicore
 from ops.l0.moe_init_routing_v2_grad.base import to_ub_end
 from tiling.moe_finalize_routing_v2_grad import SPLIT_H_FIELDS
 
@@ -70,7 +70,6 @@ CACHE_BUFF_SIZE = 256          # block sums per cache level
 MAX_CACHE_DEPTH = 3
 CACHE_LEVEL1_IDX = 256
 CACHE_LEVEL2_IDX = 512
-BLOCK_BYTES = 32
 F32_BYTES = 4
 
 # registers: products / loads 0..5, sums 6..7, 16-bit scratch 8 (base.load_t / store_t use 30); masks: all 0, loop 1,

@@ -19,8 +19,8 @@ from ascend_sim.kernel_api import aicore, global_aicore
 
 from .base import compute_rows, copy_in, copy_out, init_out_rows, valid_row
 
-GRAD_Y_QUE, IDX_QUE = 0, 1
 BUFFERS = ("gradYInQueue", "expandedRowIdxInQueue")
+GRAD_Y_QUE, IDX_QUE = asc.buffer_ids(BUFFERS, "gradYInQueue", "expandedRowIdxInQueue")
 
 
 @aicore

@@ -32,13 +32,13 @@ GatherGm = namedtuple("GatherGm", ["x", "expanded_row_idx", "expanded_x", "ws_i3
 int32."""
 
 # MoeV2GatherOutSimt buffers
-GATHER_IN_QUEUE = 0     # TQueBind<VECIN, VECOUT> inputActivationsCopyInQueue
-GATHER_IDX_QUEUE = 1    # TQue<VECIN> expandedRowIdxIndexCopyInQueue
-GATHER_BUFFERS = ("inputActivationsCopyInQueue", "expandedRowIdxIndexCopyInQueue")
+GATHER_BUFFERS = ("inputActivationsCopyInQueue",        # TQueBind<VECIN, VECOUT>
+                  "expandedRowIdxIndexCopyInQueue")    # TQue<VECIN>
+GATHER_IN_QUEUE, GATHER_IDX_QUEUE = asc.buffer_ids(GATHER_BUFFERS, *GATHER_BUFFERS)
 # MoeV2ScatterOutBatchRow buffers
-SCATTER_OUT_QUEUE = 0   # TQue<VECOUT> outputRowsQueue
-SCATTER_IDX_QUEUE = 1   # TQue<VECIN> dstToSrcIndexQueue
-SCATTER_BUFFERS = ("outputRowsQueue", "dstToSrcIndexQueue")
+SCATTER_BUFFERS = ("outputRowsQueue",                   # TQue<VECOUT>
+                   "dstToSrcIndexQueue")                # TQue<VECIN>
+SCATTER_OUT_QUEUE, SCATTER_IDX_QUEUE = asc.buffer_ids(SCATTER_BUFFERS, *SCATTER_BUFFERS)
 DROPLESS_MODE = 0
 
 

@@ -50,13 +50,13 @@ BLOCK_B32 = 8           # BLOCK_B32_SIZE: int32 lanes of one 32-byte block
 REPEAT_B32 = 64         # REPEAT_B32_SIZE: int32 lanes of one 256-byte repeat
 
 # buffers (InitBuffer order); the multi-core sort has no tempBuffer on arch 3510
-IN_QUEUE = 0            # sortDataCopyInQueue: keys, then the int32 slot index at element sortNum
-OUT_QUEUE = 1           # sortDataCopyOutQueue
-ONE_CORE_TEMP = 2       # tempBuffer (one core only)
-ONE_CORE_SORTED = 3     # sortedBuffer
-MULTI_SORTED = 2        # sortedBuffer
+# sortDataCopyInQueue holds the keys, then the int32 slot index at element sortNum
 ONE_CORE_BUFFERS = ("sortDataCopyInQueue", "sortDataCopyOutQueue", "tempBuffer", "sortedBuffer")
 MULTI_CORE_BUFFERS = ("sortDataCopyInQueue", "sortDataCopyOutQueue", "sortedBuffer")
+IN_QUEUE, OUT_QUEUE = asc.buffer_ids(ONE_CORE_BUFFERS, "sortDataCopyInQueue", "sortDataCopyOutQueue",
+                                     also=(MULTI_CORE_BUFFERS,))
+ONE_CORE_TEMP, ONE_CORE_SORTED = asc.buffer_ids(ONE_CORE_BUFFERS, "tempBuffer", "sortedBuffer")
+(MULTI_SORTED,) = asc.buffer_ids(MULTI_CORE_BUFFERS, "sortedBuffer")
 # InitMoeMrgSort / InitMoeMrgSortOut AllocTensor both queue buffers, hand them to the sorter and FreeTensor them at
 # once; the sorter then uses them (checked mode lets that use after FreeTensor pass)
 SORT_WAIVED_QUEUES = ("sortDataCopyInQueue", "sortDataCopyOutQueue")

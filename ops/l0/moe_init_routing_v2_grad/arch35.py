@@ -12,13 +12,12 @@ source: moe/moe_init_routing_v2_grad/op_kernel/arch35/moe_init_routing_v2_grad.h
 from __future__ import annotations
 
 import ascend_sim.kernel_api as asc
-from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES, aicore, global_aicore
 
 from .base import F32_BYTES, VL_F32, copy_in, copy_out, load_t, sequence_reduce_sum, store_t, to_ub_end
 
-INPUT_QUEUE, OUTPUT_QUEUE, BINARY_ADD_BUF = 0, 1, 2
 BUFFERS = ("inputQueue", "outputQueue", "binaryAddBuf")
-BLOCK_SIZE = 32
+INPUT_QUEUE, OUTPUT_QUEUE, BINARY_ADD_BUF = asc.buffer_ids(BUFFERS, "inputQueue", "outputQueue", "binaryAddBuf")
 
 
 @aicore
@@ -66,7 +65,7 @@ def arch35_process(c, td, gm, tmpl):
         n_output_offset = n_loop * td.n_ub_factor * td.h
         for h_loop in range(h_quot):
             cur_h = td.h - (h_quot - 1) * td.h_ub_factor if h_loop == h_quot - 1 else td.h_ub_factor
-            cur_h_align = (cur_h * T.itemsize + BLOCK_SIZE - 1) // BLOCK_SIZE * BLOCK_SIZE // T.itemsize
+            cur_h_align = (cur_h * T.itemsize + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES // T.itemsize
             input_offset = h_loop * td.h_ub_factor
             # ProcessUB: CopyInAndUpdateAllK, Compute, CopyOut
             for k_loop in range(k_quot):

@@ -10,13 +10,12 @@ source: moe/moe_init_routing_v2_grad/op_kernel/arch35/moe_init_routing_v2_grad_f
 from __future__ import annotations
 
 import ascend_sim.kernel_api as asc
-from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES, aicore, global_aicore
 
 from .base import copy_in, copy_out, sequence_reduce_sum
 
-INPUT_QUEUE, OUTPUT_QUEUE = 0, 1
 BUFFERS = ("inputQueue", "outputQueue")
-BLOCK_SIZE = 32
+INPUT_QUEUE, OUTPUT_QUEUE = asc.buffer_ids(BUFFERS, "inputQueue", "outputQueue")
 
 
 @aicore
@@ -45,7 +44,7 @@ def full_load_process(c, td, gm, tmpl):
         n_output_offset = n_loop * td.n_ub_factor * td.h
         for h_loop in range(h_quot):
             cur_h = td.h - (h_quot - 1) * td.h_ub_factor if h_loop == h_quot - 1 else td.h_ub_factor
-            cur_h_align = (cur_h * T.itemsize + BLOCK_SIZE - 1) // BLOCK_SIZE * BLOCK_SIZE // T.itemsize
+            cur_h_align = (cur_h * T.itemsize + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES // T.itemsize
             input_offset = h_loop * td.h_ub_factor
             # ProcessUB: CopyIn, Compute, CopyOut
             copy_in(c, td, tmpl, gm.grad_expanded_x, index_gm, INPUT_QUEUE, n_index_offset, cur_n, td.k,

@@ -10,13 +10,12 @@ source: moe/moe_init_routing_v2_grad/op_kernel/arch35/moe_init_routing_v2_grad_s
 from __future__ import annotations
 
 import ascend_sim.kernel_api as asc
-from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES, aicore, global_aicore
 
 from .base import copy_in, copy_out, sequence_reduce_sum
 
-INPUT_QUEUE, OUTPUT_QUEUE = 0, 1
 BUFFERS = ("inputQueue", "outputQueue")
-BLOCK_SIZE = 32
+INPUT_QUEUE, OUTPUT_QUEUE = asc.buffer_ids(BUFFERS, "inputQueue", "outputQueue")
 
 
 @aicore
@@ -43,7 +42,7 @@ def split_h_process(c, td, gm, tmpl):
     for split_h in range(split_h_loops):
         if split_h == split_h_loops - 1:
             cur_sub_h = td.h_ub_factor if cur_block_h % td.h_ub_factor == 0 else cur_block_h % td.h_ub_factor
-        cur_sub_h_align = (cur_sub_h * T.itemsize + BLOCK_SIZE - 1) // BLOCK_SIZE * BLOCK_SIZE // T.itemsize
+        cur_sub_h_align = (cur_sub_h * T.itemsize + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES // T.itemsize
         loops = ((td.n + td.k_ub_factor - 1) // td.k_ub_factor) & 0xFFFFFFFF      # uint32_t loopCnt
         cur_rows = td.k_ub_factor
         for loop_idx in range(loops):

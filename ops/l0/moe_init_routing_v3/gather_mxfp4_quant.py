@@ -45,6 +45,7 @@ from .gather_mxfp8_quant import (
     VL_B16,
     X_IN_QUEUE,
     X_QUANT_OUT_QUEUE,
+    MxCoreSplit,
     align_elems,
     ceil_div,
     copy_in,
@@ -213,7 +214,7 @@ def copy_out(c, td, gm, dst_row, col_idx, loop_cols, loop_scale_cols, per_loop_c
 @aicore
 def init_kernel_tiling(c, td, gm):
     """InitKernelTiling: the core split of the expert total count (a plain scalar GM read: no cache invalidation
-    here) and the column pieces; the same tuple as gather_mxfp8_quant.init_kernel_tiling."""
+    here) and the column pieces; the same MxCoreSplit as gather_mxfp8_quant.init_kernel_tiling."""
     valid_scale_cols = (td.cols + 31) // 32
     scale_cols = (valid_scale_cols + 1) // 2 * 2
     a = align_elems(td.n * td.k, 4)
@@ -233,10 +234,10 @@ def init_kernel_tiling(c, td, gm):
     per_loop_cols = td.gather_out_per_loop_cols
     col_loops = td.gather_out_cols_loops
     per_loop_scale_cols = per_loop_cols // 32
-    return (need_core_num, per_core_row, per_loop_rows, last_loop_rows, row_loops, per_loop_cols,
-            td.gather_out_last_loop_cols, col_loops, per_loop_scale_cols,
-            valid_scale_cols - (col_loops - 1) * per_loop_scale_cols,
-            scale_cols - (col_loops - 1) * per_loop_scale_cols, scale_cols)
+    return MxCoreSplit(need_core_num, per_core_row, per_loop_rows, last_loop_rows, row_loops, per_loop_cols,
+                       td.gather_out_last_loop_cols, col_loops, per_loop_scale_cols,
+                       valid_scale_cols - (col_loops - 1) * per_loop_scale_cols,
+                       scale_cols - (col_loops - 1) * per_loop_scale_cols, scale_cols)
 
 
 @aicore
@@ -246,15 +247,16 @@ def copy_expanded_x_and_mx_quant(c, td, gm, tmpl, m, progress, current_loop_rows
     asc.sync_pipes(c, asc.MTE2_S)
     for index in range(current_loop_rows):
         src_idx = np.int64(asc.get_value(c, indices_local, index))
-        dst_idx = m[1] * c.block_idx + m[2] * progress + index
-        for j in range(m[7]):
-            last = j == m[7] - 1
-            loop_cols = m[6] if last else m[5]
-            loop_scale_cols = m[10] if last else m[8]
-            loop_valid = m[9] if last else m[8]
-            copy_in(c, td, gm, src_idx // td.k, j, loop_cols, m[5])
+        dst_idx = m.per_core_row * c.block_idx + m.per_loop_rows * progress + index
+        for j in range(m.col_loops):
+            last = j == m.col_loops - 1
+            loop_cols = m.last_loop_cols if last else m.per_loop_cols
+            loop_scale_cols = m.last_loop_scale_cols if last else m.per_loop_scale_cols
+            loop_valid = m.last_loop_valid_scale_cols if last else m.per_loop_scale_cols
+            copy_in(c, td, gm, src_idx // td.k, j, loop_cols, m.per_loop_cols)
             compute(c, tmpl, loop_cols, loop_scale_cols, loop_valid)
-            copy_out(c, td, gm, dst_idx, j, loop_cols, loop_scale_cols, m[5], m[8], m[11])
+            copy_out(c, td, gm, dst_idx, j, loop_cols, loop_scale_cols, m.per_loop_cols, m.per_loop_scale_cols,
+                     m.scale_cols)
 
 
 @global_aicore
@@ -262,14 +264,14 @@ def gather_mxfp4_quant(c, td, gm, tmpl):
     """MoeV3GatherMxfp4Quant<T, fp4x2_e2m1_t>::Init + Process on one core."""
     m = init_kernel_tiling(c, td, gm)
     if td.row_idx_type == ROW_IDX_SCATTER:
-        rows_gm = asc.gm_at(gm.expanded_row_idx, m[1] * c.block_idx)
+        rows_gm = asc.gm_at(gm.expanded_row_idx, m.per_core_row * c.block_idx)
     else:
-        rows_gm = asc.gm_at(gm.workspace, align_elems(td.n * td.k, 4) + m[1] * c.block_idx)
-    if c.block_idx >= m[0]:
+        rows_gm = asc.gm_at(gm.workspace, align_elems(td.n * td.k, 4) + m.per_core_row * c.block_idx)
+    if c.block_idx >= m.need_core_num:
         return
-    for loop in range(m[4]):
-        rows = m[3] if loop == m[4] - 1 else m[2]
-        copy_in_indices(c, rows_gm, loop, m[2], rows)
+    for loop in range(m.row_loops):
+        rows = m.last_loop_rows if loop == m.row_loops - 1 else m.per_loop_rows
+        copy_in_indices(c, rows_gm, loop, m.per_loop_rows, rows)
         copy_expanded_x_and_mx_quant(c, td, gm, tmpl, m, loop, rows)
 
 

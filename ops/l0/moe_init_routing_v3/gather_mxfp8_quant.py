@@ -41,7 +41,7 @@ import numpy as np
 import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
 from ascend_sim import regbase as rb
-from ascend_sim.kernel_api import aicore, global_aicore, outline
+from ascend_sim.kernel_api import BLOCK_BYTES, aicore, global_aicore, outline
 
 from .tiling_data import MoeInitRoutingV3Arch35TilingData as TilingData  # noqa: F401  (the stages' td class)
 
@@ -63,22 +63,22 @@ floor rule (a simulator option master does not do); the MXFP4 gather ignores it 
 ROUND_SCALE = 1
 FLOOR = 0
 
-# buffers in Init's InitBuffer order
-SORTED_ROW_IDX_IN_QUEUE = 0   # TQue<VECIN, 2> sortedRowIdxInQueue_: AlignBytes(perLoopRows, 4)
-X_IN_QUEUE = 1                # TQue<VECIN, 2> xInQueue_: AlignBytes(perLoopCols, sizeof(T))
-X_QUANT_OUT_QUEUE = 2         # TQue<VECOUT, 2> xQuantOutQueue_: AlignBytes(perLoopCols / 4, 1) * 4
-MX_SCALE_OUT_QUEUE = 3        # TQue<VECOUT, 2> mxScaleOutQueue_: AlignBytes(perLoopScaleCols, 1)
-MAX_EXP_BUFFER = 4            # TBuf maxExpBuffer_: AlignBytes(perLoopScaleCols, sizeof(T))
-INV_SCALE_BUFFER = 5          # TBuf invScaleBuffer_: AlignBytes(perLoopScaleCols, sizeof(T))
+# buffers in Init's InitBuffer order:
+#   TQue<VECIN, 2> sortedRowIdxInQueue_: AlignBytes(perLoopRows, 4)
+#   TQue<VECIN, 2> xInQueue_: AlignBytes(perLoopCols, sizeof(T))
+#   TQue<VECOUT, 2> xQuantOutQueue_: AlignBytes(perLoopCols / 4, 1) * 4
+#   TQue<VECOUT, 2> mxScaleOutQueue_: AlignBytes(perLoopScaleCols, 1)
+#   TBuf maxExpBuffer_, TBuf invScaleBuffer_: AlignBytes(perLoopScaleCols, sizeof(T)) each
 BUFFERS = ("sortedRowIdxInQueue", "xInQueue", "xQuantOutQueue", "mxScaleOutQueue", "maxExpBuffer", "invScaleBuffer")
+SORTED_ROW_IDX_IN_QUEUE, X_IN_QUEUE, X_QUANT_OUT_QUEUE, MX_SCALE_OUT_QUEUE, MAX_EXP_BUFFER, INV_SCALE_BUFFER = \
+    asc.buffer_ids(BUFFERS, *BUFFERS)
 GATHER_OUT_BUFFER_NUM = 2
 
 MX_BLOCK_SIZE = 32
 VREG_BYTES = 256              # Ops::Base::GetVRegSize()
-UB_BLOCK_BYTES = 32           # Ops::Base::GetUbBlockSize()
 VL_B16 = VREG_BYTES // 2      # vlForB16_: 16-bit lanes of a register
-NUM_UB_BLOCKS_PER_VREG = VREG_BYTES // UB_BLOCK_BYTES   # 8: results of ReduceMaxWithDataBlock
-NUM_ELEM_PER_UB_BLOCK = UB_BLOCK_BYTES // 2             # 16 tokens in a 32-byte block
+NUM_UB_BLOCKS_PER_VREG = VREG_BYTES // BLOCK_BYTES   # 8: results of ReduceMaxWithDataBlock
+NUM_ELEM_PER_UB_BLOCK = BLOCK_BYTES // 2             # 16 tokens in a 32-byte block
 OUT_ELE_NUM_ONE_BLK = 64      # FP8 / FP4 bytes one PACK4_B32 store writes
 
 # bit patterns (uint16 unless noted)
@@ -118,7 +118,7 @@ def ceil_div(a, b):
 @aicore
 def align_elems(n, elem_bytes):
     """Align(n, bytes): n elements rounded up to a whole 32-byte block."""
-    per = UB_BLOCK_BYTES // elem_bytes
+    per = BLOCK_BYTES // elem_bytes
     return (n + per - 1) // per * per
 
 
@@ -417,9 +417,13 @@ def vf_compute_data(c, x_local, inv_scale_local, x_quant_local, x_elem_num, vf_l
 
 
 # --- the class: Init / Process and its copy loops ---------------------------------------------------------
-# init_kernel_tiling's tuple (the class members; helpers index it as m[...]):
-# 0 needCoreNum, 1 perCoreRow, 2 perLoopRows, 3 lastLoopRows, 4 rowLoops, 5 perLoopCols, 6 lastLoopCols,
-# 7 colLoops, 8 perLoopScaleCols, 9 lastLoopValidScaleCols, 10 lastLoopScaleCols, 11 scaleCols
+# What InitKernelTiling leaves in the kernel's members (needCoreNum, perCoreRow, ...), computed on each core by
+# init_kernel_tiling (here and in gather_mxfp4_quant): rows are source slots, cols elements of x, scale cols bytes
+# of the MX scale output.
+MxCoreSplit = namedtuple("MxCoreSplit", [
+    "need_core_num", "per_core_row", "per_loop_rows", "last_loop_rows", "row_loops", "per_loop_cols",
+    "last_loop_cols", "col_loops", "per_loop_scale_cols", "last_loop_valid_scale_cols", "last_loop_scale_cols",
+    "scale_cols"])
 
 
 @aicore
@@ -443,10 +447,10 @@ def init_kernel_tiling(c, td, gm):
     per_loop_cols = td.gather_out_per_loop_cols
     col_loops = td.gather_out_cols_loops
     per_loop_scale_cols = per_loop_cols // MX_BLOCK_SIZE      # per_loop_cols is a multiple of 32
-    return (need_core_num, per_core_row, per_loop_rows, last_loop_rows, row_loops, per_loop_cols,
-            td.gather_out_last_loop_cols, col_loops, per_loop_scale_cols,
-            valid_scale_cols - (col_loops - 1) * per_loop_scale_cols,
-            scale_cols - (col_loops - 1) * per_loop_scale_cols, scale_cols)
+    return MxCoreSplit(need_core_num, per_core_row, per_loop_rows, last_loop_rows, row_loops, per_loop_cols,
+                       td.gather_out_last_loop_cols, col_loops, per_loop_scale_cols,
+                       valid_scale_cols - (col_loops - 1) * per_loop_scale_cols,
+                       scale_cols - (col_loops - 1) * per_loop_scale_cols, scale_cols)
 
 
 @aicore
@@ -524,9 +528,9 @@ def copy_out(c, td, gm, dst_row, col_idx, loop_cols, loop_scale_cols, per_loop_c
 @aicore
 def _piece(m, j):
     """(loopCols, loopScaleCols, loopValidScaleCols) of column piece j."""
-    if j == m[7] - 1:
-        return m[6], m[10], m[9]
-    return m[5], m[8], m[8]
+    if j == m.col_loops - 1:
+        return m.last_loop_cols, m.last_loop_scale_cols, m.last_loop_valid_scale_cols
+    return m.per_loop_cols, m.per_loop_scale_cols, m.per_loop_scale_cols
 
 
 @aicore
@@ -536,15 +540,15 @@ def gather_copy(c, td, gm, tmpl, m, progress, current_loop_rows, fp8_emax):
     indices_local = asc.de_que(c, SORTED_ROW_IDX_IN_QUEUE, asc.ub_i32(c))
     asc.sync_pipes(c, asc.MTE2_S)
     U8 = asc.ub_u8(c)
-    for j in range(m[7]):
+    for j in range(m.col_loops):
         loop_cols, loop_scale_cols, loop_valid = _piece(m, j)
-        global_sort_idx = m[1] * c.block_idx + m[2] * progress
+        global_sort_idx = m.per_core_row * c.block_idx + m.per_loop_rows * progress
         cur = 0
         first_row = global_sort_idx // td.k
         last_row = (global_sort_idx + current_loop_rows - 1) // td.k
         for row in range(first_row, last_row + 1):
             asc.sync_pipes(c, asc.S_MTE2)
-            copy_in(c, td, gm, row, j, loop_cols, m[5])
+            copy_in(c, td, gm, row, j, loop_cols, m.per_loop_cols)
             compute(c, tmpl, loop_cols, loop_scale_cols, loop_valid, fp8_emax)
             out_local = asc.de_que(c, X_QUANT_OUT_QUEUE, U8)
             mx_scale_local = asc.de_que(c, MX_SCALE_OUT_QUEUE, U8)
@@ -556,9 +560,10 @@ def gather_copy(c, td, gm, tmpl, m, progress, current_loop_rows, fp8_emax):
                 global_sort_idx += 1
                 if out_index < 0:
                     continue
-                asc.data_copy_pad(c, asc.gm_at(gm.expanded_x, out_index * td.cols + j * m[5]), out_local, x_params)
-                asc.data_copy_pad(c, asc.gm_at(gm.expanded_scale, out_index * m[11] + j * m[8]), mx_scale_local,
-                                  scale_params)
+                asc.data_copy_pad(c, asc.gm_at(gm.expanded_x, out_index * td.cols + j * m.per_loop_cols), out_local,
+                                  x_params)
+                asc.data_copy_pad(c, asc.gm_at(gm.expanded_scale, out_index * m.scale_cols + j * m.per_loop_scale_cols),
+                                  mx_scale_local, scale_params)
             asc.free_tensor(c, X_QUANT_OUT_QUEUE, out_local)
             asc.free_tensor(c, MX_SCALE_OUT_QUEUE, mx_scale_local)
     asc.free_tensor(c, SORTED_ROW_IDX_IN_QUEUE, indices_local)
@@ -569,12 +574,12 @@ def gather_mxfp8_quant(c, td, gm, tmpl):
     """MoeGatherOutMxfp8Quant<T, U, CLAMP_AMAX>::Init + Process on one core (GATHER row indices)."""
     m = init_kernel_tiling(c, td, gm)
     fp8_emax = MXFP8_E5M2_EMAX if tmpl.quant_mode == 2 or tmpl.quant_mode == 16 else MXFP8_E4M3_EMAX
-    rows_gm = asc.gm_at(gm.expanded_row_idx, m[1] * c.block_idx)       # sortedRowIdxGm_
-    if c.block_idx >= m[0]:
+    rows_gm = asc.gm_at(gm.expanded_row_idx, m.per_core_row * c.block_idx)       # sortedRowIdxGm_
+    if c.block_idx >= m.need_core_num:
         return
-    for loop in range(m[4]):
-        rows = m[3] if loop == m[4] - 1 else m[2]
-        copy_in_indices(c, rows_gm, loop, m[2], rows)
+    for loop in range(m.row_loops):
+        rows = m.last_loop_rows if loop == m.row_loops - 1 else m.per_loop_rows
+        copy_in_indices(c, rows_gm, loop, m.per_loop_rows, rows)
         gather_copy(c, td, gm, tmpl, m, loop, rows, fp8_emax)
 
 

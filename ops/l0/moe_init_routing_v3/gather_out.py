@@ -23,7 +23,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim import PipePhase
-from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES, aicore, global_aicore
 
 from .expert_tokens_count import total_count_offset
 from .row_idx_gather import _ceil
@@ -36,7 +36,6 @@ expanded_scale (n * k) float32 (empty without a scale input); the int32 workspac
 BUFFERS = ("expandedRowIdxCopyInQueue", "xCopyInQueue", "scaleCopyInQueue")
 ROW_IDX_QUEUE, X_QUEUE, SCALE_QUEUE = range(3)
 GATHER_OUT_BUFFER_NUM = 2
-BLOCK_BYTES = 32
 
 
 @aicore

@@ -60,9 +60,10 @@ bytes as float32 (the multi-core ping-pong lists)."""
 # buffers of MoeSortOneCore / MoeSortMultiCore, in InitBuffer order (they differ in the order of the two TBufs)
 ONE_CORE_BUFFERS = ("sortDataCopyInQueue", "sortDataCopyOutQueue", "tempBuffer", "sortedBuffer")
 MULTI_CORE_BUFFERS = ("sortDataCopyInQueue", "sortDataCopyOutQueue", "sortedBuffer", "tempBuffer")
-IN_QUEUE, OUT_QUEUE = 0, 1
-ONE_CORE_TEMP, ONE_CORE_SORTED = 2, 3
-MULTI_SORTED, MULTI_TEMP = 2, 3
+IN_QUEUE, OUT_QUEUE = asc.buffer_ids(ONE_CORE_BUFFERS, "sortDataCopyInQueue", "sortDataCopyOutQueue",
+                                     also=(MULTI_CORE_BUFFERS,))
+ONE_CORE_TEMP, ONE_CORE_SORTED = asc.buffer_ids(ONE_CORE_BUFFERS, "tempBuffer", "sortedBuffer")
+MULTI_SORTED, MULTI_TEMP = asc.buffer_ids(MULTI_CORE_BUFFERS, "sortedBuffer", "tempBuffer")
 # InitMoeMrgSort / InitMoeMrgSortOut hand the sorter both queue buffers and FreeTensor them before the merge uses
 # them (SetInput / SetOutput, then FreeTensor): checked mode lets that use after FreeTensor pass
 SORT_WAIVED_QUEUES = ("sortDataCopyInQueue", "sortDataCopyOutQueue")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES, aicore, global_aicore
 from ascend_sim.radix_sort import radix_sort_ascending
 
 from .simd_sort import compute_unique_id_num
@@ -34,12 +34,10 @@ BUFFERS = ("maxScoreBuf_", "baseMaxScoreBuf_", "sortIndicesBuf_", "updatesOrigin
 (MAX_SCORE_BUF, BASE_MAX_SCORE_BUF, SORT_INDICES_BUF, ORIGIN_QUE, UNIQUE_COUNT_QUE, SUM_IDX_QUE, INDICES_CAST_QUE,
  INDICES_QUE, UPDATES_QUE, UPDATES_CAST_QUE) = range(10)
 
-UB_ALIGN_BYTES = 32
-
 
 @aicore
 def _col_align(col_len, size):
-    return (np.int64(col_len) * size + UB_ALIGN_BYTES - 1) // UB_ALIGN_BYTES * UB_ALIGN_BYTES // size
+    return (np.int64(col_len) * size + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES // size
 
 
 @aicore
@@ -58,7 +56,7 @@ def compute_idx_count(c, indices_local, row_len):
     sort_local = asc.tbuf_get(c, SORT_INDICES_BUF, asc.ub_i32(c))
     count_local = asc.alloc_tensor(c, UNIQUE_COUNT_QUE, asc.ub_i32(c))
     origin_local = asc.alloc_tensor(c, ORIGIN_QUE, asc.ub_u32(c))
-    shift = UB_ALIGN_BYTES // 4
+    shift = BLOCK_BYTES // 4
     radix_sort_ascending(c, sort_local[shift:], origin_local, indices_local, row_len)   # AscendC::Sort<IDX_T, false>
     asc.duplicate(c, sort_local, np.int32(-1), shift)
     asc.set_value(c, sort_local, shift + row_len, np.int32(-1))

@@ -38,7 +38,7 @@ from numba.extending import overload
 
 import ascend_sim.kernel_api as asc
 from ascend_sim.dtypes import DT_BF16, DT_FLOAT, DT_FLOAT16, DT_INT32
-from ascend_sim.kernel_api import DEVICE_JIT_OPTIONS, aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES, DEVICE_JIT_OPTIONS, aicore, global_aicore
 from ascend_sim.radix_sort import radix_sort_ascending
 
 from .simd_sort import _from_f32, compute_sum, compute_unique_id_num, compute_unique_id_times
@@ -53,7 +53,6 @@ STEP3_BUFFERS = ("sumQuanToIntQue_", "rValueQue_", "invQuanDataQue_")
 STEP3_OPTI_BUFFERS = STEP3_BUFFERS + ("sumIdxQue_",)
 SUM_QUAN_TO_INT_QUE, R_VALUE_QUE3, INV_QUAN_DATA_QUE, SUM_IDX_QUE3 = range(4)
 
-UB_ALIGN_BYTES = 32
 SCALING = np.float32(1 << 30)
 U16_MASK = 0xFFFF
 
@@ -61,7 +60,7 @@ U16_MASK = 0xFFFF
 @aicore
 def _align(count, size):
     """CeilAlign(count * size, 32) / size: a row of count elements of `size` bytes padded to 32 bytes."""
-    return (np.int64(count) * size + UB_ALIGN_BYTES - 1) // UB_ALIGN_BYTES * UB_ALIGN_BYTES // size
+    return (np.int64(count) * size + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES // size
 
 
 @aicore
@@ -140,7 +139,7 @@ def compute_sum_for_same_index(c, td, tmpl, row_len, col_len):
     indices_local = asc.de_que(c, INDICES_QUE, i32)
     sort_local = asc.tbuf_get(c, SORT_INDICES_BUF, i32)
     origin_local = asc.alloc_tensor(c, ORIGIN_QUE, asc.ub_u32(c))
-    shift = UB_ALIGN_BYTES // 4
+    shift = BLOCK_BYTES // 4
     radix_sort_ascending(c, sort_local[shift:], origin_local, indices_local, row_len)   # Sort<IDX_T, true, cfg>
     asc.duplicate(c, sort_local, np.int32(-1), shift)
     asc.set_value(c, sort_local, shift + row_len, np.int32(-1))

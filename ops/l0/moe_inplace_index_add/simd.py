@@ -19,11 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 import ascend_sim.kernel_api as asc
-from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES, aicore, global_aicore
 
 BUFFERS = ("updatesQue_", "indicesQue_")     # ProcessAfter's InitBuffer order
-UPDATES_QUE, INDICES_QUE = 0, 1
-UB_ALIGN_BYTES = 32
+UPDATES_QUE, INDICES_QUE = asc.buffer_ids(BUFFERS, "updatesQue_", "indicesQue_")
 
 
 @aicore
@@ -33,7 +32,7 @@ def _after_single_loop(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len):
     size = T.itemsize
     indices_local = asc.alloc_tensor(c, INDICES_QUE, asc.ub_i32(c))
     updates_local = asc.alloc_tensor(c, UPDATES_QUE, T)
-    col_align = (col_len * size + UB_ALIGN_BYTES - 1) // UB_ALIGN_BYTES * UB_ALIGN_BYTES // size
+    col_align = (col_len * size + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES // size
     indices_offset = np.int64(row_idx) * td.ub_index_factor
     asc.data_copy_pad(c, indices_local, asc.gm_at(gm.indices, indices_offset),
                       asc.DataCopyExtParams(1, row_len * 4, 0, 0), asc.NO_PAD)     # CopyIn

@@ -58,7 +58,7 @@ from ascend_sim.dtypes import (
     view_f32_as_u32,
 )
 from ascend_sim.faults import fault
-from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES, aicore, global_aicore
 from ascend_sim.layout import CALL_VF, F_SCALAR_OOB
 from ascend_sim.radix_sort import radix_sort_ascending
 
@@ -69,7 +69,6 @@ BUFFERS = ("maxScoreBuf_", "baseMaxScoreBuf_", "sortIndicesBuf_", "updatesOrigin
 (MAX_SCORE_BUF, BASE_MAX_SCORE_BUF, SORT_INDICES_BUF, ORIGIN_QUE, UNIQUE_COUNT_QUE, SUM_IDX_QUE, INDICES_CAST_QUE,
  INDICES_QUE, UPDATES_QUE, UPDATES_CAST_QUE) = range(10)
 
-UB_ALIGN_BYTES = 32
 SORT_HIST_THRESHOLD = np.float32(0.01)
 INDICES_SORT_THRESHOLD = 128
 INDICES_BUCKETS = 256                # ids per main-loop pass of the statistic (four registers of 64)
@@ -184,7 +183,7 @@ def _sort_indices(c, ids_local, sort_t, row_len, pad):
     count_local = asc.alloc_tensor(c, UNIQUE_COUNT_QUE, asc.ub_i32(c))
     origin_local = asc.alloc_tensor(c, ORIGIN_QUE, asc.ub_u32(c))
     sum_idx_local = asc.alloc_tensor(c, SUM_IDX_QUE, asc.ub_i32(c))
-    shift = UB_ALIGN_BYTES // sort_local.itemsize
+    shift = BLOCK_BYTES // sort_local.itemsize
     radix_sort_ascending(c, sort_local[shift:], origin_local, ids_local, row_len)  # AscendC::Sort<CAST_T, false>
     asc.duplicate(c, sort_local, pad, shift)
     asc.sync_pipes(c, asc.V_S)
@@ -265,7 +264,7 @@ def copy_out_split_after(c, td, gm, tmpl, ids_local, out_local, pre, rows, col_l
 @aicore
 def _atomic_rows_out(c, td, gm, tmpl, ids_local, out_local, pre, rows, col_len, col_offset):
     size = out_local.itemsize
-    col_align = (col_len * size + UB_ALIGN_BYTES - 1) // UB_ALIGN_BYTES * UB_ALIGN_BYTES // size
+    col_align = (col_len * size + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES // size
     asc.set_atomic_add(c, tmpl.var_t)
     for i in range(rows):
         row = np.int64(pre) * td.var_in_axis + asc.get_value(c, ids_local, i)
@@ -289,7 +288,7 @@ def compute_sum_and_copy_out(c, td, gm, tmpl, row_idx, col_idx, row_len, col_len
     updates_local = asc.alloc_tensor(c, UPDATES_QUE, T)
     sum_local = asc.alloc_tensor(c, UPDATES_CAST_QUE, T)
     sum_idx_local = asc.de_que(c, SUM_IDX_QUE, asc.ub_i32(c))
-    col_align = (col_len * size + UB_ALIGN_BYTES - 1) // UB_ALIGN_BYTES * UB_ALIGN_BYTES // size
+    col_align = (col_len * size + BLOCK_BYTES - 1) // BLOCK_BYTES * BLOCK_BYTES // size
     indices_offset = np.int64(td.each_core_index_count) * c.block_idx + np.int64(row_idx) * td.ub_index_factor
     asc.sync_pipes(c, asc.MTE2_S)
     for pre in range(td.pre_axis):

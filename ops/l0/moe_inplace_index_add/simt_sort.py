@@ -40,7 +40,7 @@ import numpy as np
 
 import ascend_sim.kernel_api as asc
 from ascend_sim.faults import fault
-from ascend_sim.kernel_api import aicore, global_aicore
+from ascend_sim.kernel_api import BLOCK_BYTES, aicore, global_aicore
 from ascend_sim.layout import CALL_VF, F_SCALAR_OOB
 from ascend_sim.radix_sort import radix_sort_ascending
 
@@ -55,7 +55,6 @@ CAST_BUFFERS = BUFFERS + ("castIndicesQue_",)
 
 USED_THREAD_SORT = 2048
 SIMT_SORT_HIST_THRESHOLD = np.float32(0.01)
-UB_ALIGN_BYTES = 32
 MASK_UINT8 = 255
 CAST_I32_I16, CAST_I32_U8 = 1, 4     # the int32-id cast modes (tiling.moe_inplace_index_add.cast_mode)
 INT16_MIN, INT16_MAX = -32768, 32767
@@ -116,7 +115,7 @@ def sort_and_compute_unique_idx(c, count, src_local, sort_local, count_local, or
     """SortAndComputeUniqueIdx: src ids sorted into sort_local behind a block of pads, their slots into
     origin_local, an end pad after them; the run starts (and the end) into count_local. Returns uniqueIdNum
     (the number of those positions minus one)."""
-    shift = UB_ALIGN_BYTES // sort_local.itemsize
+    shift = BLOCK_BYTES // sort_local.itemsize
     radix_sort_ascending(c, sort_local[shift:], origin_local, src_local, count)  # AscendC::Sort<CAST_T, false>
     asc.duplicate(c, sort_local, pad, shift)
     asc.sync_pipes(c, asc.V_S)
@@ -154,11 +153,11 @@ def compute(c, td, gm, tmpl, unique, pre_idx, count, pre_num, sort_t):
     """Compute: the batch's update rows in UB summed per run by one SIMT call (sort_t: the sort type's UB view)."""
     T = asc.ub_like(c, gm.var)
     after = td.after_axis
-    align = UB_ALIGN_BYTES // T.itemsize
+    align = BLOCK_BYTES // T.itemsize
     updates_stride = (np.int64(count) * after + align - 1) // align * align
     updates_local = asc.de_que(c, UPDATES_IN_QUE, T)
     sort_local = asc.tbuf_get(c, SORT_INDICES_BUF, sort_t)
-    sorted_local = sort_local[UB_ALIGN_BYTES // sort_local.itemsize:]
+    sorted_local = sort_local[BLOCK_BYTES // sort_local.itemsize:]
     origin_local = asc.tbuf_get(c, ORIGIN_BUF, asc.ub_u32(c))
     count_local = asc.tbuf_get(c, UNIQUE_COUNT_BUF, asc.ub_i32(c))
     pairs = np.int64(unique) * pre_num
