@@ -137,20 +137,22 @@ def test_placeholders_upstream_paths_and_commands_are_not_checked(text):
 
 
 def test_the_ids_and_codes_the_guide_calls_free_are_free():
-    """The call ids and fault codes the recipes offer are unused (and the next MicroAPI id is the next one)."""
+    """The call ids and fault codes the recipes offer are unused (and the next MicroAPI id is the next one). A new
+    call or fault takes one of them: then update the numbers in CONTRIBUTING.md's recipe."""
+    stale = "CONTRIBUTING.md: update the free ids / codes of the recipe"
     text = " ".join(GUIDE_TEXT.split())
     low = re.search(r"(\d+), (\d+) and (\d+) are free today \((\d+) and (\d+) are the SIMT cost slots", text)
     assert low, "the add-a-call recipe no longer says which ids below N_CALL_IDS are free"
     free, slots = [int(g) for g in low.groups()[:3]], [int(g) for g in low.groups()[3:]]
-    assert all(i < layout.N_CALL_IDS and i not in layout.CALLS for i in free)
+    assert all(i < layout.N_CALL_IDS and i not in layout.CALLS for i in free), stale
     assert slots == [layout.SLOT_SIMT_GM_LATENCY, layout.SLOT_SIMT_LAUNCH]
     unused_below = {i for i in range(1, layout.N_CALL_IDS) if i not in layout.CALLS} - set(slots)
-    assert unused_below == set(free), f"ids below {layout.N_CALL_IDS} not in CALLS: {sorted(unused_below)}"
+    assert unused_below == set(free), f"{stale}: ids below {layout.N_CALL_IDS} not in CALLS: {sorted(unused_below)}"
     nxt = re.search(r"from 64 on \(the next is (\d+)\)", text)
-    assert nxt and int(nxt.group(1)) == max(layout.CALLS) + 1
+    assert nxt and int(nxt.group(1)) == max(layout.CALLS) + 1, stale
     codes = re.search(r"free today: (\d+) to (\d+), (\d+) to (\d+), (\d+) on; not (\d+),", text)
     assert codes, "the add-a-fault recipe no longer says which codes are free"
     a, b, c, d, e, undeclared = map(int, codes.groups())
     offered = set(range(a, b + 1)) | set(range(c, d + 1))
-    assert not offered & set(layout.FAULTS) and e == max(layout.FAULTS) + 1
-    assert set(range(1, e)) - set(layout.FAULTS) == offered | {undeclared}
+    assert not offered & set(layout.FAULTS) and e == max(layout.FAULTS) + 1, stale
+    assert set(range(1, e)) - set(layout.FAULTS) == offered | {undeclared}, stale
