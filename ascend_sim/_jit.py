@@ -188,15 +188,22 @@ def _load_import_names() -> None:
 
 
 def save_import_names() -> None:
-    """Write the memo of _import_statement_names for the next process (after the stamps of a process's first
-    kernels; atomic, so concurrent processes leave one complete file). Keys of files that changed stay until
-    the memo is rewritten with only what this process saw."""
+    """Write the memo of _import_statement_names for the next process (at exit, when this process parsed
+    something; atomic, so concurrent processes leave one complete file). Only entries that still describe their
+    file on disk are written: an edited file's old entry goes, so the memo does not grow with every edit."""
     global _import_names_added
     if not _import_names_added:
         return
     _import_names_added = False
+    rows = []
+    for (path, package, mtime_ns, size), names in _IMPORT_NAMES.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (st.st_mtime_ns, st.st_size) == (mtime_ns, size):
+            rows.append([path, package, mtime_ns, size, list(names)])
     target = _import_names_file()
-    rows = [[*key, list(names)] for key, names in _IMPORT_NAMES.items()]
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".{os.getpid()}.tmp")

@@ -286,13 +286,6 @@ class CrossCore:
                                        max(a[i], a[j]), min(b[i], b[j]))
         self.waived += waived_any
 
-    def _waived(self, pipe_a, call_a, pipe_b, call_b) -> bool:
-        for w in self.race_waivers:
-            fp, fc, sp, sc = w.codes()
-            if (fp, fc, sp, sc) in ((pipe_a, call_a, pipe_b, call_b), (pipe_b, call_b, pipe_a, call_a)):
-                return True
-        return False
-
     def _race_error(self, lo, hi, one, two, first_byte, end_byte) -> PipeRaceError:
         verbs = {GLOG_READ: "reads", GLOG_WRITE: "writes", GLOG_ATOMIC: "atomically updates"}
         kinds = (one[3] != GLOG_READ, two[3] != GLOG_READ)

@@ -75,3 +75,21 @@ def test_import_names_persist_across_processes(tmp_path):
     assert any(row[0].endswith(os.path.join("ascend_sim", "vector.py")) for row in memo)
     assert first[0] == second[0]                   # the same stamp, parsed or read back
     assert first[1] == "True" and second[1] == "False", (first, second)
+
+
+def test_the_import_names_memo_drops_entries_of_edited_files(tmp_path):
+    """An entry whose file no longer has the recorded mtime / size (the file was edited) is not written back."""
+    import json
+    import os
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    vector = os.path.join(repo, "ascend_sim", "vector.py")
+    memo = tmp_path / "ascend_sim_import_names.v1.json"
+    memo.write_text(json.dumps([[vector, "ascend_sim", 1, 2, ["ascend_sim.layout"]]]))
+    code = "import ascend_sim._jit as j, ascend_sim.vector as v; j.source_stamp('ascend_sim.vector')"
+    subprocess.run([sys.executable, "-c", code], env=dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path)),
+                   check=True, cwd=repo, capture_output=True)
+    rows = json.loads(memo.read_text())
+    st = os.stat(vector)
+    assert [r[2:4] for r in rows if r[0] == vector] == [[st.st_mtime_ns, st.st_size]]
