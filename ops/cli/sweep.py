@@ -16,7 +16,9 @@ from __future__ import annotations
 import sys
 
 from .common import CliError, output_file, positive
-from .sweep_grid import COMMANDS, SweepError, parse_grid_flag, plot, sweep
+from .sweep_grid import COMMANDS, parse_grid_flag, sweep
+from .sweep_plot import plot
+from .sweep_table import SweepError
 
 
 def add_parser(sub) -> None:

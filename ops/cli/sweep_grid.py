@@ -26,7 +26,6 @@ At the end the file is rewritten in grid order, so its content does not depend o
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import hashlib
 import itertools
@@ -35,7 +34,18 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
+
+from .sweep_table import (
+    RESULT_COLUMNS,
+    Journal,
+    SweepError,
+    columns,
+    key_of,
+    pyarrow_module,
+    read_done,
+    write_table,
+)
 
 COMMANDS = ("profile", "tiling", "limits")
 
@@ -46,24 +56,8 @@ BOOL_AXES = ("drop_and_pad", "no_probs", "non_topk")
 AXES = (*INT_AXES, *CHOICE_AXES, *BOOL_AXES, "routing")
 """The axes a grid may vary, named as `ascend-sim run`'s flags (argparse dests); the chip is `socs`."""
 
-RESULT_COLUMNS = ("tiling_key", "block_dim", "fits", "status", "error", "estimate_us", "bound", "ub_plan_bytes",
-                  "gm_bytes", "workspace_bytes", "inputs_hash")
-"""Columns after the axes, in every table (empty where the command does not produce them): gm_bytes is the
-MTE2 + MTE3 traffic of the simulated kernels (profile), ub_plan_bytes the kernel's UB plan, estimate_us the
-estimated chip time in microseconds and bound what bounds it (profile)."""
-
-LIMITS_COLUMNS = ("vary", "limit", "next_outcome")
-"""Extra columns of a limits sweep: the varied dimension, the largest value v such that every value from --from
-to v tiles and fits the UB (empty if the first does not), and what happens just past it. In a limits row,
-tiling_key and ub_plan_bytes are those at the limit, fits says whether the range starts fitting, and status /
-error describe the outcome past the limit ("ok" when the whole range fits)."""
-
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
-
-
-class SweepError(ValueError):
-    """A bad grid, axis or output: one line (the command line prints it and exits with status 2)."""
 
 
 # --- the grid --------------------------------------------------------------------------------------------------
@@ -194,19 +188,6 @@ def point_argv(op: str, command: str, point: Mapping[str, object]) -> list[str]:
         else:
             argv += [flag, str(value)]
     return argv
-
-
-def key_of(point: Mapping[str, object], axes: Sequence[str]) -> tuple[str, ...]:
-    """A point's identity in the table: its axis values as text (as the CSV holds them)."""
-    return tuple(_cell(point[a]) for a in axes)
-
-
-def _cell(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):        # numpy floats too: repr(np.float64) would spell the type
-        return repr(float(value))
-    return str(value)
 
 
 # --- one point ----------------------------------------------------------------------------------------------
@@ -374,51 +355,6 @@ def _limits_row(row: dict, spec, a, soc, options: dict) -> None:
         row["fits"] = False
 
 
-# --- the table ----------------------------------------------------------------------------------------------
-def columns(axes: Sequence[str], command: str) -> list[str]:
-    return ["op", *axes, "soc", *RESULT_COLUMNS, *(LIMITS_COLUMNS if command == "limits" else ())]
-
-
-def _journal_path(out: str) -> str:
-    return out if out.lower().endswith(".csv") else out + ".partial.csv"
-
-
-def _read_csv(path: str) -> tuple[list[str], list[dict]]:
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        return list(reader.fieldnames or []), list(reader)
-
-
-def _read_done(out: str, cols: list[str]) -> list[dict]:
-    """Rows already written for this sweep (the output file, the Parquet file's journal): as text, as in CSV."""
-    sources = []
-    if out.lower().endswith(".parquet") and os.path.exists(out):
-        _, pq = _pyarrow("resume from a Parquet table")
-        table = pq.read_table(out)
-        sources.append((list(table.column_names), read_table(out), out))
-    journal = _journal_path(out)
-    _drop_torn_line(journal)
-    if os.path.exists(journal) and os.path.getsize(journal) > 0:
-        header, found = _read_csv(journal)
-        sources.append((header, found, journal))
-    rows: list[dict] = []
-    for header, found, path in sources:
-        if header != cols:
-            raise SweepError(f"{path} holds another sweep's table (columns {', '.join(header)}); choose another "
-                             "--out or remove it")
-        rows += found
-    return rows
-
-
-def _pyarrow(why: str):
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise SweepError(f"to {why} install pyarrow: pip install 'ascend-sim[sweep]'") from None
-    return pa, pq
-
-
 class Progress:
     """A progress bar with an ETA on stderr: redrawn in place on a terminal, a line per tenth otherwise."""
 
@@ -559,7 +495,7 @@ def sweep(command: str, op: str, grid: Mapping[str, object], socs: Sequence[str]
     if out is not None and not out.lower().endswith((".csv", ".parquet")):
         raise SweepError(f"--out {out}: the table is a .csv or .parquet file")
     if out is not None and out.lower().endswith(".parquet"):
-        _pyarrow("write Parquet")
+        pyarrow_module("write Parquet")
     from .operators import op_spec
     try:
         spec = op_spec(op)
@@ -573,13 +509,13 @@ def sweep(command: str, op: str, grid: Mapping[str, object], socs: Sequence[str]
     for point in all_points:
         _check_point(command, op, spec, point, options)
     cols = columns(axes, command)
-    done = _read_done(out, cols) if out else []
+    done = read_done(out, cols) if out else []
     done_keys = {key_of(r, [*axes, "soc"]) for r in done if r.get("op") == op}
     todo = [p for p in all_points if key_of(p, [*axes, "soc"]) not in done_keys]
     bar = Progress(len(todo), len(all_points) - len(todo), enabled=progress)
     tasks = [(command, op, p, options) for p in todo]
     new_rows: list[dict] = []
-    writer = _Journal(out, cols) if out else None
+    writer = Journal(out, cols) if out else None
     try:
         results = _run_dask(tasks, dask, jobs) if dask else _run_local(tasks, jobs)
         for row in results:
@@ -596,7 +532,7 @@ def sweep(command: str, op: str, grid: Mapping[str, object], socs: Sequence[str]
     order = {key_of(p, [*axes, "soc"]): i for i, p in enumerate(all_points)}
     rows = sorted([*done, *new_rows], key=lambda r: order.get(key_of(r, [*axes, "soc"]), len(order)))
     if out:
-        _write_table(out, cols, rows)
+        write_table(out, cols, rows)
     return rows
 
 
@@ -611,147 +547,3 @@ def _check_point(command: str, op: str, spec, point: dict, options: dict) -> Non
         raise SweepError(f"{given}: {e}") from None
 
 
-def _drop_torn_line(path: str) -> None:
-    """A sweep killed while writing a row leaves a line without its newline: cut it off, so the next row starts
-    on a line of its own (the point is run again)."""
-    if not os.path.exists(path):
-        return
-    with open(path, "rb+") as f:
-        data = f.read()
-        if data and not data.endswith(b"\n"):
-            f.truncate(data.rfind(b"\n") + 1)
-
-
-class _Journal:
-    """Rows appended to a CSV as they come (flushed each), so an interrupted sweep keeps what it finished."""
-
-    def __init__(self, out: str, cols: list[str]):
-        self.path = _journal_path(out)
-        _drop_torn_line(self.path)
-        new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
-        self.file = open(self.path, "a", newline="")  # noqa: SIM115 - closed in close()
-        self.writer = csv.DictWriter(self.file, fieldnames=cols, extrasaction="ignore")
-        if new:
-            self.writer.writeheader()
-            self.file.flush()
-
-    def add(self, row: dict) -> None:
-        self.writer.writerow({k: _cell(v) for k, v in row.items()})
-        self.file.flush()
-
-    def close(self) -> None:
-        self.file.close()
-
-
-def _write_table(out: str, cols: list[str], rows: list[dict]) -> None:
-    """The whole table in grid order (atomically replacing the file); a Parquet file's journal is removed."""
-    tmp = out + ".tmp"
-    if out.lower().endswith(".csv"):
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-            w.writeheader()
-            for row in rows:
-                w.writerow({k: _cell(row.get(k)) for k in cols})
-        os.replace(tmp, out)
-        return
-    pa, pq = _pyarrow("write Parquet")
-    text = {k: [_cell(row.get(k)) for row in rows] for k in cols}
-    table = pa.table({k: _typed(pa, values, _KINDS.get(k)) for k, values in text.items()})
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)
-    journal = _journal_path(out)
-    if os.path.exists(journal):
-        os.remove(journal)
-
-
-_KINDS = {"op": "string", "soc": "string", "status": "string", "error": "string", "bound": "string",
-          "inputs_hash": "string", "vary": "string", "next_outcome": "string", "estimate_us": "float64",
-          "fits": "bool", "routing": "string"}
-"""Parquet types of the columns whose type does not follow from their values (an empty column, a hash of digits)."""
-
-
-def _typed(pa, values: list[str], kind: str | None = None):
-    """A Parquet column from the table's text: `kind` when given, else bool, int64 or float64 where every present
-    value is one (an empty cell is a missing value), else string."""
-    if kind == "string":
-        return pa.array([None if v == "" else v for v in values], pa.string())
-    if kind == "float64":
-        return pa.array([None if v == "" else float(v) for v in values], pa.float64())
-    present = [v for v in values if v != ""]
-    if present and set(present) <= {"True", "False"}:
-        return pa.array([None if v == "" else v == "True" for v in values], pa.bool_())
-    for kind, convert in ((pa.int64(), int), (pa.float64(), float)):
-        try:
-            return pa.array([None if v == "" else convert(v) for v in values], kind)
-        except ValueError:
-            continue
-    return pa.array([None if v == "" else v for v in values], pa.string())
-
-
-def read_table(path: str) -> list[dict]:
-    """A sweep's table as rows of text (as the CSV holds them), from its .csv or .parquet file."""
-    if path.lower().endswith(".parquet"):
-        _, pq = _pyarrow("read Parquet")
-        return [{k: _cell(v) for k, v in r.items()} for r in pq.read_table(path).to_pylist()]
-    return _read_csv(path)[1]
-
-
-# --- plot ---------------------------------------------------------------------------------------------------
-def plot(rows: Sequence[Mapping[str, object]], path: str, x: str, line: str | None = None,
-         y: str = "estimate_us", title: str = "") -> None:
-    """A PNG of `y` against axis `x`, one line per value of axis `line` (and of every other axis that varies);
-    needs matplotlib. Rows without a `y` value (refused points) are left out."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SweepError("--plot needs matplotlib: pip install 'ascend-sim[plot]'") from None
-    if not rows:
-        raise SweepError("nothing to plot: the table is empty")
-    names = [c for c in rows[0] if c not in ("op", *RESULT_COLUMNS, *LIMITS_COLUMNS)]
-    for axis in (x, line):
-        if axis is not None and axis not in names:
-            raise SweepError(f"cannot plot against {axis!r}: the table's axes are {', '.join(names)}")
-    if y not in rows[0]:
-        raise SweepError(f"cannot plot {y!r}: no such column")
-    varying = [n for n in names if n != x and len({_cell(r.get(n)) for r in rows}) > 1]
-    grouping = ([line] if line in varying else []) + [n for n in varying if n != line]
-    lines: dict[tuple, list[tuple[float, float]]] = {}
-    for r in rows:
-        value = r.get(y)
-        if value in (None, ""):
-            continue
-        try:
-            xv, yv = float(cast(Any, r[x])), float(cast(Any, value))      # CSV cells (str) or numbers
-        except (TypeError, ValueError):
-            raise SweepError(f"cannot plot: {x}={r[x]!r} or {y}={value!r} is not a number") from None
-        lines.setdefault(tuple(_cell(r[n]) for n in grouping), []).append((xv, yv))
-    if not lines:
-        raise SweepError(f"nothing to plot: no row has a {y} value")
-    fig, ax = plt.subplots(figsize=(8, 5))
-    # one colour per value of the line axis, one line style per combination of the other varying axes
-    by_line = line in varying
-    colours = {v: f"C{i % 10}" for i, v in enumerate(dict.fromkeys(k[0] for k in sorted(lines)))} if by_line else {}
-    rests = {r: i for i, r in enumerate(dict.fromkeys(k[1 if by_line else 0:] for k in sorted(lines)))}
-    styles = ("-", "--", ":", "-.")
-    markers = ("o", "s", "^", "D", "v", "x")
-    for label, pts in sorted(lines.items()):
-        pts.sort()
-        rest = rests[label[1 if by_line else 0:]]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colours.get(label[0]) if by_line else f"C{rest % 10}",
-                linestyle=styles[rest % len(styles)] if by_line else "-", marker=markers[rest % len(markers)],
-                label=", ".join(f"{n}={v}" for n, v in zip(grouping, label, strict=True)) or y)
-    ax.set_xlabel(x)
-    ax.set_ylabel({"estimate_us": "estimate (us)", "ub_plan_bytes": "UB plan (bytes)"}.get(y, y))
-    if len({p[0] for pts in lines.values() for p in pts}) > 2 and \
-            max(p[0] for pts in lines.values() for p in pts) > 8 * max(1.0, min(p[0] for pts in lines.values()
-                                                                                 for p in pts)):
-        ax.set_xscale("log", base=2)
-    ax.grid(True, alpha=0.3)
-    if len(lines) > 1:
-        ax.legend(fontsize=8)
-    ax.set_title(title or f"{rows[0].get('op', '')}: {y} against {x}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
