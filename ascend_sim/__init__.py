@@ -40,9 +40,11 @@ from .estimate import CoreTime, Estimate, LaunchSequence
 from .launch import SYNC_ALL, Branch, Kernel, PipePhase, default_threads, launch, resolve_threads, stage_calls
 from .pipe import PipePlan, UbBuffer, plan_pipe
 from .report import CoreReport, RunReport
+from .tier import TIERS, execution_tier
 from .trace import tracing, write_json
 
 __all__ = [
+    "TIERS", "execution_tier",
     "__version__",
     "ConfigError", "SimulatorError", "UBOverflowError", "OutOfBoundsError", "AlignmentError", "ElementTypeError",
     "ParamRangeError",

@@ -41,6 +41,7 @@ from typing import Callable, Iterable
 from numba import njit
 from numba.core import config as numba_config
 from numba.core.compiler_lock import global_compiler_lock
+from numba.core.registry import CPUDispatcher
 from numba.extending import overload
 
 from . import _cache_lock
@@ -110,7 +111,43 @@ def global_aicore(fn):
     entry.__qualname__ = f"{fn.__module__.replace('.', '_')}__{fn.__qualname__}"
     entry.__doc__ = fn.__doc__
     entry.__module__ = fn.__module__
-    return njit(**STAGE_JIT_OPTIONS)(entry)
+    stage = njit(**STAGE_JIT_OPTIONS)(entry)
+    stage.stage_body = fn           # what the interpreted tier runs (interpret.stage_twin)
+    return stage
+
+
+class HostDispatcher(CPUDispatcher):
+    """An njit dispatcher for host code (called from Python, or from other numba code) that follows the execution
+    tier (tier.py) while it has nothing compiled: a call whose function is still cold on disk runs its Python
+    function on small arguments (tier.HOST_INTERPRET_MAX_BYTES; in tier "auto" it is then compiled in the
+    background), so a first call does not wait for numba. Once anything is compiled for it, numba dispatches as
+    for any njit function."""
+
+    def __call__(self, *args, **kwargs):
+        if self.overloads or kwargs:
+            return super().__call__(*args, **kwargs)
+        from . import tier as tiers
+        tier = tiers.resolve()
+        if tier != "compiled":
+            sig = stage_signature(self, args)
+            cold = tier == "auto" and cache_state(self, sig) == "cold" and \
+                tiers.gm_bytes(args) <= tiers.HOST_INTERPRET_MAX_BYTES
+            if cold or tier == "interpreted":
+                from . import interpret
+                if cold:
+                    from . import background
+                    background.submit([(self, sig)])
+                return interpret.call_interpreted(self.py_func, args)
+        return super().__call__(*args, **kwargs)
+
+
+def host_jit(fn=None, **options):
+    """`@njit(cache=True, nogil=True, **options)` for host helpers, as a HostDispatcher (see there)."""
+    if fn is None:
+        return lambda f: host_jit(f, **options)
+    dispatcher = njit(cache=True, nogil=True, **options)(fn)
+    dispatcher.__class__ = HostDispatcher       # same instance layout: only __call__ differs
+    return dispatcher
 
 
 _STAMPS: dict[str, str] = {}
@@ -309,6 +346,15 @@ def cache_state(stage, signature: tuple) -> str:
         return "cold"
 
 
+def compile_signature(stage, sig: tuple) -> None:
+    """Compile `stage` for the numba signature `sig` (or load it from the disk cache), with every outlined variant
+    it calls: what a launch needs before its cores start."""
+    with _kernel_opt_level():
+        stage.compile(sig)
+        for hook in AFTER_COMPILE:      # e.g. _outline.resolve_library: the variants a cached stage calls
+            hook(stage.overloads[sig].library)
+
+
 def ensure_compiled(calls: Iterable[tuple], on_compile: Callable | None = None) -> float:
     """Compile (or load from the disk cache) every `(stage, args)` before a launch times its cores.
 
@@ -324,13 +370,10 @@ def ensure_compiled(calls: Iterable[tuple], on_compile: Callable | None = None) 
             continue
         seen.add((stage, sig))
         start = time.perf_counter()
-        with _kernel_opt_level():
-            cold = cache_state(stage, sig) == "cold"
-            if cold and on_compile is not None:
-                on_compile("start", stage.__name__, 0.0)
-            stage.compile(sig)
-            for hook in AFTER_COMPILE:      # e.g. _outline.resolve_library: the variants a cached stage calls
-                hook(stage.overloads[sig].library)
+        cold = cache_state(stage, sig) == "cold"
+        if cold and on_compile is not None:
+            on_compile("start", stage.__name__, 0.0)
+        compile_signature(stage, sig)
         took = time.perf_counter() - start
         spent += took
         if cold and on_compile is not None:

@@ -22,8 +22,8 @@ import threading
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
 
+from ._jit import host_jit
 from ._outline import RESOLVER_ADDRESS, TABLE_ADDRESS
 from .layout import (
     ATOMIC_LOCK_COUNT,
@@ -54,7 +54,7 @@ Core = namedtuple("Core", ["ub", "state", "block_idx", "block_num"])   # state l
 `state` its int64 state array (layout.py), `block_idx` / `block_num` GetBlockIdx() / GetBlockNum()."""
 
 
-@njit(cache=True, nogil=True)
+@host_jit
 def poison_fill(buf: np.ndarray) -> None:
     """Fill a uint8 buffer with the poison pattern (byte i gets POISON[i % 2]); releases the GIL, so the
     cores of a launch re-poison their UBs in parallel."""
@@ -70,7 +70,7 @@ def poison_fill(buf: np.ndarray) -> None:
 ATOMIC_LOCKS = np.zeros(ATOMIC_LOCK_COUNT, dtype=np.int32)
 
 
-@njit(cache=True, nogil=True)
+@host_jit
 def _poison_rows(flat_ubs: np.ndarray, ub_size: int, extents: np.ndarray) -> None:
     """poison_fill of the first extents[i] bytes of every core's UB (row i of the flat UB slab)."""
     for i in range(extents.size):

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
 
-from ._jit import aicore
+from ._jit import aicore, host_jit
 from .errors import UnsupportedDtypeError
 
 # ge::DataType codes (CANN graph engine); used as dtype tags inside kernels.
@@ -281,7 +281,7 @@ def i64_to_f32_bits(x, mode):
     return sign | np.uint32((e + 127) << 23) | np.uint32(kept & np.uint64(0x7FFFFF))
 
 
-@njit(cache=True, nogil=True)
+@host_jit
 def int_array_to_f32_bits(x, mode):
     """int32 / int64 array -> fp32 bit patterns (tests)."""
     out = np.empty(x.size, dtype=np.uint32)
@@ -356,7 +356,7 @@ def f32_bits_to_mini_float_bits(x, dt, pow2):
 
 
 # --- vectorised helpers (tests and host-side use) ------------------------------------------
-@njit(cache=True, nogil=True)
+@host_jit
 def f32_array_to_mini_float_bits(x_bits, dt, pow2):
     """fp32 bit patterns times 2^pow2 -> FP8 / FP4 codes, as f32_bits_to_mini_float_bits (tests)."""
     out = np.empty(x_bits.size, dtype=np.uint8)
@@ -365,7 +365,7 @@ def f32_array_to_mini_float_bits(x_bits, dt, pow2):
     return out
 
 
-@njit(cache=True, nogil=True)
+@host_jit
 def f32_array_to_half_bits(x_bits, to_bf16, mode):
     """uint32 fp32 bit patterns -> uint16 fp16 or bf16 bit patterns under a round mode."""
     out = np.empty(x_bits.size, dtype=np.uint16)
@@ -374,7 +374,7 @@ def f32_array_to_half_bits(x_bits, to_bf16, mode):
     return out
 
 
-@njit(cache=True, nogil=True)
+@host_jit
 def half_bits_array_to_f32_bits(h_bits, is_bf16):
     """uint16 fp16 or bf16 bit patterns -> uint32 fp32 bit patterns (exact)."""
     out = np.empty(h_bits.size, dtype=np.uint32)

@@ -4,7 +4,7 @@ Kernels import this module as `asc` and write `asc.data_copy_pad(c, ...)` where 
 code writes `DataCopyPad(...)`. Every function takes the core context `c` first.
 """
 # device functions and kernel stage entries
-from ._jit import DEVICE_JIT_OPTIONS, aicore, global_aicore
+from ._jit import DEVICE_JIT_OPTIONS, aicore, global_aicore, host_jit
 
 # a LocalTensor view at a byte offset, without slicing
 from ._memory import ub_view

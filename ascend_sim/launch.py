@@ -41,7 +41,8 @@ from numba._dispatcher import compute_fingerprint
 
 from . import check as checking
 from . import crosscore, errors, gm_cost, timeline
-from ._jit import ensure_compiled, stage_signature
+from . import tier as tiers
+from ._jit import cache_state, ensure_compiled, stage_signature
 from .core import CORE_SETS, fault_record, flags, make_core, start_pipe
 from .cost import CostModel
 from .dtypes import dt_name
@@ -505,7 +506,8 @@ def launch(kernel: Kernel, *, block_dim: int, plan: Sequence[UbBuffer], args: tu
             "in several rounds and the barrier would deadlock", call="SyncAll", **where)
     run = _Run(kernel, programs, memo["plans"], block_dim, args, chip, tuple(gm_names), where, check_mode, workspace)
     compile_s = run.compile(every_item, memo, on_compile)
-    threads = min(threads, block_dim)
+    # the interpreter holds the GIL: one thread, cores one after another (atomics' lock twins rely on it)
+    threads = 1 if run.tier == "interpreted" else min(threads, block_dim)
     wall = run.run_rounds(threads)
     run.check_flags_down()
     report = run.report(threads, wall, compile_s, reference)
@@ -528,6 +530,7 @@ class _Run:
                  gm_names: tuple, where: dict, check_mode: int, workspace):
         self.kernel, self.programs, self.layout, self.block_dim, self.args = kernel, programs, layout, block_dim, args
         self.chip, self.gm_names, self.where, self.check_mode = chip, gm_names, where, check_mode
+        self.workspace = workspace
         self.phases = phases = programs.phases
         self.cost = cost = chip_cost(chip)
         self.request = request = current_request()
@@ -553,6 +556,7 @@ class _Run:
         self.workspace_map = checking.attach_workspace(states, workspace, kernel.waivers) \
             if check_mode & MODE_INIT else None
         self.sync_marks: list = []
+        self.tier = "compiled"
         self.live_phase = [-1] * block_dim      # the phase whose TPipe each core has built (-1: none yet)
         self.program = [programs.top] * block_dim     # each core's items; a branch splices its chosen arm in
         self.pc = [0] * block_dim
@@ -563,6 +567,11 @@ class _Run:
         took. Then the TPipe of the first stage is built on all cores."""
         self.entries, unknown = _known_entries(every_item, self.cores[0])
         compile_s = 0.0
+        tier = tiers.resolve()
+        if tier != "compiled" and (unknown or tier == "interpreted") and self._interpret(tier, unknown):
+            if self.programs.top:
+                self.start_all(self.programs.top[0])
+            return compile_s
         if not memo["compiled"]:
             if unknown:
                 compile_s = ensure_compiled(_stage_calls(self.programs), on_compile)
@@ -572,6 +581,28 @@ class _Run:
         if self.programs.top:
             self.start_all(self.programs.top[0])
         return compile_s
+
+    def _interpret(self, tier: str, unknown: list) -> bool:
+        """Whether this launch runs in the interpreter (tier.py); if so, every stage entry is its Python twin, and in
+        tier "auto" the cold stages go to the background compiler."""
+        cold = []
+        if tier == "auto":
+            seen = set()
+            for item, _, call in unknown:
+                sig = stage_signature(item[2], call)
+                if (item[2], sig) not in seen:
+                    seen.add((item[2], sig))
+                    if cache_state(item[2], sig) == "cold":
+                        cold.append((item[2], sig))
+            if not cold or tiers.gm_bytes(self.args, self.workspace) > tiers.interpret_max_bytes():
+                return False
+        from .interpret import stage_twin
+        self.entries = {id(item): stage_twin(item[2]) for item in self.programs.every_item() if item[0] == _STAGE}
+        self.tier = "interpreted"
+        if cold:
+            from . import background  # not at import: `python -m ascend_sim.background` must load it first
+            background.submit(cold)
+        return True
 
     def start_all(self, item) -> None:
         """Where every core's next item is this stage of a TPipe none has live: build that TPipe on all cores at
@@ -717,7 +748,8 @@ class _Run:
             op=kernel.op, kernel=kernel.name, tiling_key=self.where["tiling_key"], block_dim=self.block_dim,
             soc=chip.name, ub_capacity_bytes=chip.ub_size, ub_plan=layout.ub_plan, ub_plan_bytes=layout.ub_plan_bytes,
             # cores and estimate are made on first read: RunReport's fields resolve a deferred (report._MaybeDeferred)
-            cores=cast(tuple, core_reports), wall_time_s=wall, threads=threads, compile_time_s=compile_s, extra=extra,
+            cores=cast(tuple, core_reports), wall_time_s=wall, threads=threads, compile_time_s=compile_s,
+            tier=self.tier, extra=extra,
             estimate=cast(Any, deferred(functools.partial(_estimate, cost, chip.aiv_num, times, core_reports,
                                                           len(self.sync_marks), l2_hit_bytes, same_address))),
             trace=trace, reference=reference)

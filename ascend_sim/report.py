@@ -104,6 +104,7 @@ class RunReport:
 
     `wall_time_s` is the time the cores ran (simulated kernel only); `compile_time_s` is the time spent
     compiling or loading the kernel's stages before that (large on a cold numba cache only).
+    `tier` says whether the stages ran compiled or in the interpreter (ascend_sim.tier; same results either way).
     `estimate` is the time the launch would take on the chip (estimate.Estimate: per core and pipe,
     bounding pipe, roofline; `to_csv()` gives msprof's PipeUtilization.csv); `trace` the per-call
     trace when one was asked for (trace.tracing).
@@ -120,6 +121,7 @@ class RunReport:
     wall_time_s: float = 0.0
     threads: int = 1
     compile_time_s: float = 0.0
+    tier: str = "compiled"          # "compiled" or "interpreted" (the stages ran as Python: tier.py)
     extra: dict = field(default_factory=dict)
     estimate: Estimate | None = None
     trace: object = None

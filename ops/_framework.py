@@ -376,6 +376,15 @@ def listening_to_compiles(fn):
         _COMPILE_LISTENER.fn = before
 
 
+def kernel_reports(runs) -> list:
+    """The RunReport of every kernel launch of these RecordedRun rows (a composite call's steps included)."""
+    out: list = []
+    for run in runs:
+        report = run.executor.report
+        out += report.kernel_runs if hasattr(report, "kernel_runs") else [report] if report is not None else []
+    return out
+
+
 class RecordedRun(NamedTuple):
     """One aclnn run seen by `recorded_runs`: the aclnn name and its executor (`.tiling`, `.report`)."""
     api: str

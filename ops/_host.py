@@ -12,11 +12,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
 
 from ascend_sim import host_cost
 from ascend_sim.dtypes import f32_from_bits, view_f32_as_u32
+from ascend_sim.kernel_api import host_jit
 
 from ._framework import HostStep
 
@@ -27,7 +28,7 @@ _F32 = np.dtype(np.float32)
 _HALF = (_BF16, _F16)
 
 
-@njit(cache=True, nogil=True)
+@host_jit
 def _transpose_tiles(src, dst):
     """dst = src.T for 2-D C-contiguous arrays of one element width, in cache-sized tiles."""
     rows, cols = src.shape
@@ -112,7 +113,7 @@ def _default_nan_bits() -> np.uint32:
 _DEFAULT_NAN = _default_nan_bits()
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _bf16_value(h):
     """float32 value of bfloat16 bits h (exact: bf16 is fp32's top half)."""
     return f32_from_bits(np.uint32(np.uint32(h) << np.uint32(16)))
@@ -141,7 +142,7 @@ def _f32_to_f16_bits_hw(typingctx, x):
     return sig, codegen
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _f16_value(h):
     """float32 value of float16 bits h, exactly as NumPy widens it: the hardware conversion, except that a NaN
     keeps its payload unquieted (NumPy's conversion is bit manipulation; the hardware's may set the quiet bit).
@@ -153,13 +154,13 @@ def _f16_value(h):
     return nan if u32(h & u32(0x7FFF)) > u32(0x7C00) else _f16_bits_to_f32_hw(np.uint16(h))
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _widen_bits(h, fp16):
     """float32 value of one half pattern (uint16 bits, fp16 or bf16)."""
     return _f16_value(h) if fp16 else _bf16_value(h)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _nan_result(x, y, r, default_nan):
     """Bits of r = x op y (float32, + or *) with NaN results pinned to what NumPy's loops give, the x86 rule:
     the first NaN operand, made quiet, else the default NaN. LLVM treats both operations as commutative and
@@ -172,7 +173,7 @@ def _nan_result(x, y, r, default_nan):
     return nan if r != r else rb
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _bf16_rne(x):
     """bfloat16 bits of float32 bits x, rounded half to even as ml_dtypes rounds: a carry out of the kept
     mantissa steps into the next binade or to infinity, and every NaN becomes the quiet NaN 0x7FC0 with its
@@ -184,7 +185,7 @@ def _bf16_rne(x):
     return np.uint16(nan if u32(x & u32(0x7FFFFFFF)) > u32(0x7F800000) else rounded)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _f16_rne(x):
     """float16 bits of float32 bits x as NumPy's float32 -> float16 cast gives them: the hardware conversion
     (round half to even, overflow to infinity, subnormals exact), except that a NaN keeps its sign and top 10
@@ -197,12 +198,12 @@ def _f16_rne(x):
     return np.uint16(nan) if u32(x & u32(0x7FFFFFFF)) > u32(0x7F800000) else _f32_to_f16_bits_hw(f32_from_bits(x))
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _round_bits(x, fp16):
     return _f16_rne(x) if fp16 else _bf16_rne(x)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _widen_array(h, fp16, out):
     """out[i] = float32 bits of half pattern h[i]; h (n,) uint16, out (n,) uint32."""
     if fp16:
@@ -213,7 +214,7 @@ def _widen_array(h, fp16, out):
             out[i] = np.uint32(np.uint32(h[i]) << np.uint32(16))
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _round_array(x, fp16, out):
     """out[i] = half bits of float32 bits x[i], rounded half to even; x (n,) uint32, out (n,) uint16."""
     if fp16:
@@ -224,7 +225,7 @@ def _round_array(x, fp16, out):
             out[i] = _bf16_rne(x[i])
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _mul_nan_row(src, a_fp16, wi, dst, out_fp16, keep_f32, default_nan):
     """One row of the Mul whose factor wi is NaN: every product is NaN, and which NaN depends on the operand
     order (pinned to NumPy's); rare, so one generic loop. dst: uint32 float32 bits (keep_f32) or uint16 half
@@ -237,7 +238,7 @@ def _mul_nan_row(src, a_fp16, wi, dst, out_fp16, keep_f32, default_nan):
 
 # One compiled function per dtype combination (and per source kind of the index add), so a run compiles only
 # the loops its dtypes use: each vectorised loop costs seconds of cold compile time.
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _mul_rows_bf16(a, w, out, default_nan):
     """out[i, j] = bf16(a[i, j] * w[i]): a, out (R, H) uint16 bf16 bits, w (R,) float32; the product formed
     in float32 and rounded once, half to even."""
@@ -250,7 +251,7 @@ def _mul_rows_bf16(a, w, out, default_nan):
             dst[j] = _bf16_rne(view_f32_as_u32(_bf16_value(src[j]) * wi))
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _mul_rows_f16(a, w, out, default_nan):
     """_mul_rows_bf16 for float16 bits."""
     for i in range(a.shape[0]):
@@ -262,7 +263,7 @@ def _mul_rows_f16(a, w, out, default_nan):
             dst[j] = _f16_rne(view_f32_as_u32(_f16_value(src[j]) * wi))
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _mul_rows_bf16_to_f32(a, w, out, default_nan):
     """out[i, j] = a[i, j] * w[i] in float32: a (R, H) uint16 bf16 bits, w (R,) float32, out (R, H) uint32
     (the products' float32 bits)."""
@@ -275,7 +276,7 @@ def _mul_rows_bf16_to_f32(a, w, out, default_nan):
             dst[j] = view_f32_as_u32(_bf16_value(src[j]) * wi)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _index_add_rows_f32(acc, slots, src, default_nan):
     """acc[slots[i]] += src[i], i ascending, in float32: acc (V, H) and src (n, H) float32, slots (n,) int64
     (in range)."""
@@ -286,7 +287,7 @@ def _index_add_rows_f32(acc, slots, src, default_nan):
             dst[j] = f32_from_bits(_nan_result(s, x, s + x, default_nan))
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@host_jit(error_model="numpy")
 def _index_add_rows_half(acc, slots, src, fp16, default_nan):
     """_index_add_rows_f32 with src (n, H) uint16 half bits (fp16 or bf16), each widened exactly."""
     for i in range(slots.size):

@@ -1,12 +1,20 @@
 """Shared fixtures: chip profiles, and a one-kernel harness for machine-model tests."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from tiling import get_soc
 
 PROFILE_NAMES = ("ascend910b", "ascend910_93", "ascend950")
+
+# The suite tests the compiled kernels, so a cold launch compiles here rather than running in the interpreter, and
+# no background compiler starts (tests/ascend_sim/test_interpret.py compares the interpreted tier with them).
+# ASCEND_SIM_TIER=interpreted pytest ... runs the suite interpreted instead.
+os.environ.setdefault("ASCEND_SIM_TIER", "compiled")
+os.environ.setdefault("ASCEND_SIM_BACKGROUND_COMPILE", "0")
 
 
 @pytest.fixture(params=PROFILE_NAMES)

@@ -330,6 +330,14 @@ def cold_stages(executors) -> list:
     return cold
 
 
+def announce_interpreting(cold: list) -> None:
+    if cold:
+        print(f"First run: {len(cold)} kernel stages are not compiled yet, so they run in the Python interpreter (same "
+              "results, counters and estimates) while numba compiles them in a background process into its disk cache; "
+              "later runs use the compiled kernels. ASCEND_SIM_TIER=compiled compiles first instead.",
+              file=sys.stderr, flush=True)
+
+
 def announce_compile(cold: list, processes: int = 1) -> None:
     if cold:
         modules = {stage.py_func.__module__ for stage, _ in cold}

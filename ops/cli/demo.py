@@ -13,10 +13,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ascend_sim import SimulatorError, UBOverflowError, ensure_compiled, stage_signature
+from ascend_sim import tier as tiers
 from tiling import get_soc
 from tiling.status import AclnnError
 
-from .._framework import listening_to_compiles
+from .._framework import kernel_reports, listening_to_compiles, recorded_runs
 from ..common.cli_spec import DemoCase
 from ..common.routing import routing_name
 from .common import (
@@ -24,6 +25,7 @@ from .common import (
     add_chip_flags,
     add_routing_flag,
     announce_compile,
+    announce_interpreting,
     cold_stages,
     prepare_op,
     print_json,
@@ -230,8 +232,15 @@ def _command_tour(a) -> int:
     cases = [t.case for t in stops]
     executors = _prepared_executors(cases)
     cold = cold_stages(list(executors.values()))
-    worker = _start_compile_worker(list(executors.values())) if len(cold) > 2 and _usable_cpus() > 1 else None
-    announce_compile(cold, 2 if worker else 1)
+    # tier "auto" runs the tour's small cold launches in the interpreter while a background process compiles them;
+    # tier "compiled" compiles first, in two processes
+    interpreting = bool(cold) and tiers.resolve() != "compiled"
+    worker = _start_compile_worker(list(executors.values())) \
+        if not interpreting and len(cold) > 2 and _usable_cpus() > 1 else None
+    if interpreting:
+        announce_interpreting(cold)
+    else:
+        announce_compile(cold, 2 if worker else 1)
     rows: list[dict] | None = [] if a.json else None
     if rows is None:
         print(f"ascend-sim quick tour: one small case of every operator on {soc.name}, then the Ascend 950 MX "
@@ -244,14 +253,19 @@ def _command_tour(a) -> int:
             worker[2].join(timeout=COMPILE_WORKER_TIMEOUT_S)
             if worker[2].is_alive():    # never seen; its stages then compile here, on first use
                 worker[2].terminate()
-        for k, stop in enumerate(stops):
-            ok &= _run_tour_case(k + 1, stop, rows)
+        with recorded_runs() as runs:
+            for k, stop in enumerate(stops):
+                ok &= _run_tour_case(k + 1, stop, rows)
     took = time.perf_counter() - start
+    launched = kernel_reports(runs)
     if rows is not None:
         print_json(_demo_json("tour", soc, rows, took, progress))
         return 0 if ok else 1
+    interpreted = sum(1 for rep in launched if rep.tier == "interpreted")
     print(f"\n{'every case matches its golden' if ok else 'some cases FAILED'} in {took:.1f} s"
           + (f" ({progress.seconds:.1f} s of it compiling)" if progress.count else "")
+          + (f"; {interpreted} of {len(launched)} kernel launches ran in the interpreter while their kernels compile "
+             "in the background for the next run" if interpreted else "")
           + ". `ascend-sim demo --all` runs every mode on MoE-sized shapes; `ascend-sim run OP --help` one case of "
           "your own.")
     return 0 if ok else 1
