@@ -217,6 +217,10 @@ def _gm_rate(rep) -> str:
     if rep is None or not rep.wall_time_s:
         return "no kernel ran (empty tensors)"
     total = rep.total
+    launches = rep.kernel_runs if hasattr(rep, "kernel_runs") else [rep]
+    if any(getattr(r, "tier", "compiled") == "interpreted" for r in launches):
+        return (f"kernel {rep.wall_time_s * 1e3:.1f} ms in the interpreter (not compiled yet: a background process "
+                "compiles it for the next run)")
     gbs = (total.mte2_bytes + total.mte3_bytes) / rep.wall_time_s / 1e9
     return f"kernel {rep.wall_time_s * 1e3:.1f} ms on {rep.threads} threads = {gbs:.2f} GB/s of GM traffic"
 
