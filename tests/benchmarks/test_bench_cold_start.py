@@ -1,8 +1,8 @@
 """First-run cost: a fresh process with an empty numba cache directory runs one small friendly call, or the quick
 tour (`ascend-sim demo`), in the default tier "auto" (its cold kernels run interpreted while a background process
 compiles them), then, once that background compile is done, the same with the cache warm (compiled kernels);
-beside them, the same process doing only `import numpy` (the floor of any Python start), all in this run. Subprocesses, so nothing this process
-compiled counts. extra_info also holds the functions the cold run compiled (numba cache index files written) and
+beside them, the same process doing only `import numpy` (the floor of any Python start), all in this run.
+Subprocesses, so nothing this process compiled counts. extra_info also holds the functions the cold run compiled (numba cache index files written) and
 the import times of numpy, ml_dtypes, numba and `ops, tiling`. No timing assertions: the numbers are the result.
 The summary prints seconds and the ratios to the numpy-only start.
 
