@@ -3,7 +3,8 @@ tour (`ascend-sim demo`), in the default tier "auto" (its cold kernels run inter
 compiles them), then, once that background compile is done, the same with the cache warm (compiled kernels);
 beside them, the same process doing only `import numpy` (the floor of any Python start), all in this run.
 Subprocesses, so nothing this process compiled counts. extra_info also holds the functions compiled (numba cache
-index files written, background included) and the import times of numpy, ml_dtypes, numba and `ops, tiling`. No timing assertions: the numbers are the result.
+index files written, background included) and the import times of numpy, ml_dtypes, numba and `ops, tiling`.
+No timing assertions: the numbers are the result.
 The summary prints seconds and the ratios to the numpy-only start.
 
 Marked slow: three cold compilations in subprocesses take about four minutes of a 2-core machine, which CI's
