@@ -221,7 +221,7 @@ _TUPLE_KINDS: dict[int, tuple] = {}     # id(tuple) -> (the tuple, its kind): st
 
 def _kind(a):
     """A cheap stand-in for numba.typeof(a) as a dictionary key: what an overload's choice can depend on (the
-    element type, rank, layout and writability of arrays, the types inside tuples; the type of scalars)."""
+    element type, rank and layout of arrays, the types inside tuples; the type of scalars)."""
     if isinstance(a, np.ndarray):       # no generator here looks at writability: leave it out (it costs)
         return a.dtype, a.ndim, a.flags.c_contiguous
     if isinstance(a, tuple):
@@ -266,7 +266,7 @@ def _overload_twin(generator, name: str):
         (at,) = inspected
 
         def call_one(*args):
-            kinds = _kind(args[at])
+            kinds = _kind(args[at]) if at < len(args) else None     # None: a parameter left at its default
             impl = impls.get(kinds)
             if impl is None:
                 impl = choose(args, kinds)
