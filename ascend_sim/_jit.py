@@ -57,6 +57,11 @@ DEVICE_JIT_OPTIONS = dict(STAGE_JIT_OPTIONS, cache=False, no_cpython_wrapper=Tru
 _CACHED_DEVICE_OPTIONS = dict(DEVICE_JIT_OPTIONS, cache=True)
 
 
+KERNEL_MODULES: set[str] = set()
+"""Modules defining @aicore functions or stages, whatever their package (a user's kernel, the tests' harness): the
+interpreted tier (interpret.py) runs their functions as kernel code."""
+
+
 def aicore(fn=None, *, cached: bool = True):
     """Register `fn` as a device function (what register_jitable does), compiled from a copy whose
     qualified name carries the source stamp of fn's module: numba names the disk-cache entry after it and
@@ -65,6 +70,7 @@ def aicore(fn=None, *, cached: bool = True):
     compiled; cached=False for code only ever compiled into something cached itself (an outlined variant's body)."""
     if fn is None:
         return lambda f: aicore(f, cached=cached)
+    KERNEL_MODULES.add(fn.__module__)
     impl = function_copy(fn, f"{fn.__qualname__}__{source_stamp(fn.__module__)}")
 
     @overload(fn, jit_options=_CACHED_DEVICE_OPTIONS if cached else DEVICE_JIT_OPTIONS, strict=False)

@@ -39,6 +39,7 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.extending import _Intrinsic
 from numba.core.typing.templates import builtin_registry
 
+from ._jit import KERNEL_MODULES
 from .core import Core
 from .simt import SimtCall, SimtThread
 
@@ -284,7 +285,8 @@ def _overload_twin(generator, name: str):
 
 # --- function and module twins --------------------------------------------------------------------------------
 def _ours(module_name) -> bool:
-    return isinstance(module_name, str) and module_name.split(".")[0] in OUR_PACKAGES
+    """Whether a module holds kernel code: ours, or any module that defines @aicore functions or stages."""
+    return isinstance(module_name, str) and (module_name.split(".")[0] in OUR_PACKAGES or module_name in KERNEL_MODULES)
 
 
 def twin(obj):
