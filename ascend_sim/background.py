@@ -30,6 +30,7 @@ _SUBMITTED: set = set()
 _PENDING: list = []
 _CHILD: subprocess.Popen | None = None
 _SEQUENCE = itertools.count()
+LOG_MAX_BYTES = 1 << 20         # background.log is moved to background.log.1 beyond this
 
 
 def enabled() -> bool:
@@ -62,20 +63,24 @@ def _start_if_idle(force: bool = False) -> None:
     if not _PENDING or (not force and _CHILD is not None and _CHILD.poll() is None):
         return
     folder = job_dir()
+    job = folder / f"{os.getpid()}-{next(_SEQUENCE)}-{time.time_ns()}.job"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        job = folder / f"{os.getpid()}-{next(_SEQUENCE)}-{time.time_ns()}.job"
+        log_path = folder / "background.log"
+        if log_path.exists() and log_path.stat().st_size > LOG_MAX_BYTES:
+            os.replace(log_path, log_path.with_suffix(".log.1"))
         tmp = job.with_suffix(".tmp")
         tmp.write_bytes(pickle.dumps(list(_PENDING)))
         os.replace(tmp, job)
-        log = open(folder / "background.log", "ab")     # noqa: SIM115 - the child owns it from here
+        with open(log_path, "ab") as log:      # the child writes to its own copy of the descriptor
+            _CHILD = subprocess.Popen([sys.executable, "-m", "ascend_sim.background", str(job)],
+                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                      env=dict(os.environ, ASCEND_SIM_BACKGROUND_COMPILE="0"))
     except OSError:
-        return          # a read-only cache location: the stages compile on their first compiled run instead
+        # a read-only cache location, or no process to be had: the stages compile on their first compiled run
+        job.unlink(missing_ok=True)
+        return
     _PENDING.clear()
-    with log:
-        _CHILD = subprocess.Popen([sys.executable, "-m", "ascend_sim.background", str(job)],
-                                  stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                  env=dict(os.environ, ASCEND_SIM_BACKGROUND_COMPILE="0"))
 
 
 @atexit.register

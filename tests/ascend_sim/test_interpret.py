@@ -256,3 +256,17 @@ def test_the_fast_scalar_twins_equal_the_compiled_functions():
     got_narrow = np.array([twin_narrow(np.uint32(x)) for x in patterns.tolist()], np.uint16)
     assert_bits_equal(got_wide, wide, "bf16_bits_to_f32_bits twin")
     assert_bits_equal(got_narrow, narrow, "f32_bits_to_bf16_bits_rint twin")
+
+
+def test_background_jobs_count_as_busy_while_waiting_or_running_in_a_live_process(tmp_path, monkeypatch):
+    from ascend_sim import background
+    monkeypatch.setattr(background, "job_dir", lambda: tmp_path)
+    assert not background.busy()
+    (tmp_path / "1-0-1.job").write_bytes(b"")
+    assert background.busy()                                    # waiting for a child
+    (tmp_path / "1-0-1.job").rename(tmp_path / f"1-0-1.running-{os.getpid()}")
+    assert background.busy()                                    # a live child works on it
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / f"1-0-1.running-{os.getpid()}").rename(tmp_path / f"1-0-1.running-{dead.stdout.strip()}")
+    assert not background.busy()                                # its child died: nothing will finish it
+    assert background.wait(timeout_s=1.0)
