@@ -288,7 +288,9 @@ def tiling_json(op: str, t) -> dict:
 def report_json(rep, per_core: bool) -> dict | None:
     if rep is None:
         return None
-    out = dict(kernel=rep.kernel, wall_time_s=rep.wall_time_s, compile_time_s=rep.compile_time_s,
+    launches = rep.kernel_runs if hasattr(rep, "kernel_runs") else [rep]
+    tier = "interpreted" if any(getattr(r, "tier", "compiled") == "interpreted" for r in launches) else "compiled"
+    out = dict(kernel=rep.kernel, wall_time_s=rep.wall_time_s, compile_time_s=rep.compile_time_s, tier=tier,
                threads=rep.threads, ub_plan_bytes=rep.ub_plan_bytes, total=dataclasses.asdict(rep.total))
     out["total"].pop("block_idx")
     if per_core:

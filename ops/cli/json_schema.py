@@ -63,6 +63,8 @@ STEP = closed({
     "kernel": nullable({**STR, "description": "the simulated kernel (null: a host step, or nothing to launch)"}),
     "tiling_key": nullable(INT),
     "block_dim": nullable(COUNT),
+    "tier": nullable({"enum": ["compiled", "interpreted"], "description": "how the simulated kernel ran "
+                      "(ascend_sim.tier; null for a host or modelled step)"}),
     "wall_time_s": {**NONNEG, "description": "host wall time of the step, s (a kernel: its cores' time)"},
     "gm_bytes": nullable({**COUNT, "description": "GM bytes the step moves"}),
     "estimate_us": nullable({**NONNEG, "description": "estimated chip time of the step, us"}),
@@ -105,10 +107,14 @@ DEFS = {
                              "steps_estimated": COUNT},
                             description="the whole call's estimate: its estimated steps one after another"),
     "report": closed({
-        "kernel": STR, "wall_time_s": NONNEG, "compile_time_s": NONNEG, "threads": COUNT, "ub_plan_bytes": COUNT,
+        "kernel": STR, "wall_time_s": NONNEG, "compile_time_s": NONNEG,
+        "tier": {"enum": ["compiled", "interpreted"], "description": "interpreted if any launch of the call ran in "
+                 "the interpreter (ascend_sim.tier)"},
+        "threads": COUNT, "ub_plan_bytes": COUNT,
         "total": ref("counters"), "cores": {"type": "array", "items": ref("core")},
         "gm_gb_per_s": nullable(NONNEG)},
-        required=("kernel", "wall_time_s", "compile_time_s", "threads", "ub_plan_bytes", "total", "gm_gb_per_s"),
+        required=("kernel", "wall_time_s", "compile_time_s", "tier", "threads", "ub_plan_bytes", "total",
+                  "gm_gb_per_s"),
         description="the simulated kernels' work (`cores` with --per-core)"),
     "utilisation": {"type": "object", "propertyNames": {"enum": list(PIPE_NAMES)}, "additionalProperties": NONNEG},
     "launch_estimate": {

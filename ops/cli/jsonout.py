@@ -44,7 +44,7 @@ def estimate_json(label: str, e) -> dict:
 def _step(name: str, kind: str, run, wall_time_s: float, estimate) -> dict:
     return dict(name=name, kind=kind, kernel=None if run is None else run.kernel,
                 tiling_key=None if run is None else run.tiling_key, block_dim=None if run is None else run.block_dim,
-                wall_time_s=float(wall_time_s),
+                tier=None if run is None else run.tier, wall_time_s=float(wall_time_s),
                 gm_bytes=int(gm_bytes_of(run.total)) if run is not None else
                 (int(estimate.gm_bytes) if estimate is not None else None),
                 estimate_us=None if estimate is None else float(estimate.time_us),

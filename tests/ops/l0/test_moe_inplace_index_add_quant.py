@@ -73,7 +73,7 @@ def golden(var, idx, upd, f: dict):
             quant[row] = (quant[row].astype(np.int64) + q).astype(np.int32)
     value = ((quant.astype(np.float32) * (scale * counts[:, None].astype(np.float32))) / SCALING).astype(np.float32)
     if var.dtype != F32:
-        limit = np.float32(np.finfo(var.dtype).max)
+        limit = np.float32(ml_dtypes.finfo(var.dtype).max)    # NumPy's finfo knows bf16 only from ml_dtypes 0.7
         value = np.where(np.isfinite(value), np.clip(value, -limit, limit), value)
     added = (value.astype(var.dtype).astype(np.float32) * np.float32(0)).astype(var.dtype)   # x alphaValue_ (0)
     visited = counts > 0 if f["is_opti"] else np.ones(pres * rows, bool)
