@@ -326,9 +326,29 @@ def _gather_mask_typed(c, dst, src0, src1_pattern, reduce_mode, mask, params):
     if isinstance(src1_pattern, types.Array) and src1_pattern.dtype not in (types.uint8, types.uint16, types.uint32):
         raise TypeError(f"GatherMask pattern must be an unsigned LocalTensor, got {src1_pattern.dtype}")
 
+    carrier = _move_carrier(dst, src0)
+    if carrier is not None:
+        # GatherMask only moves elements: int32 / float32 / uint32 tensors share the uint32 variant (one compiled
+        # variant per element width instead of per type); faults read itemsize, nbytes and addresses, all the same
+        def impl_width(c, dst, src0, src1_pattern, reduce_mode, mask, params):
+            return _gather_mask(c, dst.view(carrier), src0.view(carrier), src1_pattern, reduce_mode, mask, params)
+        return impl_width
+
     def impl(c, dst, src0, src1_pattern, reduce_mode, mask, params):
         return _gather_mask(c, dst, src0, src1_pattern, reduce_mode, mask, params)
     return impl
+
+
+_MOVE_CARRIERS = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+def _move_carrier(dst, src0):
+    """The unsigned type of the same width GatherMask moves dst / src0 elements as, or None (the two differ in
+    type, or are not 1-D C-contiguous arrays of integers / floats: compiled as they are)."""
+    ok = (isinstance(dst, types.Array) and isinstance(src0, types.Array) and dst.dtype == src0.dtype
+          and dst.ndim == 1 and src0.ndim == 1 and dst.layout == "C" and src0.layout == "C"
+          and isinstance(dst.dtype, (types.Integer, types.Float)))
+    return _MOVE_CARRIERS.get(dst.dtype.bitwidth) if ok else None
 
 
 # --- the two Casts vector.cast does not have -------------------------------------------------------

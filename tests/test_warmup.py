@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ops.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,6 +28,10 @@ def _cache_files(cache: Path) -> set[str]:
     return {str(p.relative_to(cache)) for p in cache.rglob("*.nbi")}
 
 
+# slow: the one test that compiles a kernel into a cache of its own (the warmup must find it cold), so a cold default
+# run paid this compilation (about 40 s of one worker, plus warmup's second compile process) on top of the shared
+# cache's; the kernel itself stays covered bit for bit by the permute-grad tests, the command by the test below
+@pytest.mark.slow
 def test_warmup_compiles_what_a_following_call_needs(tmp_path):
     """One operator on one chip (kernel G, one signature): warmup compiles it with a bar and says where the
     cache is; a `run` of the tour's case in a new process then writes no cache entry and announces no compile."""
