@@ -15,7 +15,11 @@ __version__ = "0.1.0"
 
 # imported here so the package holds them whatever the caller imports: kernel stamps (_jit.source_stamp) hash the
 # submodules the package holds, and a submodule imported later would make a cached kernel look stale
-from . import cost_file, host_cost
+from . import (
+    cost_file,
+    host_cost,
+    host_tier,  # noqa: F401 - installs the host helpers' tier rule into _jit
+)
 from ._jit import cache_state, ensure_compiled, stage_signature
 from .check import checked
 from .cost import CostModel

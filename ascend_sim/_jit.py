@@ -122,29 +122,20 @@ def global_aicore(fn):
     return stage
 
 
+HOST_TIER: Callable | None = None
+"""`run(dispatcher, args)` for a host_jit call while its dispatcher has nothing compiled (host_tier.py installs it)."""
+
+
 class HostDispatcher(CPUDispatcher):
     """An njit dispatcher for host code (called from Python, or from other numba code) that follows the execution
     tier (tier.py) while it has nothing compiled: a call whose function is still cold on disk runs its Python
-    function on small arguments (tier.HOST_INTERPRET_MAX_BYTES; in tier "auto" it is then compiled in the
-    background), so a first call does not wait for numba. Once anything is compiled for it, numba dispatches as
-    for any njit function."""
+    function on small arguments (in tier "auto" it is then compiled in the background; host_tier.py), so a first
+    call does not wait for numba. Once anything is compiled for it, numba dispatches as for any njit function."""
 
     def __call__(self, *args, **kwargs):
-        if self.overloads or kwargs:
+        if self.overloads or kwargs or HOST_TIER is None:
             return super().__call__(*args, **kwargs)
-        from . import tier as tiers
-        tier = tiers.resolve()
-        if tier != "compiled":
-            sig = stage_signature(self, args)
-            cold = tier == "auto" and cache_state(self, sig) == "cold" and \
-                tiers.gm_bytes(args) <= tiers.HOST_INTERPRET_MAX_BYTES
-            if cold or tier == "interpreted":
-                from . import interpret
-                if cold:
-                    from . import background
-                    background.submit([(self, sig)])
-                return interpret.call_interpreted(self.py_func, args)
-        return super().__call__(*args, **kwargs)
+        return HOST_TIER(self, args)
 
 
 def host_jit(fn=None, **options):

@@ -1,7 +1,7 @@
 """Compile kernel stages in a background process while this one interprets them (tier "auto", see tier.py).
 
 The parent hands over (module, stage name, numba signature) triples in a job file; a child process
-(`python -m ascend_sim.background JOB`) at low priority imports each stage's module and compiles the stage for
+(`main([JOB])` of this module) at low priority imports each stage's module and compiles the stage for
 that signature into numba's disk cache, outlined variants included, exactly as the launcher's ensure_compiled
 would. One child per parent runs at a time; stages that arrive meanwhile wait for the next, and those left when
 the parent exits go to a last child that outlives it (a short-lived command's first run still fills the cache).
@@ -31,6 +31,7 @@ _PENDING: list = []
 _CHILD: subprocess.Popen | None = None
 _SEQUENCE = itertools.count()
 LOG_MAX_BYTES = 1 << 20         # background.log is moved to background.log.1 beyond this
+CHILD_CODE = "import sys; from ascend_sim.background import main; sys.exit(main(sys.argv[1:]))"
 
 
 def enabled() -> bool:
@@ -73,7 +74,8 @@ def _start_if_idle(force: bool = False) -> None:
         tmp.write_bytes(pickle.dumps(list(_PENDING)))
         os.replace(tmp, job)
         with open(log_path, "ab") as log:      # the child writes to its own copy of the descriptor
-            _CHILD = subprocess.Popen([sys.executable, "-m", "ascend_sim.background", str(job)],
+            # not `-m`: runpy would run a second copy of this module if anything had imported it first
+            _CHILD = subprocess.Popen([sys.executable, "-c", CHILD_CODE, str(job)],
                                       stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                       env=dict(os.environ, ASCEND_SIM_BACKGROUND_COMPILE="0"))
     except OSError:

@@ -600,7 +600,7 @@ class _Run:
         self.entries = {id(item): stage_twin(item[2]) for item in self.programs.every_item() if item[0] == _STAGE}
         self.tier = "interpreted"
         if cold:
-            from . import background  # not at import: `python -m ascend_sim.background` must load it first
+            from . import background  # imported when first needed: most processes never start a child
             background.submit(cold)
         return True
 
