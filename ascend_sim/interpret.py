@@ -372,8 +372,8 @@ _NUMBA_BUILTINS = {"range": _range, "len": _len, "int": _int, "float": _float}
 
 
 def _lazy(value, home, key):
-    """Functions, dispatchers and intrinsics are replaced by their twins on first call, not now (home[key] is
-    where the stand-in sits: a namespace and a name, or a closure cell): a module's twin would otherwise build the twin of
+    """Functions, dispatchers and intrinsics are replaced by their twins on first call, not now (the stand-in sits
+    at home[key] in a namespace, or in the closure cell `home`): a module's twin would otherwise build the twin of
     everything it reaches, most of which a stage never calls."""
     if isinstance(value, (types.FunctionType, Dispatcher, _Intrinsic)):
         return _Deferred(value, home, key)
