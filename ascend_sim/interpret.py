@@ -31,6 +31,7 @@ import dis
 import inspect
 import textwrap
 import threading
+import time
 import types
 
 import numpy as np
@@ -123,13 +124,28 @@ def _trailing_zeros(x):
     return np.int64(width if v == 0 else (v & -v).bit_length() - 1)
 
 
+_STRIPE_LOCKS: dict[int, threading.Lock] = {}
+
+
 def _spin_lock(lock_addr):
-    # cores run one at a time in the interpreter, so the lock is always free
-    ctypes.c_int32.from_address(int(lock_addr)).value = 1
+    """The GM stripe's lock: a Python lock per lock word orders interpreted launches on several threads (a launch's
+    own cores run one at a time); the word itself is then taken as compiled code takes it, once a compiled holder on
+    another thread has let go."""
+    address = int(lock_addr)
+    guard = _STRIPE_LOCKS.get(address)
+    if guard is None:
+        guard = _STRIPE_LOCKS.setdefault(address, threading.Lock())
+    guard.acquire()
+    word = ctypes.c_int32.from_address(address)
+    while word.value != 0:
+        time.sleep(0)
+    word.value = 1
 
 
 def _unlock(lock_addr):
-    ctypes.c_int32.from_address(int(lock_addr)).value = 0
+    address = int(lock_addr)
+    ctypes.c_int32.from_address(address).value = 0
+    _STRIPE_LOCKS[address].release()
 
 
 def _f16_bits_to_f32(h):
