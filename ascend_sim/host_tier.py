@@ -12,20 +12,11 @@ from . import tier as tiers
 
 
 def run(dispatcher, args: tuple):
-    """dispatcher(*args): interpreted when the tier says so (always in "interpreted"; in "auto" while the function is
-    cold on disk and its arrays total at most tier.HOST_INTERPRET_MAX_BYTES, handing it to the background compiler),
-    else compiled by numba as usual."""
-    tier = tiers.resolve()
-    if tier != "compiled":
-        sig = _jit.stage_signature(dispatcher, args)
-        cold = tier == "auto" and _jit.cache_state(dispatcher, sig) == "cold" and \
-            tiers.gm_bytes(args) <= tiers.HOST_INTERPRET_MAX_BYTES
-        if cold or tier == "interpreted":
-            from . import interpret
-            if cold:
-                from . import background
-                background.submit([(dispatcher, sig)])
-            return interpret.call_interpreted(dispatcher.py_func, args)
+    """dispatcher(*args): interpreted when the tier says so (tier.runs_interpreted, with the host helpers' bound
+    tier.HOST_INTERPRET_MAX_BYTES), else compiled by numba as usual."""
+    if tiers.runs_interpreted([(dispatcher, args)], tiers.gm_bytes(args), tiers.HOST_INTERPRET_MAX_BYTES):
+        from . import interpret
+        return interpret.call_interpreted(dispatcher.py_func, args)
     return CPUDispatcher.__call__(dispatcher, *args)
 
 

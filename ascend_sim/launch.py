@@ -42,7 +42,7 @@ from numba._dispatcher import compute_fingerprint
 from . import check as checking
 from . import crosscore, errors, gm_cost, timeline
 from . import tier as tiers
-from ._jit import cache_state, ensure_compiled, stage_signature
+from ._jit import ensure_compiled, stage_signature
 from .core import CORE_SETS, fault_record, flags, make_core, start_pipe
 from .cost import CostModel
 from .dtypes import dt_name
@@ -583,25 +583,15 @@ class _Run:
         return compile_s
 
     def _interpret(self, tier: str, unknown: list) -> bool:
-        """Whether this launch runs in the interpreter (tier.py); if so, every stage entry is its Python twin, and in
-        tier "auto" the cold stages go to the background compiler."""
-        cold = []
-        if tier == "auto":
-            seen = set()
-            for item, _, call in unknown:
-                sig = stage_signature(item[2], call)
-                if (item[2], sig) not in seen:
-                    seen.add((item[2], sig))
-                    if cache_state(item[2], sig) == "cold":
-                        cold.append((item[2], sig))
-            if not cold or tiers.gm_bytes(self.args, self.workspace) > tiers.interpret_max_bytes():
-                return False
+        """Whether this launch runs in the interpreter (tier.runs_interpreted); if so, every stage entry is its
+        Python twin."""
+        calls = [(item[2], call) for item, _, call in unknown]
+        if not tiers.runs_interpreted(calls, tiers.gm_bytes(self.args, self.workspace), tiers.interpret_max_bytes(),
+                                      tier):
+            return False
         from .interpret import stage_twin
         self.entries = {id(item): stage_twin(item[2]) for item in self.programs.every_item() if item[0] == _STAGE}
         self.tier = "interpreted"
-        if cold:
-            from . import background  # imported when first needed: most processes never start a child
-            background.submit(cold)
         return True
 
     def start_all(self, item) -> None:

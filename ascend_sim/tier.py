@@ -18,6 +18,7 @@ from contextvars import ContextVar
 
 import numpy as np
 
+from ._jit import cache_state, stage_signature
 from .errors import ConfigError
 
 TIERS = ("auto", "compiled", "interpreted")
@@ -92,3 +93,26 @@ def gm_bytes(args, workspace: np.ndarray | None = None) -> int:
         elif isinstance(a, tuple):
             todo += a
     return total
+
+
+def runs_interpreted(calls, nbytes: int, bound: int, tier: str | None = None) -> bool:
+    """Whether a launch (or a host helper's call) runs in the interpreter: `calls` are its (dispatcher, args) pairs,
+    `nbytes` the bytes of its tensors (gm_bytes), `bound` the most the tier "auto" interprets. In "auto", a call is
+    interpreted when it is small enough and some dispatcher is cold (neither in memory nor in the disk cache); the
+    cold ones then go to the background compiler."""
+    tier = resolve() if tier is None else tier
+    if tier != "auto":
+        return tier == "interpreted"
+    if nbytes > bound:          # before the cold test: that one reads the cache index from disk
+        return False
+    cold, seen = [], set()
+    for dispatcher, args in calls:
+        sig = stage_signature(dispatcher, args)
+        if (dispatcher, sig) not in seen:
+            seen.add((dispatcher, sig))
+            if cache_state(dispatcher, sig) == "cold":
+                cold.append((dispatcher, sig))
+    if cold:
+        from . import background  # imported when first needed: most processes never start a child
+        background.submit(cold)
+    return bool(cold)
