@@ -206,8 +206,12 @@ _import_names_added = False
 def _import_names_file() -> Path:
     """Where the parsed import statements persist between processes: beside numba's cache (NUMBA_CACHE_DIR, else
     ascend_sim's __pycache__), so a fresh process parses no source file it parsed before."""
-    root = Path(numba_config.CACHE_DIR) if numba_config.CACHE_DIR else Path(__file__).parent / "__pycache__"
-    return root / f"ascend_sim_import_names.v{_IMPORT_NAMES_FILE_VERSION}.json"
+    return cache_root() / f"ascend_sim_import_names.v{_IMPORT_NAMES_FILE_VERSION}.json"
+
+
+def cache_root() -> Path:
+    """Where our files beside numba's disk cache live: NUMBA_CACHE_DIR when set, else ascend_sim's __pycache__."""
+    return Path(numba_config.CACHE_DIR) if numba_config.CACHE_DIR else Path(__file__).parent / "__pycache__"
 
 
 def _load_import_names() -> None:

@@ -25,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 
+from .errors import ConfigError
+
 _LOCK = threading.Lock()
 _SUBMITTED: set = set()
 _PENDING: list = []
@@ -34,15 +36,22 @@ LOG_MAX_BYTES = 1 << 20         # background.log is moved to background.log.1 be
 CHILD_CODE = "import sys; from ascend_sim.background import main; sys.exit(main(sys.argv[1:]))"
 
 
+_SWITCH = {"1": True, "on": True, "yes": True, "true": True, "0": False, "off": False, "no": False, "false": False}
+
+
 def enabled() -> bool:
-    return os.environ.get("ASCEND_SIM_BACKGROUND_COMPILE", "1") not in ("0", "", "off", "no")
+    """$ASCEND_SIM_BACKGROUND_COMPILE: whether tier "auto" compiles cold stages in a background process (default on;
+    a value other than 1 / on / yes / true or 0 / off / no / false is a ConfigError)."""
+    raw = os.environ.get("ASCEND_SIM_BACKGROUND_COMPILE", "1")
+    value = _SWITCH.get(raw.strip().lower())
+    if value is None:
+        raise ConfigError(f"ASCEND_SIM_BACKGROUND_COMPILE = {raw!r}: expected 1 / on / yes or 0 / off / no")
+    return value
 
 
 def job_dir() -> Path:
-    from numba.core import config as numba_config
-    cache_dir = numba_config.CACHE_DIR  # type: ignore[attr-defined]
-    root = Path(cache_dir) if cache_dir else Path(__file__).parent / "__pycache__"
-    return root / "ascend_sim_background"
+    from ._jit import cache_root
+    return cache_root() / "ascend_sim_background"
 
 
 def submit(calls) -> None:

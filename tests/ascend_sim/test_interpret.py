@@ -309,3 +309,13 @@ def test_interpreted_atomic_adds_from_several_threads_lose_nothing():
     want = np.zeros_like(dst)
     want[off: off + cols] = 4 * src.reshape(-1, cols).sum(axis=0)
     assert_bits_equal(dst, want, "four interpreted launches adding into one row")
+
+
+def test_the_background_switch_is_checked(monkeypatch):
+    from ascend_sim import background
+    for raw, want in (("0", False), ("off", False), ("1", True), ("Yes", True)):
+        monkeypatch.setenv("ASCEND_SIM_BACKGROUND_COMPILE", raw)
+        assert background.enabled() is want, raw
+    monkeypatch.setenv("ASCEND_SIM_BACKGROUND_COMPILE", "sometimes")
+    with pytest.raises(ConfigError, match="ASCEND_SIM_BACKGROUND_COMPILE = 'sometimes'"):
+        background.enabled()
