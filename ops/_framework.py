@@ -376,13 +376,17 @@ def listening_to_compiles(fn):
         _COMPILE_LISTENER.fn = before
 
 
+def launches_of(report) -> list:
+    """The RunReport of every kernel launch behind an aclnn call's report: a composite call's kernel steps, a
+    one-kernel call's own report, none for None."""
+    if report is None:
+        return []
+    return list(report.kernel_runs) if hasattr(report, "kernel_runs") else [report]
+
+
 def kernel_reports(runs) -> list:
     """The RunReport of every kernel launch of these RecordedRun rows (a composite call's steps included)."""
-    out: list = []
-    for run in runs:
-        report = run.executor.report
-        out += report.kernel_runs if hasattr(report, "kernel_runs") else [report] if report is not None else []
-    return out
+    return [launch for run in runs for launch in launches_of(run.executor.report)]
 
 
 class RecordedRun(NamedTuple):

@@ -16,6 +16,7 @@ from tiling import get_soc
 from tiling.common import TensorDesc
 from tiling.reference import reference
 
+from .._framework import launches_of
 from ..common.cli_spec import CliError, OpSpec, same_bits
 from ..common.routing import parse_routing
 from .operators import OP_SPECIFIC_FLAGS, OPS
@@ -217,8 +218,7 @@ def _gm_rate(rep) -> str:
     if rep is None or not rep.wall_time_s:
         return "no kernel ran (empty tensors)"
     total = rep.total
-    launches = rep.kernel_runs if hasattr(rep, "kernel_runs") else [rep]
-    if any(getattr(r, "tier", "compiled") == "interpreted" for r in launches):
+    if any(r.tier == "interpreted" for r in launches_of(rep)):
         return (f"kernel {rep.wall_time_s * 1e3:.1f} ms in the interpreter (not compiled yet: a background process "
                 "compiles it for the next run)")
     gbs = (total.mte2_bytes + total.mte3_bytes) / rep.wall_time_s / 1e9
@@ -288,8 +288,7 @@ def tiling_json(op: str, t) -> dict:
 def report_json(rep, per_core: bool) -> dict | None:
     if rep is None:
         return None
-    launches = rep.kernel_runs if hasattr(rep, "kernel_runs") else [rep]
-    tier = "interpreted" if any(getattr(r, "tier", "compiled") == "interpreted" for r in launches) else "compiled"
+    tier = "interpreted" if any(r.tier == "interpreted" for r in launches_of(rep)) else "compiled"
     out = dict(kernel=rep.kernel, wall_time_s=rep.wall_time_s, compile_time_s=rep.compile_time_s, tier=tier,
                threads=rep.threads, ub_plan_bytes=rep.ub_plan_bytes, total=dataclasses.asdict(rep.total))
     out["total"].pop("block_idx")

@@ -20,7 +20,7 @@ import ascend_sim
 from ascend_sim import ConfigError, execution_tier
 from ascend_sim import interpret as interp
 from ascend_sim import tier as tiers
-from ops._framework import kernel_reports
+from ops._framework import launches_of
 from ops.cli import build_parser
 from ops.cli.common import run_op
 from ops.cli.operators import OPS
@@ -70,8 +70,7 @@ def _assert_same_run(compiled: dict, interpreted: dict, where: str) -> None:
             assert got is None, where
         else:
             assert_bits_equal(np.asarray(got), np.asarray(want), f"{where} output {k}")
-    runs_c = kernel_reports([_Recorded(compiled["report"])])
-    runs_i = kernel_reports([_Recorded(interpreted["report"])])
+    runs_c, runs_i = launches_of(compiled["report"]), launches_of(interpreted["report"])
     assert [r.tier for r in runs_c] == ["compiled"] * len(runs_c), where
     assert [r.tier for r in runs_i] == ["interpreted"] * len(runs_i), where
     for k, (ri, rc) in enumerate(zip(runs_i, runs_c, strict=True)):
@@ -79,14 +78,6 @@ def _assert_same_run(compiled: dict, interpreted: dict, where: str) -> None:
         assert ri.cores == rc.cores, f"{where} launch {k} ({rc.kernel}): per-core counters differ"
         assert ri.estimate.time_us == rc.estimate.time_us, f"{where} launch {k} ({rc.kernel}): estimate differs"
         assert ri.estimate.bound == rc.estimate.bound, where
-
-
-class _Recorded:
-    """What kernel_reports reads of a recorded run: `.executor.report`."""
-
-    def __init__(self, report):
-        self.executor = self
-        self.report = report
 
 
 # the 950 runs the arch35 l0 operators: their compiled side is extra compile time for a cold suite, so they are slow;
@@ -119,7 +110,9 @@ def test_checked_mode_findings_are_the_same(mode):
         with execution_tier(tier), ascend_sim.checked(mode):
             facts = run_op(OPS[op], args, soc)
         assert facts["exact"], tier
-        extras[tier] = [sorted(r.extra.items()) for r in kernel_reports([_Recorded(facts["report"])])]
+        extras[tier] = [sorted(r.extra.items()) for r in launches_of(facts["report"])]
+    # the launches ran checked (a mode bit set, races waived at their sources), and the interpreter found the same
+    assert all(dict(e)["checked"] and dict(e)["waived_races"] > 0 for e in extras["compiled"]), extras["compiled"]
     assert extras["interpreted"] == extras["compiled"]
 
 
